@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Creates or reuses .venv and node_modules so that a fresh machine with only Python 3.11+
+# and Node 20 can run everything. Skips the installs when nothing they depend on changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+
+stamp_inputs=$(cat pyproject.toml package.json package-lock.json | sha256sum | cut -d' ' -f1)
+if [ ! -f .deps-stamp ] || [ "$(cat .deps-stamp)" != "$stamp_inputs" ] || [ ! -d node_modules/aws-cdk ]; then
+  echo "==> installing Python packages into .venv (first run takes about two minutes)"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+  echo "==> installing the pinned CDK CLI into node_modules"
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "$stamp_inputs" > .deps-stamp
+fi

@@ -1,0 +1,36 @@
+"""Rebuild selector/data/catalog.json offline.
+
+Runs the real `catalog refresh` code against moto, whose bundled DescribeInstanceTypes and
+DescribeInstanceTypeOfferings data is AWS's own, with live prices off (moto's spot history is a
+placeholder): prices come from the cited selector/data/prices.csv. With AWS credentials, use
+`python -m selector catalog refresh --out FILE` instead for live data.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+for k, v in {"AWS_ACCESS_KEY_ID": "offline", "AWS_SECRET_ACCESS_KEY": "offline",
+             "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    os.environ[k] = v
+os.environ.pop("AWS_ENDPOINT_URL", None)
+
+import boto3  # noqa: E402
+from moto import mock_aws  # noqa: E402
+
+from selector.refresh import refresh, write_catalog  # noqa: E402
+
+with mock_aws():
+    catalog = refresh(
+        live_prices=False,
+        session=boto3.session.Session(region_name="us-east-1"),
+        specs_source=f"EC2 DescribeInstanceTypes/DescribeInstanceTypeOfferings records as bundled in moto {version('moto')}",
+    )
+out = ROOT / "selector" / "data" / "catalog.json"
+write_catalog(catalog, out)
+print(f"{len(catalog)} types, {len(catalog.regions)} regions -> {out.relative_to(ROOT)}")

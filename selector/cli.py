@@ -1,0 +1,116 @@
+"""python -m selector: profiles | recommend | show | catalog refresh (a contract: keep the names)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional
+
+from .errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, not a usage dump
+        raise UserError(f"{self.prog}: {message} (see --help)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m selector", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("profiles", help="list workload profiles")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--profiles", metavar="FILE", help="extra or overriding profiles (TOML or YAML)")
+
+    s = sub.add_parser("recommend", help="rank instance types for a profile")
+    s.add_argument("--profile", required=True)
+    s.add_argument("--region", default="us-east-1")
+    s.add_argument("--spot", action="store_true", help="rank with spot prices")
+    s.add_argument("--top", type=int, metavar="N")
+    s.add_argument("--families", metavar="a,b", help="only these families (names retired ones too)")
+    s.add_argument("--throughput", metavar="FILE", help="measured samples/s (CSV or JSON) that replace the model")
+    s.add_argument("--catalog", metavar="FILE", help="a catalog written by 'catalog refresh --out'")
+    s.add_argument("--prices", metavar="FILE", help="your own price CSV (private pricing, discounts)")
+    s.add_argument("--profiles", metavar="FILE", help="extra or overriding profiles (TOML or YAML)")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("show", help="one instance type's full catalog entry")
+    s.add_argument("instance_type")
+    s.add_argument("--catalog", metavar="FILE")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("catalog", help="catalog maintenance")
+    csub = s.add_subparsers(dest="catalog_command", required=True, parser_class=_Parser)
+    r = csub.add_parser("refresh", help="rebuild the catalog from the EC2 APIs (needs AWS credentials)")
+    r.add_argument("--region", action="append", metavar="R", help="regions to check offerings in (repeatable; default: all)")
+    r.add_argument("--out", metavar="FILE", help="where to write (default: print a summary and write nothing)")
+    r.add_argument("--no-live-prices", action="store_true", help="keep the cited price table, skip price APIs")
+    return p
+
+
+def _recommend(a: argparse.Namespace) -> str:
+    from . import render
+    from .catalog import load_catalog
+    from .profiles import get_profile, load_profiles
+    from .recommend import recommend
+    from .throughput import load_measurements
+
+    if a.top is not None and a.top < 1:
+        raise UserError(f"--top must be at least 1, got {a.top}")
+    catalog = load_catalog(a.catalog)
+    if a.prices:
+        from .prices import load_prices
+        catalog = catalog.with_prices(load_prices(a.prices))
+    profile = get_profile(a.profile, load_profiles(a.profiles))
+    measured = load_measurements(a.throughput, catalog.types) if a.throughput else None
+    families = a.families.split(",") if a.families else None
+    rec = recommend(profile, region=a.region, spot=a.spot, top=a.top, families=families,
+                    measured=measured, catalog=catalog)
+    return render.dumps(rec.to_dict()) if a.json else render.recommendation_text(rec)
+
+
+def _show(a: argparse.Namespace) -> str:
+    from . import render
+    from .catalog import load_catalog
+
+    catalog = load_catalog(a.catalog)
+    facts = catalog.get(a.instance_type)
+    return render.dumps(render.show_dict(facts)) if a.json else render.show_text(facts, catalog)
+
+
+def _profiles(a: argparse.Namespace) -> str:
+    from . import render
+    from .profiles import load_profiles
+
+    profiles = load_profiles(a.profiles)
+    return render.dumps(render.profiles_json(profiles)) if a.json else render.profiles_text(profiles)
+
+
+def _refresh(a: argparse.Namespace) -> str:
+    try:
+        from .refresh import refresh, write_catalog
+        import botocore.exceptions as bx
+    except ImportError:
+        raise UserError("catalog refresh needs boto3: pip install 'dl-launcher[refresh]'") from None
+    try:
+        catalog = refresh(regions=a.region, live_prices=not a.no_live_prices)
+    except bx.NoCredentialsError:
+        raise UserError("catalog refresh needs AWS credentials (AWS_PROFILE or AWS_ACCESS_KEY_ID); none found") from None
+    except (bx.ClientError, bx.BotoCoreError) as e:
+        raise UserError(f"catalog refresh failed talking to AWS: {e}") from None
+    if a.out:
+        write_catalog(catalog, a.out)
+    return (f"{len(catalog)} types, {len(catalog.regions)} regions, as of {catalog.as_of}"
+            + (f"; written to {a.out}" if a.out else "; pass --out FILE to write it"))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    try:
+        a = _parser().parse_args(argv)
+        handler = {"profiles": _profiles, "recommend": _recommend, "show": _show}.get(a.command, _refresh)
+        print(handler(a))
+        return 0
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0

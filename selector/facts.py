@@ -1,0 +1,100 @@
+"""The facts of one instance type, as the catalog holds them."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Price:
+    on_demand: Optional[float]
+    spot: Optional[float]
+    as_of: str
+    source: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class NvmeDisks:
+    count: int
+    size_gb: int
+
+    @property
+    def total_gb(self) -> int:
+        return self.count * self.size_gb
+
+
+@dataclass(frozen=True)
+class InstanceFacts:
+    instance_type: str
+    family: str
+    vcpus: int
+    memory_gib: float
+    architectures: tuple[str, ...]
+    accelerator_vendor: str
+    accelerator: str
+    # "gpu", "neuron" (Trainium/Inferentia) or "inference" (other inference ASICs).
+    accelerator_kind: str
+    # Logical accelerators the OS sees; for fractional GPUs (g6f) this is 1 with a fraction below 1.
+    accelerator_count: int
+    accelerator_fraction: float
+    accelerator_memory_gib: float
+    sdk: str
+    interconnect: str
+    precisions: tuple[str, ...]
+    tensor_cores: bool
+    efa: bool
+    network_cards: int
+    max_efa_interfaces: int
+    network_gbps: float
+    nvme: Optional[NvmeDisks]
+    regions: tuple[str, ...]
+    prices: dict[str, Price] = field(default_factory=dict)
+    neuron_cores: int = 0
+    cluster_placement: bool = True
+    spot_supported: bool = True
+    retired: bool = False
+    successors: tuple[str, ...] = ()
+    specs_source: str = ""
+
+    @property
+    def accelerator_memory_total_gib(self) -> float:
+        return round(self.accelerator_memory_gib * self.accelerator_count, 2)
+
+    @property
+    def effective_accelerators(self) -> float:
+        """Whole accelerators' worth of compute (a g6f.large is an eighth of an L4)."""
+        return self.accelerator_count * self.accelerator_fraction
+
+    @property
+    def processes_per_node(self) -> int:
+        """What torchrun's --nproc_per_node should be: one rank per GPU or per NeuronCore."""
+        return self.neuron_cores if self.accelerator_kind == "neuron" and self.neuron_cores else self.accelerator_count
+
+    @property
+    def architecture(self) -> str:
+        return self.architectures[0]
+
+    def price(self, region: str) -> Optional[Price]:
+        return self.prices.get(region)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["architectures"] = list(self.architectures)
+        d["precisions"] = list(self.precisions)
+        d["regions"] = list(self.regions)
+        d["successors"] = list(self.successors)
+        d["nvme"] = asdict(self.nvme) if self.nvme else None
+        d["prices"] = {r: asdict(p) for r, p in sorted(self.prices.items())}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "InstanceFacts":
+        d = dict(d)
+        d["architectures"] = tuple(d["architectures"])
+        d["precisions"] = tuple(d["precisions"])
+        d["regions"] = tuple(d["regions"])
+        d["successors"] = tuple(d.get("successors", ()))
+        d["nvme"] = NvmeDisks(**d["nvme"]) if d.get("nvme") else None
+        d["prices"] = {r: Price(**p) for r, p in d.get("prices", {}).items()}
+        return cls(**d)

@@ -1,0 +1,117 @@
+"""Human tables and machine JSON for the CLI."""
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from .catalog import Catalog
+from .facts import InstanceFacts
+from .profiles import Profile
+from .recommend import Recommendation
+
+
+def _money(v: Optional[float]) -> str:
+    return f"{v:,.2f}" if v is not None else "-"
+
+
+def _num(v: Optional[float]) -> str:
+    return f"{v:,.0f}" if v is not None else "-"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def recommendation_text(rec: Recommendation, show_excluded: int = 10) -> str:
+    p = rec.profile
+    out = [f"profile {p.name}: {p.description}",
+           f"region {rec.region}, {'spot' if rec.spot else 'on-demand'} prices, objective {p.objective}, "
+           f"catalog as of {rec.catalog_as_of}", ""]
+    rows = []
+    for c in rec.candidates:
+        f = c.facts
+        rows.append([
+            str(c.rank), f.instance_type, f"{f.accelerator_count} x {f.accelerator}"
+            + ("" if f.accelerator_fraction == 1 else f" ({f.accelerator_fraction:g})"),
+            f"{f.accelerator_memory_gib:g}", "yes" if f.efa else "no",
+            f"{f.nvme.count}x{f.nvme.size_gb}" if f.nvme else "-", str(f.vcpus), f"{f.memory_gib:g}",
+            _money(c.price_per_hour), _money(c.spot_price_per_hour), _num(c.samples_per_second),
+            _num(c.samples_per_dollar), _num(c.spot_samples_per_dollar), c.throughput_source,
+        ])
+    if rows:
+        out.append(table(["#", "instance", "accelerators", "GiB/acc", "EFA", "NVMe (GB)", "vCPU", "RAM GiB",
+                          "$/h", "spot $/h", "samples/s", "samples/$", "spot samples/$", "source"], rows))
+        out.append("")
+    out.append(f"why: {rec.why}")
+    if rec.pick:
+        for r in rec.pick.reasons:
+            out.append(f"  - {r}")
+    for n in rec.notes:
+        out.append(f"note: {n}")
+    if rec.excluded:
+        out.append("")
+        out.append(f"excluded ({len(rec.excluded)}; --json lists every reason):")
+        for e in rec.excluded[:show_excluded]:
+            out.append(f"  {e.instance_type}: {'; '.join(e.reasons)}")
+        if len(rec.excluded) > show_excluded:
+            out.append(f"  ... and {len(rec.excluded) - show_excluded} more")
+    return "\n".join(out)
+
+
+def profiles_json(profiles: dict[str, Profile]) -> list[dict[str, Any]]:
+    from dataclasses import asdict
+    out = []
+    for p in profiles.values():
+        d = asdict(p)
+        for k, v in d.items():
+            if isinstance(v, tuple):
+                d[k] = list(v)
+        out.append(d)
+    return out
+
+
+def profiles_text(profiles: dict[str, Profile]) -> str:
+    rows = [[p.name, p.objective, p.guide_pick or "-", p.description] for p in profiles.values()]
+    return table(["profile", "objective", "guides' pick", "description"], rows)
+
+
+def show_dict(f: InstanceFacts) -> dict[str, Any]:
+    d = f.to_dict()
+    d["accelerator_memory_total_gib"] = f.accelerator_memory_total_gib
+    d["architecture"] = f.architecture
+    d["nvme_disks"] = d["nvme"]
+    d["processes_per_node"] = f.processes_per_node
+    return d
+
+
+def show_text(f: InstanceFacts, catalog: Catalog) -> str:
+    lines = [f"{f.instance_type}" + ("  [RETIRED]" if f.retired else "")]
+    if f.retired:
+        lines.append(f"  retired by AWS; use instead: {', '.join(f.successors)}")
+    frac = "" if f.accelerator_fraction == 1 else f" (a {f.accelerator_fraction:g} slice)"
+    lines += [
+        f"  accelerators   {f.accelerator_count} x {f.accelerator_vendor} {f.accelerator}{frac}, "
+        f"{f.accelerator_memory_gib:g} GiB each, {f.accelerator_memory_total_gib:g} GiB total ({f.sdk})",
+        f"  interconnect   {f.interconnect}; tensor cores {'yes' if f.tensor_cores else 'no'}",
+        f"  precisions     {', '.join(f.precisions)}",
+        f"  host           {f.vcpus} vCPU, {f.memory_gib:g} GiB RAM, {'/'.join(f.architectures)}",
+        f"  network        {f.network_gbps:g} Gbps, {f.network_cards} network card(s), "
+        + (f"EFA up to {f.max_efa_interfaces} interfaces" if f.efa else "no EFA"),
+        f"  instance store " + (f"{f.nvme.count} x {f.nvme.size_gb} GB NVMe" if f.nvme else "none (EBS only)"),
+        f"  regions        {len(f.regions)}: {', '.join(f.regions)}",
+        "  prices (USD/h):",
+    ]
+    for region, p in sorted(f.prices.items()):
+        lines.append(f"    {region:15} on-demand {_money(p.on_demand):>8}  spot {_money(p.spot):>8}  "
+                     f"as of {p.as_of}; {p.source}" + (f"; {p.note}" if p.note else ""))
+    if not f.prices:
+        lines.append("    none on record")
+    lines.append(f"  specs from     {f.specs_source}")
+    lines.append(f"  catalog as of  {catalog.as_of}")
+    return "\n".join(lines)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2)

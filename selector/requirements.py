@@ -1,0 +1,129 @@
+"""Hard requirements as small pure rules, cdk-nag style: rule(facts, profile, ctx) -> reason or None.
+
+A type that fails any rule is excluded and keeps every reason it failed, so that "why not
+p5.48xlarge?" always has an answer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .accelerators import AcceleratorSpec
+from .facts import InstanceFacts
+from .profiles import Profile
+
+
+@dataclass(frozen=True)
+class Context:
+    region: str
+    spot: bool
+    named_families: frozenset[str]
+    accelerators: dict[str, AcceleratorSpec]
+
+
+Rule = Callable[[InstanceFacts, Profile, Context], Optional[str]]
+
+
+def retired(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    if f.retired and f.family not in c.named_families:
+        return f"retired by AWS; successors: {', '.join(f.successors)} (name --families {f.family} to rank it anyway)"
+    return None
+
+
+def offered_in_region(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    return None if c.region in f.regions else f"not offered in {c.region}"
+
+
+def spot_available(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    return None if not c.spot or f.spot_supported else "not sold as spot"
+
+
+def sdk(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    if p.sdks and f.sdk not in p.sdks:
+        return f"{f.accelerator} needs the {f.sdk} stack; profile allows {', '.join(p.sdks)}"
+    return None
+
+
+def role(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    spec = c.accelerators.get(f.accelerator)
+    roles = spec.roles if spec else ()
+    missing = [r for r in p.roles if r not in roles]
+    return f"{f.accelerator} is not built for {', '.join(missing)}" if missing else None
+
+
+def accelerator_count(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    n = f.accelerator_count
+    if n < p.min_accelerators:
+        return f"{n} accelerator(s) < {p.min_accelerators} required"
+    if p.max_accelerators is not None and n > p.max_accelerators:
+        return f"{n} accelerators > {p.max_accelerators} wanted"
+    return None
+
+
+def whole_accelerators(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    if p.whole_accelerators and f.accelerator_fraction < 1:
+        return f"only {f.accelerator_fraction:g} of a {f.accelerator} (fractional GPU)"
+    return None
+
+
+def accelerator_memory(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    if f.accelerator_memory_gib < p.min_accelerator_memory_gib:
+        return f"{f.accelerator_memory_gib:g} GiB per accelerator < {p.min_accelerator_memory_gib:g} GiB required"
+    return None
+
+
+def accelerator_speed(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    spec = c.accelerators.get(f.accelerator)
+    rel = spec.relative_training_throughput if spec else 0.0
+    if rel * f.accelerator_fraction < p.min_relative_throughput:
+        return f"{f.accelerator} trains at {rel * f.accelerator_fraction:.2f}x a V100 < {p.min_relative_throughput:g}x required"
+    return None
+
+
+def precisions(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    missing = [x for x in p.precisions if x not in f.precisions]
+    if missing:
+        return f"{f.accelerator} lacks {', '.join(missing)}"
+    if p.any_precision and not any(x in f.precisions for x in p.any_precision):
+        return f"{f.accelerator} has none of {', '.join(p.any_precision)}"
+    return None
+
+
+def tensor_cores(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    return f"{f.accelerator} has no tensor cores" if p.tensor_cores and not f.tensor_cores else None
+
+
+def interconnect(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    if p.interconnect == "nvlink":
+        spec = c.accelerators.get(f.accelerator)
+        if f.accelerator_count < 2:
+            return "single accelerator: nothing to link over NVLink"
+        if spec is None or not spec.nvlink:
+            return f"no NVLink between accelerators ({f.interconnect})"
+    return None
+
+
+def multi_node(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    if not p.multi_node:
+        return None
+    if not f.efa:
+        return "no EFA: multi-node collectives would run over TCP"
+    if not f.cluster_placement:
+        return "no cluster placement group support"
+    return None
+
+
+def architecture(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    if p.architectures and not set(f.architectures) & set(p.architectures):
+        return f"{'/'.join(f.architectures)} host; profile wants {', '.join(p.architectures)}"
+    return None
+
+
+RULES: tuple[Rule, ...] = (
+    retired, offered_in_region, spot_available, sdk, role, accelerator_count, whole_accelerators,
+    accelerator_memory, accelerator_speed, precisions, tensor_cores, interconnect, multi_node, architecture,
+)
+
+
+def failures(f: InstanceFacts, p: Profile, c: Context) -> list[str]:
+    return [r for r in (rule(f, p, c) for rule in RULES) if r]

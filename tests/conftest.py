@@ -1,0 +1,37 @@
+"""Shared fixtures. Tests never need credentials and must fail rather than reach real AWS."""
+from __future__ import annotations
+
+import os
+
+# Fake credentials and a dead endpoint: anything that escapes moto fails at once instead of
+# calling AWS with whatever credentials the machine happens to have.
+os.environ.update({
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": "/dev/null",
+    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    "CDK_DISABLE_VERSION_CHECK": "1",
+    "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+})
+for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+    os.environ.pop(var, None)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def aws():
+    """moto in-process for every AWS API; the dead endpoint is lifted only inside it."""
+    from moto import mock_aws
+
+    saved = os.environ.pop("AWS_ENDPOINT_URL")
+    try:
+        with mock_aws():
+            yield
+    finally:
+        os.environ["AWS_ENDPOINT_URL"] = saved
