@@ -1,0 +1,85 @@
+"""User data assembled from the shell scripts in this package (files, so tests can run and lint them).
+
+Each construct contributes files and systemd units; the launch template renders them into one
+bash script, checked against EC2's 16 KB user-data limit at synth.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
+LIB_DIR = "/usr/local/lib/dl-launcher"
+ETC_DIR = "/etc/dl-launcher"
+USER_DATA_LIMIT = 16 * 1024  # bytes, before base64: EC2's documented maximum
+_EOF = "DL_LAUNCHER_EOF"
+
+
+def script_path(name: str) -> str:
+    return os.path.join(SCRIPTS, name)
+
+
+def script_text(name: str) -> str:
+    with open(script_path(name)) as f:
+        return f.read()
+
+
+def env_file(values: dict[str, str]) -> str:
+    """KEY="value" lines that both systemd's EnvironmentFile= and bash's `.` read the same way."""
+    for k, v in values.items():
+        if any(c in str(v) for c in '"\\$`\n'):
+            raise ValueError(f"{k}: value {v!r} has a character that env files cannot carry safely")
+    return "".join(f'{k}="{v}"\n' for k, v in values.items())
+
+
+@dataclass
+class NodeScript:
+    """Files, units and commands for the node, in the order they were added."""
+
+    steps: list[str] = field(default_factory=list)
+
+    def add_file(self, path: str, content: str, mode: str = "0644") -> "NodeScript":
+        if _EOF in content:
+            raise ValueError(f"{path}: content contains the heredoc marker {_EOF}")
+        body = content if content.endswith("\n") else content + "\n"
+        self.steps.append(f"install -d -m 0755 {os.path.dirname(path)}\n"
+                          f"cat > {path} <<'{_EOF}'\n{body}{_EOF}\nchmod {mode} {path}")
+        return self
+
+    def add_script(self, name: str) -> str:
+        """Install a packaged script under /usr/local/lib/dl-launcher; returns its path on the node."""
+        path = f"{LIB_DIR}/{name}"
+        self.add_file(path, script_text(name), mode="0755")
+        return path
+
+    def add_unit(self, name: str, unit: str, start: bool = True) -> "NodeScript":
+        self.add_file(f"/etc/systemd/system/{name}", unit)
+        self.steps.append(f"systemctl daemon-reload\nsystemctl enable {'--now ' if start else ''}{name}")
+        return self
+
+    def add_commands(self, *commands: str) -> "NodeScript":
+        self.steps.extend(commands)
+        return self
+
+    def render(self) -> str:
+        return "\n".join(["set -euo pipefail", *self.steps]) + "\n"
+
+
+def boot_unit(description: str, exec_start: str, *, env_files: tuple[str, ...] = (), after: str = "",
+              before: str = "", remain: bool = True) -> str:
+    """A oneshot systemd unit that runs on every boot (cloud-init user data runs only on the first)."""
+    lines = ["[Unit]", f"Description=dl-launcher: {description}"]
+    if after:
+        lines.append(f"After={after}")
+    if before:
+        lines.append(f"Before={before}")
+    lines += ["", "[Service]", "Type=oneshot"]
+    lines += [f"EnvironmentFile=-{e}" for e in env_files]
+    lines += [f"ExecStart={exec_start}", f"RemainAfterExit={'yes' if remain else 'no'}", "",
+              "[Install]", "WantedBy=multi-user.target"]
+    return "\n".join(lines) + "\n"
+
+
+def user_data_size(rendered: str, extra: Optional[str] = None) -> int:
+    return len((rendered + (extra or "")).encode())

@@ -1,0 +1,204 @@
+"""GpuLaunchTemplate for the types users get wrong most: interface counts and indices, placement
+group, security group rules, IMDSv2, the DLAMI parameter, user data; cdk-nag and cfn-lint clean."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import aws_cdk as cdk
+import aws_cdk.aws_ec2 as ec2
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from constructs_lib import ConfigurationError, DeepLearningAmi, GpuLaunchTemplate
+from tests.cdk_checks import cfn_lint, synth_with_nag
+
+CASES = {
+    # type: (multi_node, EFA interfaces expected, DLAMI parameter fragment)
+    "p4d.24xlarge": (True, 4, "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.11-ubuntu-24.04/"),
+    "p5.48xlarge": (True, 32, "/aws/service/deeplearning/ami/x86_64/"),
+    "p5en.48xlarge": (True, 16, "/aws/service/deeplearning/ami/x86_64/"),
+    "g5.xlarge": (False, 0, "/aws/service/deeplearning/ami/x86_64/"),
+    "p3.2xlarge": (False, 0, "/aws/service/deeplearning/ami/x86_64/"),
+    "trn1.32xlarge": (True, 8, "/aws/service/neuron/dlami/multi-framework/ubuntu-24.04/latest/image_id"),
+}
+
+
+def _vpc(stack: cdk.Stack) -> ec2.Vpc:
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=1, nat_gateways=0, subnet_configuration=[
+        ec2.SubnetConfiguration(name="nodes", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+    vpc.add_flow_log("FlowLog")
+    return vpc
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory):
+    """One app, one stack per case: synthesized once with cdk-nag, linted once with cfn-lint."""
+    out = tmp_path_factory.mktemp("cdk.out")
+    app = cdk.App(outdir=str(out))
+    stacks = {}
+    for name, (multi, _, _) in CASES.items():
+        stack = cdk.Stack(app, name.replace(".", "-"), env=cdk.Environment(region="us-east-1"))
+        GpuLaunchTemplate(stack, "Node", vpc=_vpc(stack), instance_type=name, multi_node=multi)
+        stacks[name] = stack
+    assembly = synth_with_nag(app)
+    cfn_lint([Path(out) / f"{s.stack_name}.template.json" for s in stacks.values()])
+    return {name: Template.from_json(assembly.get_stack_by_name(s.stack_name).template) for name, s in stacks.items()}
+
+
+def _lt(template: Template) -> dict:
+    (lt,) = template.find_resources("AWS::EC2::LaunchTemplate").values()
+    return lt["Properties"]["LaunchTemplateData"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_interfaces_match_the_catalog(synthesized, name):
+    multi, efa_count, _ = CASES[name]
+    data = _lt(synthesized[name])
+    nics = data.get("NetworkInterfaces", [])
+    if not efa_count:
+        assert "NetworkInterfaces" not in data and data["SecurityGroupIds"]
+        return
+    efa = [n for n in nics if n["InterfaceType"] == "efa-only"]
+    assert len(efa) == efa_count
+    assert nics[0] == {**nics[0], "NetworkCardIndex": 0, "DeviceIndex": 0, "InterfaceType": "interface"}
+    cards = sorted(n["NetworkCardIndex"] for n in efa)
+    assert cards == list(range(efa_count)), "one EFA on every network card"
+    assert all(n["DeviceIndex"] == (1 if n["NetworkCardIndex"] == 0 else 0) for n in efa)
+    assert all("AssociatePublicIpAddress" not in n for n in nics)
+    assert "SecurityGroupIds" not in data, "groups live on the interfaces"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_placement_group_only_for_multi_node(synthesized, name):
+    multi = CASES[name][0]
+    t = synthesized[name]
+    t.resource_count_is("AWS::EC2::PlacementGroup", 1 if multi else 0)
+    if multi:
+        t.has_resource_properties("AWS::EC2::PlacementGroup", {"Strategy": "cluster"})
+        assert "GroupName" in _lt(t)["Placement"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_security_group_rules(synthesized, name):
+    t = synthesized[name]
+    multi = CASES[name][0]
+    sgs = t.find_resources("AWS::EC2::SecurityGroup")
+    node_sg = [r for r in sgs.values() if "node" in r["Properties"]["GroupDescription"].lower()
+               or "EFA" in r["Properties"]["GroupDescription"]]
+    assert len(node_sg) == 1
+    props = node_sg[0]["Properties"]
+    assert "SecurityGroupIngress" not in props, "nothing open to the world (no SSH)"
+    assert props["SecurityGroupEgress"] == [Match.object_like({"CidrIp": "0.0.0.0/0", "FromPort": 443})] or \
+        any(e["FromPort"] == 443 for e in props["SecurityGroupEgress"])
+    if multi:
+        t.has_resource_properties("AWS::EC2::SecurityGroupIngress", {"IpProtocol": "-1", "SourceSecurityGroupId": Match.any_value()})
+        t.has_resource_properties("AWS::EC2::SecurityGroupEgress", {"IpProtocol": "-1", "DestinationSecurityGroupId": Match.any_value()})
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_imdsv2_encrypted_root_ssm_no_ssh(synthesized, name):
+    t = synthesized[name]
+    data = _lt(t)
+    assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 2,
+                                       "HttpTokens": "required", "InstanceMetadataTags": "enabled"}
+    (bdm,) = data["BlockDeviceMappings"]
+    assert bdm["Ebs"] == {"DeleteOnTermination": True, "Encrypted": True, "VolumeSize": 200, "VolumeType": "gp3"}
+    assert "KeyName" not in data
+    t.has_resource_properties("AWS::IAM::Role", {"ManagedPolicyArns": Match.array_with([
+        Match.object_like({"Fn::Join": Match.array_with([Match.array_with([":iam::aws:policy/AmazonSSMManagedInstanceCore"])])})])})
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_ami_from_public_ssm_parameter(synthesized, name):
+    fragment = CASES[name][2]
+    params = synthesized[name].to_json()["Parameters"]
+    ami = [p for p in params.values() if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"]
+    assert len(ami) == 1 and fragment in ami[0]["Default"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_user_data(synthesized, name):
+    ud = _lt(synthesized[name])["UserData"]["Fn::Base64"]
+    assert ud.startswith("#!/bin/bash\nset -euo pipefail\n")
+    assert "dl-nvme-raid0.service" in ud and "nvme-Amazon_EC2_NVMe_Instance_Storage_" in ud
+    procs = {"trn1.32xlarge": 32, "p4d.24xlarge": 8, "p5.48xlarge": 8, "p5en.48xlarge": 8}.get(name, 1)
+    assert f'DL_PROCS_PER_NODE="{procs}"' in ud
+    assert ("dl-efa-env.service" in ud) == CASES[name][0]
+    if name == "trn1.32xlarge":
+        assert 'SDK="neuron"' in ud
+    assert len(ud.encode()) < 16 * 1024
+
+
+def test_p5_has_32_efa_and_one_ena(synthesized):
+    nics = _lt(synthesized["p5.48xlarge"])["NetworkInterfaces"]
+    assert len(nics) == 33 and sum(n["InterfaceType"] == "interface" for n in nics) == 1
+
+
+# ---- validation: one clear message with a remediation, nothing synthesized -------------------
+
+def _stack():
+    app = cdk.App()
+    stack = cdk.Stack(app, "V", env=cdk.Environment(region="us-east-1"))
+    return stack, _vpc(stack)
+
+
+@pytest.mark.parametrize("kwargs,expected", [
+    ({"instance_type": "g5.xlarge", "efa": True}, "EfaSupported: EFA requested on g5.xlarge, which has no EFA"),
+    ({"instance_type": "g6.xlarge", "multi_node": True}, "MultiNodeNeedsEfa"),
+    ({"instance_type": "g5.xlarge", "machine_image": DeepLearningAmi(instance="g5g.xlarge")},
+     "AmiArchitecture: an arm64 AMI cannot boot g5.xlarge"),
+    ({"instance_type": "g5g.xlarge", "machine_image": ec2.MachineImage.latest_amazon_linux2023(),
+      "ami_architecture": "x86_64"}, "an x86_64 AMI cannot boot g5g.xlarge"),
+    ({"instance_type": "p4d.24xlarge", "efa": True, "associate_public_ip": True},
+     "PublicIpWithSeveralInterfaces: a public IP cannot be requested at launch with 5 network interfaces"),
+    ({"instance_type": "p4d.24xlarg"}, "unknown instance type 'p4d.24xlarg'; closest: p4d.24xlarge"),
+])
+def test_wrong_combinations_are_refused(kwargs, expected):
+    stack, vpc = _stack()
+    with pytest.raises(Exception) as e:
+        GpuLaunchTemplate(stack, "Node", vpc=vpc, **kwargs)
+    assert expected in str(e.value)
+    assert "Fix:" in str(e.value) or "closest" in str(e.value)
+
+
+def test_placement_group_spanning_azs_is_refused():
+    app = cdk.App()
+    stack = cdk.Stack(app, "V", env=cdk.Environment(account="111111111111", region="us-east-1"))
+    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-12345678", availability_zones=["us-east-1a", "us-east-1b"],
+                                      private_subnet_ids=["subnet-aaaa1111", "subnet-bbbb2222"])
+    with pytest.raises(ConfigurationError, match="PlacementGroupOneAz: the cluster placement group would span 2 AZs"):
+        GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="p4d.24xlarge", multi_node=True,
+                          subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS))
+
+
+def test_raid_on_a_type_without_instance_store_warns():
+    stack, vpc = _stack()
+    node = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="g6.xlarge")
+    assert [f.rule for f in node.findings] == []  # g6 has NVMe
+    node = GpuLaunchTemplate(stack, "Node2", vpc=vpc, instance_type="g5g.xlarge")
+    assert "RaidNeedsInstanceStore" in [f.rule for f in node.findings]
+    from aws_cdk.assertions import Annotations
+    Annotations.from_stack(stack).has_warning("/V/Node2", Match.string_like_regexp("RaidNeedsInstanceStore"))
+
+
+def test_user_data_limit_is_checked_at_synth():
+    stack, vpc = _stack()
+    node = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="g5.xlarge")
+    node.add_user_data("echo " + "x" * 17000)
+    with pytest.raises(RuntimeError, match="over EC2's 16384-byte limit"):
+        cdk.App.of(stack).synth()
+
+
+def test_profile_instead_of_instance_type():
+    stack, vpc = _stack()
+    node = GpuLaunchTemplate(stack, "Node", vpc=vpc, profile="dev-prototyping")
+    assert node.facts.instance_type == "g4dn.xlarge"
+
+
+def test_escape_hatch_and_extra_user_data():
+    stack, vpc = _stack()
+    node = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="g5.xlarge", extra_user_data=["echo hello"])
+    node.launch_template.node.default_child.add_property_override("LaunchTemplateData.Monitoring", {"Enabled": True})
+    data = _lt(Template.from_stack(stack))
+    assert data["Monitoring"] == {"Enabled": True}
+    assert data["UserData"]["Fn::Base64"].endswith("echo hello\n")
