@@ -1,9 +1,27 @@
-"""CDK constructs for accelerated EC2 nodes. Instance facts come from the selector's catalog."""
-from .ami import DeepLearningAmi, dlami_parameter
-from .efa import EfaNetworking, efa_interfaces
-from .launch_template import GpuLaunchTemplate
-from .raid import NvmeRaid0
-from .validation import ConfigurationError
+"""CDK constructs for accelerated EC2 nodes. Instance facts come from the selector's catalog.
 
-__all__ = ["DeepLearningAmi", "dlami_parameter", "EfaNetworking", "efa_interfaces", "GpuLaunchTemplate",
-           "NvmeRaid0", "ConfigurationError"]
+Names load lazily, so that `python -m constructs_lib.runtime` on a node (standard library and
+boto3 only) never imports aws_cdk.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "DeepLearningAmi": ".ami", "dlami_parameter": ".ami",
+    "EfaNetworking": ".efa", "efa_interfaces": ".efa",
+    "GpuLaunchTemplate": ".launch_template",
+    "NvmeRaid0": ".raid",
+    "CheckpointBucket": ".checkpoints",
+    "SpotCapacity": ".capacity",
+    "InterruptionAlerts": ".capacity",
+    "ConfigurationError": ".validation",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'constructs_lib' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)

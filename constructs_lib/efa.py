@@ -51,15 +51,23 @@ class EfaNetworking(Construct):
       layout ["efa-only"]: see `efa_interfaces`.
       placement_group [True]: a cluster placement group (all nodes in one AZ, one spine).
       https_egress [True]: let nodes reach AWS APIs, S3 and package mirrors over 443.
+      share_from [None]: reuse another EfaNetworking's security group and placement group
+        (types that must talk EFA to each other and sit on one spine).
 
     Attributes: security_group, placement_group (or None), facts, interfaces (without groups).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, instance: InstanceLike,
-                 layout: str = "efa-only", placement_group: bool = True, https_egress: bool = True) -> None:
+                 layout: str = "efa-only", placement_group: bool = True, https_egress: bool = True,
+                 share_from: Optional["EfaNetworking"] = None) -> None:
         super().__init__(scope, construct_id)
         self.facts = resolve(instance)
         self.interfaces = efa_interfaces(self.facts, layout=layout)
+        if share_from is not None:
+            # Another type in the same cluster (a capacity alternate): same group, same spine.
+            self.security_group = share_from.security_group
+            self.placement_group = share_from.placement_group
+            return
         self.security_group = ec2.SecurityGroup(
             self, "Sg", vpc=vpc, allow_all_outbound=False,
             description=f"EFA nodes ({self.facts.instance_type}): all traffic within the group")

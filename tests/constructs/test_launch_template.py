@@ -10,6 +10,7 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from constructs_lib import ConfigurationError, DeepLearningAmi, GpuLaunchTemplate
+from constructs_lib.userdata import decode_user_data
 from tests.cdk_checks import cfn_lint, synth_with_nag
 
 CASES = {
@@ -118,7 +119,7 @@ def test_ami_from_public_ssm_parameter(synthesized, name):
 
 @pytest.mark.parametrize("name", CASES)
 def test_user_data(synthesized, name):
-    ud = _lt(synthesized[name])["UserData"]["Fn::Base64"]
+    ud = decode_user_data(_lt(synthesized[name])["UserData"])
     assert ud.startswith("#!/bin/bash\nset -euo pipefail\n")
     assert "dl-nvme-raid0.service" in ud and "nvme-Amazon_EC2_NVMe_Instance_Storage_" in ud
     procs = {"trn1.32xlarge": 32, "p4d.24xlarge": 8, "p5.48xlarge": 8, "p5en.48xlarge": 8}.get(name, 1)
@@ -126,7 +127,10 @@ def test_user_data(synthesized, name):
     assert ("dl-efa-env.service" in ud) == CASES[name][0]
     if name == "trn1.32xlarge":
         assert 'SDK="neuron"' in ud
-    assert len(ud.encode()) < 16 * 1024
+    import base64
+    assert len(base64.b64decode(_lt(synthesized[name])["UserData"])) < 16 * 1024
+    r = __import__("subprocess").run(["bash", "-n"], input=ud, text=True, capture_output=True)
+    assert r.returncode == 0, f"user data is valid bash: {r.stderr}"
 
 
 def test_p5_has_32_efa_and_one_ena(synthesized):
@@ -184,7 +188,7 @@ def test_raid_on_a_type_without_instance_store_warns():
 def test_user_data_limit_is_checked_at_synth():
     stack, vpc = _stack()
     node = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="g5.xlarge")
-    node.add_user_data("echo " + "x" * 17000)
+    node.add_user_data("echo " + __import__("os").urandom(13000).hex())  # incompressible
     with pytest.raises(RuntimeError, match="over EC2's 16384-byte limit"):
         cdk.App.of(stack).synth()
 
@@ -201,4 +205,12 @@ def test_escape_hatch_and_extra_user_data():
     node.launch_template.node.default_child.add_property_override("LaunchTemplateData.Monitoring", {"Enabled": True})
     data = _lt(Template.from_stack(stack))
     assert data["Monitoring"] == {"Enabled": True}
-    assert data["UserData"]["Fn::Base64"].endswith("echo hello\n")
+    assert decode_user_data(data["UserData"]).endswith("echo hello\n")
+
+
+def test_user_data_with_tokens_stays_plain_text():
+    stack, vpc = _stack()
+    node = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="g5.xlarge")
+    node.add_user_data(f"echo {cdk.Aws.ACCOUNT_ID}")
+    ud = _lt(Template.from_stack(stack))["UserData"]
+    assert ud["Fn::Base64"]["Fn::Join"]

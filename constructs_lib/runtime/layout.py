@@ -1,0 +1,46 @@
+"""Names shared by the local and the S3 side of the checkpoint protocol.
+
+A checkpoint is a directory of files named `step-<12 digits>`. It is complete when:
+- locally: the directory exists under its final name (written as `.tmp-step-...`, renamed last);
+- in S3: `<prefix>/step-.../MANIFEST.json` exists (written after every file it lists).
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional
+
+MANIFEST = "MANIFEST.json"
+FORMAT = 1
+_NAME = re.compile(r"^step-(\d{12})$")
+INTERRUPTION_MARKER = "/run/dl-launcher/interruption"
+RESUME_FILE = "/run/dl-launcher/resume-from"
+
+
+def name_for(step: int) -> str:
+    if step < 0 or step >= 10**12:
+        raise ValueError(f"step must be 0 <= step < 10**12, got {step}")
+    return f"step-{step:012d}"
+
+
+def step_of(name: str) -> Optional[int]:
+    m = _NAME.match(name)
+    return int(m.group(1)) if m else None
+
+
+def local_checkpoints(root: str) -> list[tuple[int, str]]:
+    """Complete local checkpoints under root, oldest first: (step, path)."""
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for entry in os.listdir(root):
+        step = step_of(entry)
+        path = os.path.join(root, entry)
+        if step is not None and os.path.isdir(path):
+            found.append((step, path))
+    return sorted(found)
+
+
+def newest_local(root: str) -> Optional[tuple[int, str]]:
+    found = local_checkpoints(root)
+    return found[-1] if found else None

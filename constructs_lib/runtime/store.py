@@ -1,0 +1,261 @@
+"""Checkpoints in S3: multipart, parallel uploads; the manifest (files, sizes, SHA-256) last.
+
+push:   delete any old manifest of that step, upload every file, then write MANIFEST.json.
+        A crash at any point leaves no manifest, so the step never counts as complete.
+        Every part is sent with a SHA-256 checksum that S3 verifies on receipt (botocore
+        computes it while reading the file, in place of its default CRC32, so checksumming costs
+        no extra pass); the manifest records the checksum S3 stored for each file.
+latest: the newest step whose manifest exists.
+pull:   download the newest complete step and verify every size and checksum; a step that
+        does not verify is skipped for the next older one, never restored half.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from .errors import RuntimeUserError
+from .layout import FORMAT, MANIFEST, name_for, step_of
+
+MiB = 1024 * 1024
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+@dataclass(frozen=True)
+class RemoteCheckpoint:
+    step: int
+    name: str
+    manifest: dict[str, Any]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f["size"] for f in self.manifest["files"])
+
+
+def _b64sha256(data: bytes) -> str:
+    return base64.b64encode(hashlib.sha256(data).digest()).decode()
+
+
+def local_checksum(path: str, checksum_type: str, part_size: int) -> str:
+    """What S3 reports as ChecksumSHA256 for this file: SHA-256 of the bytes (FULL_OBJECT), or,
+    for a multipart upload (COMPOSITE), SHA-256 over the concatenated SHA-256 of each part."""
+    with open(path, "rb") as f:
+        if checksum_type != "COMPOSITE":
+            h = hashlib.sha256()
+            for block in iter(lambda: f.read(4 * MiB), b""):
+                h.update(block)
+            return base64.b64encode(h.digest()).decode()
+        digests = b"".join(hashlib.sha256(part).digest() for part in iter(lambda: f.read(part_size), b""))
+    return _b64sha256(digests)
+
+
+def check_prefix(prefix: str) -> str:
+    p = prefix.strip("/")
+    if not p or ".." in p.split("/") or any(c in p for c in "\\{}^%`]>[<~#|\"") or len(p) > 512:
+        raise RuntimeUserError(f"bad checkpoint prefix {prefix!r}: use a path like 'jobs/llama-7b' "
+                               "(no '..', no leading '/', no special characters)")
+    return p
+
+
+def s3_client(region: Optional[str] = None, max_pool: int = 32):
+    import boto3
+    from botocore.config import Config
+
+    # Standard retries back off on throttling (SlowDown, 503) and 5xx; adaptive mode would
+    # also rate-limit the client, which a two-minute deadline cannot afford.
+    return boto3.client("s3", region_name=region, config=Config(
+        retries={"mode": "standard", "max_attempts": 10}, max_pool_connections=max_pool))
+
+
+class CheckpointStore:
+    """One job's checkpoints under s3://bucket/prefix/."""
+
+    def __init__(self, bucket: str, prefix: str, *, client=None, region: Optional[str] = None,
+                 concurrency: int = 8, part_size: int = 8 * MiB) -> None:
+        if not _BUCKET.match(bucket or ""):
+            raise RuntimeUserError(f"bad bucket name {bucket!r}: 3-63 lower-case letters, digits, dots and dashes")
+        self.bucket = bucket
+        self.prefix = check_prefix(prefix)
+        self.client = client or s3_client(region, max_pool=concurrency * 2)
+        self.concurrency = concurrency
+        self.part_size = part_size
+
+    # ---- keys ------------------------------------------------------------------------------
+    def _key(self, name: str, rel: str = "") -> str:
+        return f"{self.prefix}/{name}/{rel}" if rel else f"{self.prefix}/{name}/"
+
+    def _user_error(self, e: Exception) -> Optional[RuntimeUserError]:
+        """The one-line error a user can act on, for S3 errors that are the user's to fix."""
+        from botocore.exceptions import ClientError
+        if not isinstance(e, ClientError):
+            return None
+        code = e.response.get("Error", {}).get("Code", "")
+        if code == "NoSuchBucket":
+            return RuntimeUserError(f"checkpoint bucket {self.bucket!r} does not exist (check the name and region)")
+        if code in ("AccessDenied", "403", "AllAccessDisabled"):
+            return RuntimeUserError(f"access denied to s3://{self.bucket}/{self.prefix}/: the node's role needs "
+                                    "read/write on that prefix (CheckpointBucket.grant_read_write)")
+        return None
+
+    def _call(self, fn: Callable, **kw):
+        try:
+            return fn(**kw)
+        except Exception as e:
+            err = self._user_error(e)
+            if err:
+                raise err from None
+            raise
+
+    # ---- push ------------------------------------------------------------------------------
+    def push(self, local_dir: str, step: int, *, on_event: Optional[Callable[[str, str], None]] = None) -> RemoteCheckpoint:
+        """Upload local_dir as checkpoint `step`. Returns when the manifest is in S3."""
+        from boto3.s3.transfer import TransferConfig, create_transfer_manager
+        from s3transfer.utils import ChunksizeAdjuster
+
+        if not os.path.isdir(local_dir):
+            raise RuntimeUserError(f"checkpoint directory {local_dir!r} does not exist")
+        files = []
+        for root, _dirs, names in os.walk(local_dir):
+            for n in sorted(names):
+                full = os.path.join(root, n)
+                files.append((os.path.relpath(full, local_dir).replace(os.sep, "/"), full))
+        if not files:
+            raise RuntimeUserError(f"checkpoint directory {local_dir!r} is empty: nothing to push")
+        name = name_for(step)
+        emit = on_event or (lambda kind, key: None)
+        # An older manifest of the same step must go first: until the new one is written, the
+        # step is incomplete, whatever happens to the upload.
+        self._call(self.client.delete_object, Bucket=self.bucket, Key=self._key(name, MANIFEST))
+        config = TransferConfig(multipart_threshold=self.part_size, multipart_chunksize=self.part_size,
+                                max_concurrency=self.concurrency, use_threads=True)
+        extra = {"ChecksumAlgorithm": "SHA256"}
+        entries = []
+        with create_transfer_manager(self.client, config) as manager:
+            uploads = [(rel, full, manager.upload(full, self.bucket, self._key(name, rel), extra_args=extra))
+                       for rel, full in files]
+            for rel, full, future in uploads:
+                self._call(future.result)
+                key = self._key(name, rel)
+                head = self._call(self.client.head_object, Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
+                size = os.path.getsize(full)
+                checksum = head.get("ChecksumSHA256", "")
+                if not checksum:
+                    raise RuntimeUserError(f"S3 kept no SHA-256 checksum for {key}: the endpoint does not support "
+                                           "S3 checksums, so the checkpoint cannot be verified on restore")
+                multipart = size >= self.part_size
+                entries.append({
+                    "path": rel, "size": size, "sha256": checksum.split("-")[0],
+                    "checksum_type": "COMPOSITE" if multipart else "FULL_OBJECT",
+                    "part_size": ChunksizeAdjuster().adjust_chunksize(self.part_size, size) if multipart else size})
+                emit("file", key)
+        manifest = {"format": FORMAT, "step": step, "name": name, "files": entries,
+                    "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+        self._call(self.client.put_object, Bucket=self.bucket, Key=self._key(name, MANIFEST),
+                   Body=json.dumps(manifest, indent=1).encode(), ContentType="application/json")
+        emit("manifest", self._key(name, MANIFEST))
+        return RemoteCheckpoint(step, name, manifest)
+
+    # ---- list / latest ------------------------------------------------------------------------
+    def _step_names(self) -> list[str]:
+        names = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = paginator.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}/", Delimiter="/")
+        for page in self._call(lambda: list(pages)):
+            for cp in page.get("CommonPrefixes", []):
+                n = cp["Prefix"][len(self.prefix) + 1:].rstrip("/")
+                if step_of(n) is not None:
+                    names.append(n)
+        return sorted(names)
+
+    def _manifest(self, name: str) -> Optional[dict]:
+        from botocore.exceptions import ClientError
+        try:
+            body = self._call(self.client.get_object, Bucket=self.bucket, Key=self._key(name, MANIFEST))["Body"].read()
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise
+        try:
+            m = json.loads(body)
+        except json.JSONDecodeError:
+            return None
+        return m if m.get("format") == FORMAT and isinstance(m.get("files"), list) else None
+
+    def list(self) -> list[tuple[str, Optional[RemoteCheckpoint]]]:
+        """Every step under the prefix, oldest first, with its checkpoint if complete."""
+        out = []
+        for n in self._step_names():
+            m = self._manifest(n)
+            out.append((n, RemoteCheckpoint(step_of(n), n, m) if m else None))
+        return out
+
+    def latest(self) -> Optional[RemoteCheckpoint]:
+        for n in reversed(self._step_names()):
+            m = self._manifest(n)
+            if m:
+                return RemoteCheckpoint(step_of(n), n, m)
+        return None
+
+    # ---- pull ------------------------------------------------------------------------------
+    def pull(self, dest_root: str, step: Optional[int] = None) -> Optional[tuple[int, str]]:
+        """Restore the newest complete checkpoint (or `step`) as dest_root/step-...; None if none."""
+        os.makedirs(dest_root, exist_ok=True)
+        names = [name_for(step)] if step is not None else list(reversed(self._step_names()))
+        for n in names:
+            m = self._manifest(n)
+            if not m:
+                continue
+            final = os.path.join(dest_root, n)
+            if os.path.isdir(final) and self._verify_local(final, m):
+                return step_of(n), final
+            tmp = tempfile.mkdtemp(prefix=f".tmp-{n}-", dir=dest_root)
+            if self._download(n, m, tmp) and self._verify_local(tmp, m):
+                if os.path.isdir(final):
+                    shutil.rmtree(final)
+                os.rename(tmp, final)
+                return step_of(n), final
+            shutil.rmtree(tmp, ignore_errors=True)
+        return None
+
+    def _download(self, name: str, manifest: dict, dest: str) -> bool:
+        from boto3.s3.transfer import TransferConfig, create_transfer_manager
+        from botocore.exceptions import ClientError
+
+        config = TransferConfig(multipart_threshold=self.part_size, multipart_chunksize=self.part_size,
+                                max_concurrency=self.concurrency)
+        with create_transfer_manager(self.client, config) as manager:
+            futures = []
+            for f in manifest["files"]:
+                target = os.path.join(dest, *f["path"].split("/"))
+                if not os.path.abspath(target).startswith(os.path.abspath(dest) + os.sep):
+                    return False  # a manifest must not write outside its checkpoint
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                futures.append(manager.download(self.bucket, self._key(name, f["path"]), target))
+            try:
+                for fut in futures:
+                    fut.result()
+            except ClientError:
+                return False
+            except Exception as e:
+                if "Not Found" in str(e) or "404" in str(e):
+                    return False
+                raise
+        return True
+
+    @staticmethod
+    def _verify_local(path: str, manifest: dict) -> bool:
+        for f in manifest["files"]:
+            p = os.path.join(path, *f["path"].split("/"))
+            if not os.path.isfile(p) or os.path.getsize(p) != f["size"]:
+                return False
+            if local_checksum(p, f.get("checksum_type", "FULL_OBJECT"), f.get("part_size") or f["size"]) != f["sha256"]:
+                return False
+        return True
