@@ -15,16 +15,28 @@ from stacks.settings import from_context
 
 def main() -> None:
     import aws_cdk as cdk
+    from cdk_nag import AwsSolutionsChecks
 
     app = cdk.App()
     try:
         settings = from_context(_context(app))
         from stacks.training_stack import TrainingStack
-        TrainingStack.for_settings(app, settings)
+        TrainingStack.for_settings(app, settings, synthesizer=_synthesizer(settings))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    # Every synth is checked: cdk-nag's AwsSolutions pack, through CDK's policy validation.
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     app.synth()
+
+
+def _synthesizer(settings):
+    """`-c local=true`: a synthesizer that needs no bootstrap stack (the local moto deploy);
+    otherwise CDK's default, which uses the account's bootstrap resources."""
+    if not settings.local:
+        return None
+    import aws_cdk as cdk
+    return cdk.LegacyStackSynthesizer()
 
 
 def _context(app) -> dict:

@@ -8,9 +8,7 @@ import aws_cdk as cdk
 import aws_cdk.aws_autoscaling as autoscaling
 import aws_cdk.aws_ec2 as ec2
 import aws_cdk.aws_events as events
-import aws_cdk.aws_events_targets as targets
 import aws_cdk.aws_logs as logs
-import aws_cdk.aws_sns as sns
 import jsii
 from constructs import Construct
 
@@ -102,7 +100,7 @@ class SpotCapacity(Construct):
                         launch_template_id=first.launch_template_id, version=first.latest_version_number),
                     overrides=overrides),
                 instances_distribution=distribution),
-            placement_group=self.placement_group.placement_group_name if self.placement_group else None,
+            placement_group=self.primary.placement_group_name,
             # A replaced node must not take a half-finished job's place in the rendezvous before
             # it is ready: health comes from EC2, the job decides about itself.
             health_check_type="EC2",
@@ -121,6 +119,11 @@ class SpotCapacity(Construct):
         """A tag on every node, readable on the node through IMDS."""
         for t in self.templates:
             t.add_tag(key, value)
+
+    def configure_job(self, *, cluster: str, command: str = "") -> None:
+        """Rendezvous and the job unit on every node type (see GpuLaunchTemplate.enable_job)."""
+        for t in self.templates:
+            t.enable_job(cluster=cluster, command=command, grant=t is self.primary)
 
     def enable_checkpoints(self, bucket, prefix: str) -> None:
         """Checkpoints in `bucket` under `prefix` on every node type (see GpuLaunchTemplate)."""
@@ -150,7 +153,7 @@ class InterruptionAlerts(Construct):
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, group: autoscaling.CfnAutoScalingGroup,
-                 topic: Optional[sns.ITopic] = None, retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS) -> None:
+                 topic: Optional["aws_cdk.aws_sns.ITopic"] = None, retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS) -> None:
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(self, "Log", retention=retention, removal_policy=cdk.RemovalPolicy.DESTROY)
         # The L2 log-group target installs its resource policy with a Lambda-backed custom
@@ -172,6 +175,7 @@ class InterruptionAlerts(Construct):
         for rule in (self.spot_rule, self.group_rule):
             rule.add_target(_LogGroupTarget(self.log_group))
             if topic is not None:
+                import aws_cdk.aws_events_targets as targets  # only with a topic: a costly import
                 rule.add_target(targets.SnsTopic(topic))
 
 

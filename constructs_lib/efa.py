@@ -81,6 +81,14 @@ class EfaNetworking(Construct):
             ec2.PlacementGroup(self, "Cluster", strategy=ec2.PlacementGroupStrategy.CLUSTER)
             if placement_group else None)
 
+    @property
+    def placement_group_name(self) -> Optional[str]:
+        """Ref of the placement group (its name). Ref, not GetAtt: the same value, and
+        CloudFormation emulators that do not model placement groups can still resolve it."""
+        if self.placement_group is None:
+            return None
+        return self.placement_group.node.default_child.ref
+
     def network_interfaces(self) -> list[dict[str, Any]]:
         """CloudFormation NetworkInterfaces for the launch template (PascalCase, groups set)."""
         return [{**i, "Groups": [self.security_group.security_group_id], "DeleteOnTermination": True}

@@ -123,6 +123,7 @@ class GpuLaunchTemplate(Construct):
             self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443),
                                                 "AWS APIs (SSM, S3, EC2), container and package mirrors")
         self.placement_group = self.efa.placement_group if self.efa else None
+        self.placement_group_name = self.efa.placement_group_name if self.efa else None
         self.role = share_from.role if share_from else self._node_role(facts.instance_type)
 
         self.node_script = NodeScript()
@@ -154,7 +155,6 @@ class GpuLaunchTemplate(Construct):
             instance_metadata_tags=True,    # the node runtime reads its bucket and cluster from tags
             key_name=key_name,
             associate_public_ip_address=None if self.efa else (associate_public_ip or None),
-            placement_group=self.placement_group,
             block_devices=[ec2.BlockDevice(
                 device_name=getattr(image, "root_device_name", "/dev/sda1"),
                 volume=ec2.BlockDeviceVolume.ebs(root_volume_gib, volume_type=ec2.EbsDeviceVolumeType.GP3,
@@ -163,6 +163,8 @@ class GpuLaunchTemplate(Construct):
         cfn: ec2.CfnLaunchTemplate = self.launch_template.node.default_child
         # Rendered at synth, so that steps added later (checkpoints, rendezvous) still get in.
         cfn.add_property_override("LaunchTemplateData.UserData", cdk.Lazy.any(_UserDataProducer(self)))
+        if self.efa and self.efa.placement_group_name:
+            cfn.add_property_override("LaunchTemplateData.Placement.GroupName", self.efa.placement_group_name)
         if self.efa:
             cfn.add_property_override("LaunchTemplateData.NetworkInterfaces", self.efa.network_interfaces())
             cfn.add_property_deletion_override("LaunchTemplateData.SecurityGroupIds")
@@ -220,6 +222,33 @@ class GpuLaunchTemplate(Construct):
             f"ExecStart={runtime} watch --poll {watch_poll_seconds}", "Restart=always", "RestartSec=5", "",
             "[Install]", "WantedBy=multi-user.target", ""])
         self.node_script.add_unit("dl-interruption-watcher.service", watcher)
+
+    def enable_job(self, *, cluster: str, command: str = "", grant: bool = True) -> None:
+        """Rendezvous and the job unit: the node finds its peers (tag dl-launcher:cluster), then
+        runs `command` (after the checkpoint restore) with MASTER_ADDR, NODE_RANK, ... set.
+        `dl-torchrun script.py` on the node is torchrun with this cluster's rendezvous."""
+        if "\n" in command:
+            raise ConfigurationError("the job command must be one line")
+        self.add_tag("dl-launcher:cluster", cluster)
+        if grant:
+            self.role.add_to_principal_policy(iam.PolicyStatement(actions=["ec2:DescribeInstances"], resources=["*"]))
+            cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason="ec2:DescribeInstances supports no resource-level permissions; nodes use it read-only to "
+                       "find their peers by tag"))
+        self.install_runtime()
+        for script in ("dl_env.sh", "dl_job.sh", "dl_torchrun.sh"):
+            self.node_script.add_script(script)
+        self.node_script.add_commands(f"ln -sf {LIB_DIR}/dl_torchrun.sh /usr/local/bin/dl-torchrun")
+        self.node_script.add_file(f"{ETC_DIR}/job.env", env_file({"DL_COMMAND": command, "DL_CLUSTER": cluster}))
+        unit = "\n".join([
+            "[Unit]", "Description=dl-launcher: the training job",
+            "After=dl-checkpoint-restore.service dl-efa-env.service dl-nvme-raid0.service network-online.target",
+            "Wants=network-online.target", "",
+            "[Service]", "Type=simple", f"ExecStart=/bin/bash {LIB_DIR}/dl_job.sh",
+            "Restart=on-failure", "RestartSec=30", "KillSignal=SIGTERM", "TimeoutStopSec=90", "",
+            "[Install]", "WantedBy=multi-user.target", ""])
+        self.node_script.add_unit("dl-job.service", unit)
 
     def enable_checkpoints_like(self, other: "GpuLaunchTemplate") -> None:
         """The same checkpoint setup as `other` (a capacity alternate sharing its role)."""

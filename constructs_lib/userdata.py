@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import gzip
 import os
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ def boot_unit(description: str, exec_start: str, *, env_files: tuple[str, ...] =
     return "\n".join(lines) + "\n"
 
 
+@functools.lru_cache(maxsize=64)
 def compact_python(source: str) -> str:
     """The same program without comments and docstrings: what the node runs, in a third of the bytes."""
     tree = ast.parse(source)

@@ -32,7 +32,7 @@ class ResearchCluster(cdk.Stack):
             launch_template=autoscaling.CfnAutoScalingGroup.LaunchTemplateSpecificationProperty(
                 launch_template_id=node.launch_template.launch_template_id,
                 version=node.launch_template.latest_version_number),
-            placement_group=node.placement_group.placement_group_name if node.placement_group else None,
+            placement_group=node.placement_group_name,
         )
         cdk.CfnOutput(self, "Asg", value=asg.ref)
 

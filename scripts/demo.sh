@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the local default: what the selector picks for multi-node training and why,
-# then the CDK app synthesized for that pick (no AWS account, no network).
+# then the real CDK CLI deploying that profile into a local moto_server (no AWS account), what
+# exists afterwards, and cdk destroy (which keeps the checkpoint bucket).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -9,6 +10,5 @@ profile=${PROFILE:-multi-node-training}
 echo "==> python -m selector recommend --profile $profile --top 5"
 python -m selector recommend --profile "$profile" --top 5
 echo
-echo "==> cdk synth -c profile=$profile"
-cdk synth -c profile="$profile" --quiet
-echo "templates in cdk.out/"
+echo "==> cdk deploy -c profile=$profile into moto_server on 127.0.0.1"
+exec python scripts/local_deploy.py --profile "$profile"

@@ -50,6 +50,8 @@ class Profile:
     # Samples per second one V100 sustains on the profile's reference workload. It scales the
     # modelled samples/s and samples/$ but never changes the ranking; measure to replace it.
     reference_samples_per_second: float = 1000.0
+    # Root EBS volume for nodes launched for this profile (the DLAMI alone takes ~100 GiB).
+    root_volume_gib: int = 300
     guide_pick: Optional[str] = None
     guide_note: str = ""
     source: str = "built-in"

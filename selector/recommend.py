@@ -159,6 +159,11 @@ def _why(profile: Profile, ranked: list[Candidate], spot: bool, region: str) -> 
     second = ranked[1]
     o = profile.objective
     if o == "max_throughput":
+        if top.samples_per_second == second.samples_per_second:
+            a = top.spot_price_per_hour if spot else top.price_per_hour
+            b = second.spot_price_per_hour if spot else second.price_per_hour
+            return (f"{top.instance_type} ties with {second.instance_type} on throughput "
+                    f"({top.samples_per_second:,.0f} samples/s) and is cheaper: {_fmt_price(a)} vs {_fmt_price(b)} {kind}")
         return (f"{top.instance_type} wins on throughput: {top.samples_per_second:,.0f} samples/s "
                 f"vs {second.samples_per_second:,.0f} for {second.instance_type}")
     if o == "max_samples_per_dollar":

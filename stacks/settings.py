@@ -10,8 +10,8 @@ from selector.errors import UserError, closest
 from selector.profiles import Profile, get_profile, load_profiles
 
 DEFAULT_PROFILE = "dev-prototyping"  # cheap (one T4-class GPU) and safe to deploy by mistake
-KEYS = ("profile", "instance_type", "nodes", "spot", "region", "vpc_id", "command", "job", "max_price",
-        "profiles_file", "local")
+KEYS = ("profile", "instance_type", "nodes", "spot", "region", "vpc_id", "subnet_ids", "availability_zone",
+        "command", "job", "max_price", "profiles_file", "local")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
 
@@ -23,6 +23,8 @@ class Settings:
     spot: bool
     region: str
     vpc_id: Optional[str]
+    subnet_ids: tuple[str, ...]
+    availability_zone: Optional[str]
     command: str
     job: str
     max_price: Optional[float]
@@ -71,6 +73,17 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
     vpc_id = ctx.get("vpc_id")
     if vpc_id is not None and not re.fullmatch(r"vpc-[0-9a-f]{8,17}", str(vpc_id)):
         raise UserError(f"context vpc_id={vpc_id!r}: expected an id like vpc-0123456789abcdef0")
+    subnet_ids = tuple(x.strip() for x in str(ctx.get("subnet_ids", "")).split(",") if x.strip())
+    for sid in subnet_ids:
+        if not re.fullmatch(r"subnet-[0-9a-f]{8,17}", sid):
+            raise UserError(f"context subnet_ids: {sid!r} is not a subnet id like subnet-0123456789abcdef0")
+    az = ctx.get("availability_zone")
+    if subnet_ids and not vpc_id:
+        raise UserError("context subnet_ids needs vpc_id (the VPC they belong to)")
+    if subnet_ids and not az:
+        raise UserError("context subnet_ids needs availability_zone (the one AZ the subnets are in, e.g. us-east-1a)")
+    if az is not None and not str(az).startswith(region):
+        raise UserError(f"context availability_zone={az!r} is not in region {region}")
     job = str(ctx.get("job", profile.name))
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,39}", job):
         raise UserError(f"context job={job!r}: use 1-40 lower-case letters, digits and dashes (it names the checkpoint prefix)")
@@ -86,5 +99,6 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
     if "\n" in command:
         raise UserError("context command: one line, please (put a script in the image or S3 and run it)")
     return Settings(profile=profile, instance_type=str(instance_type) if instance_type else None, nodes=nodes,
-                    spot=spot, region=region, vpc_id=str(vpc_id) if vpc_id else None, command=command, job=job,
+                    spot=spot, region=region, vpc_id=str(vpc_id) if vpc_id else None, subnet_ids=subnet_ids,
+                    availability_zone=str(az) if az else None, command=command, job=job,
                     max_price=max_price, local=_bool("local", ctx.get("local", False)))

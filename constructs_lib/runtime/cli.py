@@ -52,12 +52,23 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--ignore-rebalance", action="store_true")
     r = sub.add_parser("resume", help="at boot: restore the newest complete checkpoint, write resume.env")
     _common(r)
+    rz = sub.add_parser("rendezvous", help="find the cluster's nodes; write rank 0, hostfile and torchrun settings")
+    rz.add_argument("--cluster", help="cluster id (default: the instance's dl-launcher:cluster tag)")
+    rz.add_argument("--nodes", type=int, help="how many nodes (default: the dl-launcher:nodes tag)")
+    rz.add_argument("--nproc-per-node", type=int, default=int(os.environ.get("DL_PROCS_PER_NODE", "1")))
+    rz.add_argument("--port", type=int, default=29500)
+    rz.add_argument("--timeout", type=float, default=900.0)
+    rz.add_argument("--env-file", default="/etc/dl-launcher/rendezvous.env")
+    rz.add_argument("--hostfile", default="/etc/dl-launcher/hostfile")
+    rz.add_argument("--region")
     return p
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     try:
         a = parser().parse_args(argv)
+        if a.command == "rendezvous":
+            return _rendezvous(a)
         from .config import resolve_config
         from .store import CheckpointStore
 
@@ -121,4 +132,24 @@ def _push(a: argparse.Namespace, store, local_dir: str) -> int:
             raise RuntimeUserError(f"cannot tell the step of {path!r}: name it step-000000000042 or pass --step")
     cp = store.push(path, step)
     print(f"pushed step {step}: {len(cp.manifest['files'])} files, {cp.total_bytes:,} bytes, manifest last")
+    return 0
+
+
+def _rendezvous(a: argparse.Namespace) -> int:
+    import boto3
+
+    from .imds import Imds
+    from .rendezvous import TAG_CLUSTER, TAG_NODES, discover, write
+
+    imds = Imds()
+    cluster = a.cluster or imds.tag(TAG_CLUSTER)
+    nodes = a.nodes or int(imds.tag(TAG_NODES) or 0)
+    if not cluster or nodes < 1:
+        raise RuntimeUserError(f"rendezvous needs --cluster and --nodes (or the instance tags {TAG_CLUSTER}, {TAG_NODES})")
+    my_ip = imds.get("meta-data/local-ipv4")
+    region = a.region or os.environ.get("AWS_REGION") or imds.get("meta-data/placement/region")
+    r = discover(boto3.client("ec2", region_name=region), cluster, my_ip, nodes, a.nproc_per_node, port=a.port,
+                 timeout=a.timeout, log=lambda m: print(f"dl-rendezvous: {m}", flush=True))
+    write(r, a.env_file, a.hostfile)
+    print(f"dl-rendezvous: node {r.node_rank} of {r.nnodes}; master {r.master_addr}:{r.port}")
     return 0

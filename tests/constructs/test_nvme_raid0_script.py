@@ -153,8 +153,9 @@ def test_bad_setting_is_one_line(node):
     assert r.returncode == 2 and "DLAMI_MOUNT must be replace or reuse" in r.stdout
 
 
-@pytest.mark.parametrize("script", [script_path("nvme_raid0.sh"), script_path("efa_env.sh"),
-                                    *[str(p) for p in SHIMS.iterdir() if not p.name.startswith("_")]])
+@pytest.mark.parametrize("script", [*sorted(str(p) for p in Path(script_path("x")).parent.glob("*.sh")),
+                                    *sorted(str(p) for p in SHIMS.iterdir() if not p.name.startswith("_"))],
+                         ids=lambda p: Path(p).name)
 def test_shellcheck_clean(script):
     import sys
     shellcheck = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}")

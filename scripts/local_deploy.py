@@ -1,0 +1,209 @@
+"""The main job, locally: `cdk deploy` a profile into moto_server on 127.0.0.1 with the real CDK
+CLI, show what exists, `cdk destroy`, and show that the checkpoint bucket survived.
+
+No AWS account is touched: fake credentials, every endpoint pointed at the local moto_server.
+What moto does not emulate is listed at the end of the run (and in the README).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ACCOUNT = "123456789012"  # moto's default account
+REGION = "us-east-1"
+NOT_EMULATED = [
+    "instances do not boot: no user data runs, so no RAID 0, no checkpoint restore, no rendezvous",
+    "EFA: launch templates keep their interface layout, instances get one plain interface",
+    "placement groups are accepted and ignored",
+    "spot: instances start as ordinary ones; no interruption notices (the tests use a fake IMDS)",
+    "SSM Session Manager, EventBridge delivery and CloudWatch Logs ingestion do nothing",
+    "the DLAMI parameter is seeded with one of moto's stock AMIs",
+    "deleting the Auto Scaling group leaves its instances running (this script terminates them first)",
+    "a VPC created by the stack cannot be deleted again by moto's CloudFormation (NAT and internet gateways stay), "
+    "so this run deploys into an existing VPC (-c vpc_id, subnet_ids, availability_zone)",
+    "security-group egress rules are not modelled by moto's CloudFormation (warning above)",
+]
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def start_moto():
+    import logging
+    import warnings
+
+    from moto.server import ThreadedMotoServer
+
+    # moto logs every request and warns about each resource type it does not model; the
+    # summary at the end lists what matters.
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    logging.getLogger("moto").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="moto")
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    return server, port
+
+
+def seed_ssm(template: dict, region: str) -> list[str]:
+    """moto refuses /aws/... names over the API; write the DLAMI parameters into its backend."""
+    import datetime as dt
+
+    import boto3
+    from moto.ssm.models import Parameter, ssm_backends
+
+    image = boto3.client("ec2", region_name=region).describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    backend = ssm_backends[ACCOUNT][region]
+    names = []
+    for p in template.get("Parameters", {}).values():
+        if p.get("Type", "").startswith("AWS::SSM::Parameter::Value") and p.get("Default", "").startswith("/aws/service/"):
+            name = p["Default"]
+            backend._parameters[name].append(Parameter(
+                account_id=ACCOUNT, name=name, value=image, parameter_type="String", description="seeded by dl-launcher",
+                allowed_pattern=None, keyid=None, last_modified_date=dt.datetime.now(), version=1,
+                data_type="aws:ec2:image"))
+            names.append(name)
+    return names
+
+
+def existing_vpc(region: str) -> tuple[str, str, str]:
+    """The network a platform team already has: a VPC with a private subnet in one AZ.
+
+    The stack's own new-VPC path deploys into moto too, but moto's CloudFormation cannot delete
+    that VPC again (its NAT and internet gateways stay), so the local run uses the stack's
+    existing-VPC path and `cdk destroy` comes back clean."""
+    import boto3
+
+    ec2 = boto3.client("ec2", region_name=region)
+    vpc = ec2.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
+    az = f"{region}a"
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.42.16.0/20", AvailabilityZone=az)["Subnet"]["SubnetId"]
+    return vpc, subnet, az
+
+
+def toolkit_stack(region: str) -> None:
+    """A minimal stand-in for `cdk bootstrap`: only the staging bucket the CLI uploads large
+    templates to (the legacy synthesizer needs nothing else)."""
+    import boto3
+
+    cfn = boto3.client("cloudformation", region_name=region)
+    template = {
+        "Resources": {"StagingBucket": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": f"cdk-local-staging-{ACCOUNT}"}}},
+        "Outputs": {"BucketName": {"Value": {"Ref": "StagingBucket"}},
+                    "BucketDomainName": {"Value": {"Fn::GetAtt": ["StagingBucket", "RegionalDomainName"]}},
+                    "BootstrapVersion": {"Value": "6"}},
+    }
+    cfn.create_stack(StackName="CDKToolkit", TemplateBody=json.dumps(template))
+
+
+def cdk(*args: str, env: dict, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [str(ROOT / "node_modules" / ".bin" / "cdk"), *args]
+    log("$ " + " ".join(["cdk", *args]))
+    r = subprocess.run(cmd, cwd=ROOT, env=env, text=True, capture_output=True)
+    out = (r.stdout + r.stderr).strip()
+    if out:
+        print("\n".join("  " + line for line in out.splitlines()[-40:]), flush=True)
+    if check and r.returncode != 0:
+        raise SystemExit(f"cdk {args[0]} failed (exit {r.returncode})")
+    return r
+
+
+def show(stack: str, region: str) -> dict:
+    import boto3
+
+    ec2 = boto3.client("ec2", region_name=region)
+    cfn = boto3.client("cloudformation", region_name=region)
+    s3 = boto3.client("s3", region_name=region)
+    iam = boto3.client("iam", region_name=region)
+    desc = cfn.describe_stacks(StackName=stack)["Stacks"][0]
+    log(f"\nstack {stack}: {desc['StackStatus']}")
+    for o in desc.get("Outputs", []):
+        log(f"  output {o['OutputKey']}: {o['OutputValue']}")
+    reservations = ec2.describe_instances(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    instances = [i for r in reservations["Reservations"] for i in r["Instances"]]
+    log(f"instances ({len(instances)}):")
+    for i in instances:
+        tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
+        log(f"  {i['InstanceId']} {i['InstanceType']} {i.get('PrivateIpAddress')} cluster={tags.get('dl-launcher:cluster')}")
+    lts = ec2.describe_launch_templates()["LaunchTemplates"]
+    log(f"launch templates ({len(lts)}):")
+    for lt in lts:
+        data = ec2.describe_launch_template_versions(LaunchTemplateId=lt["LaunchTemplateId"])["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+        nics = data.get("NetworkInterfaces", [])
+        efa = [n for n in nics if n.get("InterfaceType") in ("efa", "efa-only")]
+        log(f"  {lt['LaunchTemplateName']}: {data.get('InstanceType')}, {len(efa)} EFA interfaces on cards "
+            f"{sorted({n.get('NetworkCardIndex', 0) for n in efa})}, IMDS tokens {data.get('MetadataOptions', {}).get('HttpTokens')}")
+    buckets = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    log(f"buckets: {', '.join(buckets)}")
+    roles = [r["RoleName"] for r in iam.list_roles()["Roles"]]
+    log(f"roles: {', '.join(roles)}")
+    return {"instances": instances, "launch_templates": lts, "buckets": buckets, "outputs": desc.get("Outputs", [])}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--profile", default="multi-node-training")
+    p.add_argument("--keep", action="store_true", help="skip cdk destroy")
+    a = p.parse_args(argv)
+
+    server, port = start_moto()
+    endpoint = f"http://localhost:{port}"  # moto resolves S3 template URLs only for localhost
+    os.environ.update({"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": REGION,
+                       "AWS_REGION": REGION, "AWS_ENDPOINT_URL": endpoint, "AWS_EC2_METADATA_DISABLED": "true"})
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        os.environ.pop(k, None)
+    env = {**os.environ, "CDK_DEFAULT_ACCOUNT": ACCOUNT, "CDK_DEFAULT_REGION": REGION,
+           "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+           "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "NODE_NO_WARNINGS": "1"}
+    out = Path(tempfile.mkdtemp(prefix="dl-local-"))
+    stack = f"dl-{a.profile}"
+    try:
+        log(f"moto_server on {endpoint} (in-process); account {ACCOUNT}, region {REGION}")
+        vpc, subnet, az = existing_vpc(REGION)
+        log(f"existing VPC {vpc}, private subnet {subnet} in {az}")
+        cdk("synth", "-c", f"profile={a.profile}", "-c", "local=true", "-c", f"vpc_id={vpc}", "-c", f"subnet_ids={subnet}",
+            "-c", f"availability_zone={az}", "--quiet", "-o", str(out), env=env)
+        template = json.loads((out / f"{stack}.template.json").read_text())
+        for name in seed_ssm(template, REGION):
+            log(f"seeded SSM {name}")
+        toolkit_stack(REGION)
+        started = time.monotonic()
+        cdk("deploy", "--app", str(out), "--require-approval", "never", "--method=direct",
+            "--no-previous-parameters", "--progress", "events", stack, env=env)
+        log(f"deployed in {time.monotonic() - started:.0f} s")
+        state = show(stack, REGION)
+        if a.keep:
+            return 0
+        import boto3
+        # In AWS, deleting the Auto Scaling group terminates its instances before the subnets go;
+        # moto deletes the group but keeps the instances, which then pin the VPC.
+        ec2 = boto3.client("ec2", region_name=REGION)
+        ids = [i["InstanceId"] for i in state["instances"]]
+        if ids:
+            ec2.terminate_instances(InstanceIds=ids)
+        cdk("destroy", "--app", str(out), "--force", stack, env=env)
+        left = [b["Name"] for b in boto3.client("s3", region_name=REGION).list_buckets()["Buckets"]]
+        kept = [b for b in left if "checkpointsbucket" in b.lower()]
+        log(f"\nafter cdk destroy, buckets left: {', '.join(left) or 'none'}")
+        log("checkpoint bucket kept (RemovalPolicy.RETAIN): " + (", ".join(kept) if kept else "NO - this is a bug"))
+        others = boto3.client("ec2", region_name=REGION).describe_launch_templates()["LaunchTemplates"]
+        log(f"launch templates left: {len(others)}")
+        log("\nwhat moto does not emulate:\n" + "\n".join(f"  - {n}" for n in NOT_EMULATED))
+        return 0 if kept and state["launch_templates"] else 1
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""The README's main job: the real CDK CLI deploys multi-node-training into moto_server on
+127.0.0.1, the summary shows what exists, and cdk destroy keeps the checkpoint bucket."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_local_deploy_of_multi_node_training():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["PATH"] = f"{ROOT / '.venv' / 'bin'}:{env['PATH']}"
+    r = subprocess.run([sys.executable, "scripts/local_deploy.py", "--profile", "multi-node-training"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=600)
+    out = r.stdout
+    assert r.returncode == 0, out[-4000:] + r.stderr[-2000:]
+    assert "stack dl-multi-node-training: CREATE_COMPLETE" in out
+    assert "instances (2):" in out, "two nodes, both tagged with the cluster id"
+    assert out.count("cluster=dl-multi-node-training-multi-node-training") == 2
+    lt_lines = [line for line in out.splitlines() if line.strip().startswith("LaunchTemplate_")]
+    assert lt_lines and all("IMDS tokens required" in line for line in lt_lines)
+    assert any("8 EFA interfaces on cards [0, 1, 2, 3, 4, 5, 6, 7]" in line for line in lt_lines)
+    assert "output ClusterCostPerHour: 2 x" in out and "output CheckpointBucket:" in out
+    assert "dl-multi-node-training: destroyed" in out
+    assert "checkpoint bucket kept (RemovalPolicy.RETAIN): dl-multi-node-training-checkpointsbucket" in out
+    assert "launch templates left: 0" in out
