@@ -33,7 +33,9 @@ class AcceleratorSpec:
 
     @property
     def nvlink(self) -> bool:
-        return "nvlink" in self.interconnect.lower() or "nvswitch" in self.interconnect.lower()
+        # "PCIe Gen5 (no NVLink)" mentions NVLink too: only a leading NVLink/NVSwitch counts.
+        lower = self.interconnect.lower()
+        return lower.startswith(("nvlink", "nvswitch"))
 
 
 def _num(s: str) -> Optional[float]:

@@ -163,7 +163,7 @@ def _why(profile: Profile, ranked: list[Candidate], spot: bool, region: str) -> 
             a = top.spot_price_per_hour if spot else top.price_per_hour
             b = second.spot_price_per_hour if spot else second.price_per_hour
             return (f"{top.instance_type} ties with {second.instance_type} on throughput "
-                    f"({top.samples_per_second:,.0f} samples/s) and is cheaper: {_fmt_price(a)} vs {_fmt_price(b)} {kind}")
+                    f"({top.samples_per_second:,.0f} samples/s) and is cheaper ({kind}): {_fmt_price(a)} vs {_fmt_price(b)}")
         return (f"{top.instance_type} wins on throughput: {top.samples_per_second:,.0f} samples/s "
                 f"vs {second.samples_per_second:,.0f} for {second.instance_type}")
     if o == "max_samples_per_dollar":

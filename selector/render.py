@@ -52,8 +52,10 @@ def recommendation_text(rec: Recommendation, show_excluded: int = 10) -> str:
         out.append(f"note: {n}")
     if rec.excluded:
         out.append("")
-        out.append(f"excluded ({len(rec.excluded)}; --json lists every reason):")
-        for e in rec.excluded[:show_excluded]:
+        out.append(f"excluded ({len(rec.excluded)}; nearest misses first; --json lists every reason):")
+        by_nearness = sorted(rec.excluded, key=lambda e: (any(r.startswith("retired") for r in e.reasons),
+                                                          len(e.reasons), e.instance_type))
+        for e in by_nearness[:show_excluded]:
             out.append(f"  {e.instance_type}: {'; '.join(e.reasons)}")
         if len(rec.excluded) > show_excluded:
             out.append(f"  ... and {len(rec.excluded) - show_excluded} more")

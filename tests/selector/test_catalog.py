@@ -43,6 +43,12 @@ def test_known_specs_match_the_api_data(catalog):
     assert catalog.get("g5.48xlarge").interconnect == "PCIe"
 
 
+def test_nvlink_only_where_the_gpus_have_it():
+    from selector.accelerators import load_accelerators
+    acc = load_accelerators()
+    assert {n for n, a in acc.items() if a.nvlink} == {"A100", "B200", "B300", "H100", "H200", "V100"}
+
+
 def test_every_type_has_complete_facts(catalog):
     for f in catalog:
         assert f.vcpus > 0 and f.memory_gib > 0 and f.accelerator_count >= 1, f.instance_type
