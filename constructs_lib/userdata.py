@@ -54,7 +54,7 @@ class NodeScript:
     def add_script(self, name: str) -> str:
         """Install a packaged script under /usr/local/lib/dl-launcher; returns its path on the node."""
         path = f"{LIB_DIR}/{name}"
-        self.add_file(path, script_text(name), mode="0755")
+        self.add_file(path, compact_shell(script_text(name)), mode="0755")
         return path
 
     def add_python_package(self, package_dir: str, dest: str) -> "NodeScript":
@@ -95,15 +95,35 @@ def boot_unit(description: str, exec_start: str, *, env_files: tuple[str, ...] =
 
 @functools.lru_cache(maxsize=64)
 def compact_python(source: str) -> str:
-    """The same program without comments and docstrings: what the node runs, in a third of the bytes."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
+    """The same program without docstrings, comment lines and blank lines: what the node runs,
+    in about two thirds of the bytes. Lines are dropped, never rewritten, so the code is the
+    code that the tests ran."""
+    drop: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
         body = getattr(node, "body", None)
         if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
                 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.unparse(tree) + "\n"
+            doc = body[0]
+            if len(body) == 1:  # a body that is only a docstring keeps a statement
+                continue
+            drop.update(range(doc.lineno, doc.end_lineno + 1))
+    out = []
+    for n, line in enumerate(source.splitlines(), start=1):
+        stripped = line.strip()
+        if n in drop or not stripped or stripped.startswith("#"):
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def compact_shell(source: str) -> str:
+    """The script without its comment lines (the shebang stays): the node needs the code, the
+    comments live in the package."""
+    lines = source.splitlines()
+    kept = [line for i, line in enumerate(lines) if i == 0 or not line.lstrip().startswith("#") or
+            line.lstrip().startswith("# shellcheck")]
+    return "\n".join(kept) + "\n"
 
 
 def encode_user_data(script: str) -> str:

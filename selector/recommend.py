@@ -22,7 +22,25 @@ class Candidate:
     spot_price_per_hour: Optional[float]
     samples_per_second: float
     throughput_source: str
-    reasons: tuple[str, ...]
+    # What the reasons are made of; the sentences are written only when someone reads them
+    # (a --top 5 table reads five), which keeps ranking the whole catalog cheap.
+    _explanation: str = field(repr=False, default="")
+    _region: str = field(repr=False, default="")
+    _measured: Optional[Measurement] = field(repr=False, default=None)
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        facts, region, m = self.facts, self._region, self._measured
+        price = facts.price(region)
+        out = [_meets(facts), self._explanation]
+        if price:
+            out.append(f"{_fmt_price(price.on_demand)} on-demand, {_fmt_price(price.spot)} spot in {region} "
+                       f"(as of {price.as_of}; {price.source})")
+        else:
+            out.append(f"no price on record for {region}: ranked after priced types on cost objectives")
+        if m and (m.price_per_hour or m.spot_price_per_hour):
+            out.append(f"prices from {m.source}")
+        return tuple(out)
 
     @property
     def instance_type(self) -> str:
@@ -221,15 +239,7 @@ def recommend(
         m = measured.get(facts.instance_type)
         od = m.price_per_hour if m and m.price_per_hour else (price.on_demand if price else None)
         sp = m.spot_price_per_hour if m and m.spot_price_per_hour else (price.spot if price else None)
-        reasons = [_meets(facts, profile), est.explanation]
-        if price:
-            reasons.append(f"{_fmt_price(price.on_demand)} on-demand, {_fmt_price(price.spot)} spot in {region} "
-                           f"(as of {price.as_of}; {price.source})")
-        else:
-            reasons.append(f"no price on record for {region}: ranked after priced types on cost objectives")
-        if m and (m.price_per_hour or m.spot_price_per_hour):
-            reasons.append(f"prices from {m.source}")
-        survivors.append(Candidate(facts, 0, od, sp, est.samples_per_second, est.source, tuple(reasons)))
+        survivors.append(Candidate(facts, 0, od, sp, est.samples_per_second, est.source, est.explanation, region, m))
 
     survivors.sort(key=_sort_key(profile.objective, spot))
     ranked = survivors
@@ -245,7 +255,7 @@ def recommend(
     return Recommendation(profile, region, spot, catalog.as_of, tuple(ranked), tuple(excluded), why, tuple(notes))
 
 
-def _meets(f: InstanceFacts, p: Profile) -> str:
+def _meets(f: InstanceFacts) -> str:
     parts = [f"{f.accelerator_count} x {f.accelerator} {f.accelerator_memory_gib:g} GiB"]
     if f.accelerator_count > 1:
         parts.append(f.interconnect)

@@ -45,6 +45,8 @@ def sdk(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
 
 
 def role(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    if not p.roles:
+        return None
     spec = c.accelerators.get(f.accelerator)
     roles = spec.roles if spec else ()
     missing = [r for r in p.roles if r not in roles]
@@ -81,9 +83,10 @@ def accelerator_speed(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]
 
 
 def precisions(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
-    missing = [x for x in p.precisions if x not in f.precisions]
-    if missing:
-        return f"{f.accelerator} lacks {', '.join(missing)}"
+    if p.precisions:
+        missing = [x for x in p.precisions if x not in f.precisions]
+        if missing:
+            return f"{f.accelerator} lacks {', '.join(missing)}"
     if p.any_precision and not any(x in f.precisions for x in p.any_precision):
         return f"{f.accelerator} has none of {', '.join(p.any_precision)}"
     return None
@@ -126,4 +129,9 @@ RULES: tuple[Rule, ...] = (
 
 
 def failures(f: InstanceFacts, p: Profile, c: Context) -> list[str]:
-    return [r for r in (rule(f, p, c) for rule in RULES) if r]
+    out = []
+    for rule in RULES:  # a plain loop: this runs for every type on every recommendation
+        reason = rule(f, p, c)
+        if reason:
+            out.append(reason)
+    return out
