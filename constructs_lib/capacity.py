@@ -2,7 +2,7 @@
 one cluster placement group, with every interruption visible to operators."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import aws_cdk as cdk
 import aws_cdk.aws_autoscaling as autoscaling
@@ -11,6 +11,9 @@ import aws_cdk.aws_events as events
 import aws_cdk.aws_logs as logs
 import jsii
 from constructs import Construct
+
+if TYPE_CHECKING:
+    import aws_cdk.aws_sns as sns
 
 from .facts import InstanceLike, resolve
 from .launch_template import GpuLaunchTemplate
@@ -153,7 +156,7 @@ class InterruptionAlerts(Construct):
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, group: autoscaling.CfnAutoScalingGroup,
-                 topic: Optional["aws_cdk.aws_sns.ITopic"] = None, retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS) -> None:
+                 topic: Optional["sns.ITopic"] = None, retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS) -> None:
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(self, "Log", retention=retention, removal_policy=cdk.RemovalPolicy.DESTROY)
         # The L2 log-group target installs its resource policy with a Lambda-backed custom

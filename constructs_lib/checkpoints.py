@@ -1,23 +1,21 @@
 """The checkpoint store: an S3 bucket that outlives the stack."""
 from __future__ import annotations
 
-import re
-
 import aws_cdk as cdk
 import aws_cdk.aws_iam as iam
 import aws_cdk.aws_s3 as s3
 from constructs import Construct
 
+from .runtime.layout import prefix_problem
 from .validation import ConfigurationError
 
-_PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*$")
-
-
 def check_prefix(prefix: str) -> str:
-    if not _PREFIX.match(prefix) or ".." in prefix.split("/"):
-        raise ConfigurationError(f"bad checkpoint prefix {prefix!r}: use a path like 'jobs/llama-7b' "
-                                 "(letters, digits, - _ . ! * ' ( ), segments separated by '/')")
-    return prefix
+    """The runtime's own rule (constructs_lib.runtime.layout), so the grant covers exactly the
+    prefix the nodes write under."""
+    problem = prefix_problem(prefix)
+    if problem:
+        raise ConfigurationError(problem)
+    return prefix.strip("/")
 
 
 class CheckpointBucket(Construct):
@@ -59,7 +57,7 @@ class CheckpointBucket(Construct):
 
     def grant_read_write(self, grantee: iam.IGrantable, prefix: str) -> iam.Grant:
         """Read, write and delete objects under `prefix/`, and list only that prefix."""
-        prefix = check_prefix(prefix.strip("/"))
+        prefix = check_prefix(prefix)
         objects = self.bucket.arn_for_objects(f"{prefix}/*")
         iam.Grant.add_to_principal(grantee=grantee, actions=["s3:ListBucket"], resource_arns=[self.bucket.bucket_arn],
                                    conditions={"StringLike": {"s3:prefix": [f"{prefix}/*", f"{prefix}/"]}})

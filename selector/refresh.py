@@ -118,7 +118,7 @@ def refresh(
             offered[n].add(region)
 
     prices: dict[str, dict[str, Price]] = {n: dict(price_table.get(n, {})) for n in names}
-    notes = [f"prices without a live source are cited from selector/data/prices.csv"]
+    notes = ["prices without a live source are cited from selector/data/prices.csv"]
     if live_prices:
         stamp = today.isoformat()
         pricing = session.client("pricing", region_name="us-east-1")

@@ -101,7 +101,7 @@ def show_text(f: InstanceFacts, catalog: Catalog) -> str:
         f"  host           {f.vcpus} vCPU, {f.memory_gib:g} GiB RAM, {'/'.join(f.architectures)}",
         f"  network        {f.network_gbps:g} Gbps, {f.network_cards} network card(s), "
         + (f"EFA up to {f.max_efa_interfaces} interfaces" if f.efa else "no EFA"),
-        f"  instance store " + (f"{f.nvme.count} x {f.nvme.size_gb} GB NVMe" if f.nvme else "none (EBS only)"),
+        "  instance store " + (f"{f.nvme.count} x {f.nvme.size_gb} GB NVMe" if f.nvme else "none (EBS only)"),
         f"  regions        {len(f.regions)}: {', '.join(f.regions)}",
         "  prices (USD/h):",
     ]

@@ -17,6 +17,28 @@ INTERRUPTION_MARKER = "/run/dl-launcher/interruption"
 RESUME_FILE = "/run/dl-launcher/resume-from"
 
 
+_PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*$")
+
+
+def prefix_problem(prefix: str) -> Optional[str]:
+    """Why `prefix` cannot name a job's checkpoints, or None. One rule for the bucket grant
+    (constructs_lib.checkpoints) and for the runtime that writes under it."""
+    p = prefix.strip("/")
+    if not p or len(p) > 512 or not _PREFIX.match(p) or ".." in p.split("/"):
+        return (f"bad checkpoint prefix {prefix!r}: use a path like 'jobs/llama-7b' "
+                "(letters, digits, - _ . ! * ' ( ), segments separated by '/', no '..')")
+    return None
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Readers see the old file or the new one, never half of one."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def name_for(step: int) -> str:
     if step < 0 or step >= 10**12:
         raise ValueError(f"step must be 0 <= step < 10**12, got {step}")

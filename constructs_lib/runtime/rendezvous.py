@@ -7,12 +7,12 @@ job unit runs this before each start), so ranks and MASTER_ADDR stay consistent.
 from __future__ import annotations
 
 import ipaddress
-import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 from .errors import RuntimeUserError
+from .layout import write_atomic
 
 TAG_CLUSTER = "dl-launcher:cluster"
 TAG_NODES = "dl-launcher:nodes"
@@ -79,10 +79,5 @@ def discover(ec2, cluster: str, my_ip: str, nodes: int, nproc_per_node: int, *, 
 
 
 def write(r: Rendezvous, env_file: str, hostfile: str) -> None:
-    for path, text in ((env_file, "".join(f'{k}="{v}"\n' for k, v in r.env().items())),
-                       (hostfile, "".join(f"{h} slots={r.nproc_per_node}\n" for h in r.hosts))):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+    write_atomic(env_file, "".join(f'{k}="{v}"\n' for k, v in r.env().items()))
+    write_atomic(hostfile, "".join(f"{h} slots={r.nproc_per_node}\n" for h in r.hosts))

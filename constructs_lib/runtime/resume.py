@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from .layout import RESUME_FILE
+from .layout import RESUME_FILE, write_atomic
 from .store import CheckpointStore
 
 ENV_FILE = "/etc/dl-launcher/resume.env"
@@ -16,11 +16,6 @@ def restore(store: CheckpointStore, local_dir: str, *, env_file: Optional[str] =
     env_file = env_file or os.environ.get("DL_RESUME_ENV", ENV_FILE)
     resume_file = resume_file or os.environ.get("DL_RESUME_FILE", RESUME_FILE)
     got = store.pull(local_dir)
-    for path, text in ((env_file, f'DL_RESUME_FROM="{got[1]}"\nDL_RESUME_STEP="{got[0]}"\n' if got else ""),
-                       (resume_file, got[1] + "\n" if got else "")):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+    write_atomic(env_file, f'DL_RESUME_FROM="{got[1]}"\nDL_RESUME_STEP="{got[0]}"\n' if got else "")
+    write_atomic(resume_file, got[1] + "\n" if got else "")
     return got

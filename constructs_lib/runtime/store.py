@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from .errors import RuntimeUserError
-from .layout import FORMAT, MANIFEST, name_for, step_of
+from .layout import FORMAT, MANIFEST, name_for, prefix_problem, step_of
 
 MiB = 1024 * 1024
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -58,11 +58,10 @@ def local_checksum(path: str, checksum_type: str, part_size: int) -> str:
 
 
 def check_prefix(prefix: str) -> str:
-    p = prefix.strip("/")
-    if not p or ".." in p.split("/") or any(c in p for c in "\\{}^%`]>[<~#|\"") or len(p) > 512:
-        raise RuntimeUserError(f"bad checkpoint prefix {prefix!r}: use a path like 'jobs/llama-7b' "
-                               "(no '..', no leading '/', no special characters)")
-    return p
+    problem = prefix_problem(prefix)
+    if problem:
+        raise RuntimeUserError(problem)
+    return prefix.strip("/")
 
 
 def s3_client(region: Optional[str] = None, max_pool: int = 32):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .imds import Imds
-from .layout import INTERRUPTION_MARKER, newest_local
+from .layout import INTERRUPTION_MARKER, newest_local, write_atomic
 from .store import CheckpointStore
 
 Log = Callable[[str], None]
@@ -85,11 +85,7 @@ class Watcher:
         return None
 
     def notify(self, kind: str, notice: dict) -> None:
-        os.makedirs(os.path.dirname(self.marker), exist_ok=True)
-        tmp = self.marker + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"kind": kind, **notice}, f)
-        os.replace(tmp, self.marker)
+        write_atomic(self.marker, json.dumps({"kind": kind, **notice}))
         pid = job_pid(self.pidfile, self.unit)
         if pid:
             try:

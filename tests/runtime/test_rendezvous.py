@@ -68,7 +68,7 @@ def test_rendezvous_times_out_with_one_clear_line(ec2):
 
 def test_a_spare_waits_until_a_place_is_free(ec2):
     client, subnet = ec2
-    nodes = launch(client, subnet, "job-d", 3)
+    launch(client, subnet, "job-d", 3)
     members = cluster_members(client, "job-d")
     spare = members[-1]
     with pytest.raises(RuntimeUserError):

@@ -3,7 +3,6 @@ checkpoint in S3, and the final state equals an uninterrupted run."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess

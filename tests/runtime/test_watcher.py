@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import signal
 import subprocess
 import sys
 import threading
