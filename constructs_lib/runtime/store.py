@@ -78,13 +78,15 @@ class CheckpointStore:
     """One job's checkpoints under s3://bucket/prefix/."""
 
     def __init__(self, bucket: str, prefix: str, *, client=None, region: Optional[str] = None,
-                 concurrency: int = 8, part_size: int = 8 * MiB) -> None:
+                 concurrency: Optional[int] = None, part_size: int = 8 * MiB) -> None:
         if not _BUCKET.match(bucket or ""):
             raise RuntimeUserError(f"bad bucket name {bucket!r}: 3-63 lower-case letters, digits, dots and dashes")
         self.bucket = bucket
         self.prefix = check_prefix(prefix)
-        self.client = client or s3_client(region, max_pool=concurrency * 2)
-        self.concurrency = concurrency
+        # Two transfers per vCPU, 4 to 16: hashing and TLS cost CPU too, and a training node
+        # with 96+ vCPUs saturates its S3 throughput well before 16 streams per checkpoint.
+        self.concurrency = concurrency or max(4, min(16, 2 * (os.cpu_count() or 2)))
+        self.client = client or s3_client(region, max_pool=self.concurrency * 2)
         self.part_size = part_size
 
     # ---- keys ------------------------------------------------------------------------------
