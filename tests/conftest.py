@@ -21,6 +21,17 @@ os.environ.update({
 for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
     os.environ.pop(var, None)
 
+# The node runtime's /run/dl-launcher paths, moved somewhere harmless for the whole session.
+import tempfile  # noqa: E402
+
+_RUN = tempfile.mkdtemp(prefix="dl-run-")
+os.environ.update({
+    "DL_NOTIFY_DIR": os.path.join(_RUN, "notify"),
+    "DL_INTERRUPTION_MARKER": os.path.join(_RUN, "interruption"),
+    "DL_RESUME_FILE": os.path.join(_RUN, "resume-from"),
+    "DL_RESUME_ENV": os.path.join(_RUN, "resume.env"),
+})
+
 import pytest  # noqa: E402
 
 

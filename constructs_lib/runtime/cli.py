@@ -47,8 +47,8 @@ def parser() -> argparse.ArgumentParser:
     _common(w)
     w.add_argument("--poll", type=float, default=5.0, help="seconds between IMDS polls [5]")
     w.add_argument("--grace", type=float, default=30.0, help="seconds to wait for the job's own save [30]")
-    w.add_argument("--pidfile", default=os.environ.get("DL_JOB_PIDFILE"))
-    w.add_argument("--unit", default="dl-job.service", help="systemd unit of the job to signal")
+    w.add_argument("--pidfile", default=os.environ.get("DL_JOB_PIDFILE"),
+                   help="also signal this pid (processes using Checkpointer register themselves)")
     w.add_argument("--ignore-rebalance", action="store_true")
     r = sub.add_parser("resume", help="at boot: restore the newest complete checkpoint, write resume.env")
     _common(r)
@@ -93,7 +93,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if a.command == "watch":
             from .watcher import Watcher
             w = Watcher(store, cfg.local_dir, poll_seconds=a.poll, save_grace=a.grace, pidfile=a.pidfile,
-                        unit=a.unit, on_rebalance="ignore" if a.ignore_rebalance else "notify",
+                        on_rebalance="ignore" if a.ignore_rebalance else "notify",
                         log=lambda m: print(f"dl-watch: {m}", flush=True))
             result = w.run()
             print(f"dl-watch: done ({result.kind} notice; pushed step {result.pushed_step})" if result else "dl-watch: stopped")

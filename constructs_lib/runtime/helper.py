@@ -17,6 +17,7 @@ No torch import here: any framework's save function works inside `save()`.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -24,7 +25,7 @@ import signal
 import threading
 from typing import Iterator, Optional
 
-from .layout import INTERRUPTION_MARKER, RESUME_FILE, local_checkpoints, name_for, step_of
+from .layout import INTERRUPTION_MARKER, NOTIFY_DIR, RESUME_FILE, local_checkpoints, name_for, step_of
 
 NOTICE_SIGNAL = signal.SIGUSR1
 
@@ -39,7 +40,8 @@ class Checkpointer:
 
     directory: where checkpoints live (default $DL_CHECKPOINT_DIR, else /scratch/checkpoints).
     keep: how many complete local checkpoints to keep (older ones are deleted after a save).
-    handle_signal: install a SIGUSR1 handler (the watcher's notice) in the main thread.
+    handle_signal: install a SIGUSR1 handler (the watcher's notice) in the main thread and
+      register this process for it (only registered processes are signalled).
     upload: a callable(step, path) run in a background thread after each save, e.g. a
       CheckpointStore push; the watcher also pushes the newest save on a spot notice.
     """
@@ -55,6 +57,17 @@ class Checkpointer:
         os.makedirs(self.directory, exist_ok=True)
         if handle_signal and threading.current_thread() is threading.main_thread():
             signal.signal(NOTICE_SIGNAL, lambda *_: self._signalled.set())
+            self._register(os.environ.get("DL_NOTIFY_DIR", NOTIFY_DIR))
+
+    @staticmethod
+    def _register(notify_dir: str) -> None:
+        path = os.path.join(notify_dir, str(os.getpid()))
+        try:
+            os.makedirs(notify_dir, exist_ok=True)
+            open(path, "w").close()
+        except OSError:
+            return  # not on a dl-launcher node (no /run/dl-launcher): the marker file still works
+        atexit.register(lambda: os.path.exists(path) and os.unlink(path))
 
     # ---- where to resume ------------------------------------------------------------------
     @property

@@ -15,6 +15,9 @@ FORMAT = 1
 _NAME = re.compile(r"^step-(\d{12})$")
 INTERRUPTION_MARKER = "/run/dl-launcher/interruption"
 RESUME_FILE = "/run/dl-launcher/resume-from"
+# Processes that handle the notice signal register here (one empty file per pid). Only they are
+# signalled: SIGUSR1's default action kills, e.g. torchrun's agent, which installs no handler.
+NOTIFY_DIR = "/run/dl-launcher/notify"
 
 
 _PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*$")

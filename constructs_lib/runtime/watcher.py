@@ -1,19 +1,19 @@
 """The interruption watcher: polls IMDSv2 for a spot notice or a rebalance recommendation; on
-notice, tells the training process (marker file + SIGUSR1), waits briefly for it to save, and
-uploads the newest complete local checkpoint before AWS takes the node (two minutes)."""
+notice, tells the training processes (a marker file, and SIGUSR1 to every process that
+registered for it), waits briefly for a save, and uploads the newest complete local checkpoint
+before AWS takes the node (two minutes)."""
 from __future__ import annotations
 
 import datetime as dt
 import json
 import os
 import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .imds import Imds
-from .layout import INTERRUPTION_MARKER, newest_local, write_atomic
+from .layout import INTERRUPTION_MARKER, NOTIFY_DIR, newest_local, write_atomic
 from .store import CheckpointStore
 
 Log = Callable[[str], None]
@@ -37,21 +37,32 @@ def _deadline(notice: dict) -> Optional[dt.datetime]:
         return None
 
 
-def job_pid(pidfile: Optional[str], unit: Optional[str]) -> Optional[int]:
+def pids_to_notify(notify_dir: str, pidfile: Optional[str] = None) -> list[int]:
+    """Processes that asked for the notice (Checkpointer registers itself), plus an explicit
+    pidfile. Registrations of processes that are gone are cleaned up."""
+    pids = set()
+    if os.path.isdir(notify_dir):
+        for name in os.listdir(notify_dir):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            try:
+                os.kill(pid, 0)
+                pids.add(pid)
+            except ProcessLookupError:
+                try:
+                    os.unlink(os.path.join(notify_dir, name))
+                except OSError:
+                    pass
+            except PermissionError:
+                pids.add(pid)
     if pidfile and os.path.exists(pidfile):
         try:
             with open(pidfile) as f:
-                return int(f.read().strip())
+                pids.add(int(f.read().strip()))
         except ValueError:
-            return None
-    if unit:
-        try:
-            out = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit],
-                                 capture_output=True, text=True, timeout=5).stdout.strip()
-            return int(out) if out and out != "0" else None
-        except (OSError, ValueError, subprocess.TimeoutExpired):
-            return None
-    return None
+            pass
+    return sorted(pids)
 
 
 class Watcher:
@@ -61,7 +72,7 @@ class Watcher:
 
     def __init__(self, store: CheckpointStore, local_dir: str, *, imds: Optional[Imds] = None,
                  poll_seconds: float = 5.0, save_grace: float = 30.0, marker: Optional[str] = None,
-                 pidfile: Optional[str] = None, unit: Optional[str] = "dl-job.service",
+                 pidfile: Optional[str] = None, notify_dir: Optional[str] = None,
                  on_rebalance: str = "notify", log: Log = print) -> None:
         self.store = store
         self.local_dir = local_dir
@@ -70,7 +81,7 @@ class Watcher:
         self.grace = save_grace
         self.marker = marker or os.environ.get("DL_INTERRUPTION_MARKER", INTERRUPTION_MARKER)
         self.pidfile = pidfile
-        self.unit = unit
+        self.notify_dir = notify_dir or os.environ.get("DL_NOTIFY_DIR", NOTIFY_DIR)
         self.on_rebalance = on_rebalance
         self.log = log
 
@@ -86,13 +97,12 @@ class Watcher:
 
     def notify(self, kind: str, notice: dict) -> None:
         write_atomic(self.marker, json.dumps({"kind": kind, **notice}))
-        pid = job_pid(self.pidfile, self.unit)
-        if pid:
+        for pid in pids_to_notify(self.notify_dir, self.pidfile):
             try:
                 os.kill(pid, signal.SIGUSR1)
-                self.log(f"signalled the job (pid {pid}) with SIGUSR1")
+                self.log(f"signalled pid {pid} with SIGUSR1")
             except ProcessLookupError:
-                self.log(f"job pid {pid} is gone")
+                self.log(f"pid {pid} is gone")
 
     def save_and_push(self, notice: dict, before: Optional[int]) -> tuple[Optional[int], Optional[float]]:
         deadline = _deadline(notice)
