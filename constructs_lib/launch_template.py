@@ -74,7 +74,7 @@ class GpuLaunchTemplate(Construct):
         group and placement group this one reuses (capacity alternates).
 
     Attributes: launch_template (ec2.LaunchTemplate; `.node.default_child` is the escape hatch),
-    role, security_group, placement_group, facts, efa (EfaNetworking or None), node_script,
+    role, instance_profile, security_group, placement_group, facts, efa (EfaNetworking or None), node_script,
     findings (validator warnings). User data is gzip-compressed at synth (cloud-init unpacks it).
     """
 
@@ -125,6 +125,9 @@ class GpuLaunchTemplate(Construct):
         self.placement_group = self.efa.placement_group if self.efa else None
         self.placement_group_name = self.efa.placement_group_name if self.efa else None
         self.role = share_from.role if share_from else self._node_role(facts.instance_type)
+        # One instance profile per role: the L2 launch template would make one per template.
+        self.instance_profile = (share_from.instance_profile if share_from
+                                 else iam.InstanceProfile(self, "Profile", role=self.role))
 
         self.node_script = NodeScript()
         self.node_script.add_file(f"{ETC_DIR}/node.env", env_file({
@@ -146,7 +149,7 @@ class GpuLaunchTemplate(Construct):
             self, "Template",
             instance_type=ec2.InstanceType(facts.instance_type),
             machine_image=image,
-            role=self.role,
+            instance_profile=self.instance_profile,
             security_group=None if self.efa else self.security_group,
             require_imdsv2=True,
             http_tokens=ec2.LaunchTemplateHttpTokens.REQUIRED,

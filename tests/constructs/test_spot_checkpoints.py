@@ -92,6 +92,7 @@ def test_capacity_optimized_spot_across_alternates_with_their_own_templates(clus
     node_roles = t.find_resources("AWS::IAM::Role", {"Properties": {"AssumeRolePolicyDocument": {"Statement": [
         Match.object_like({"Principal": {"Service": "ec2.amazonaws.com"}})]}}})
     assert len(node_roles) == 1, "one role shared by every node type"
+    t.resource_count_is("AWS::IAM::InstanceProfile", 1)
 
 
 def test_nodes_restore_at_boot_and_watch_for_interruptions(cluster):
