@@ -25,14 +25,14 @@ import signal
 import threading
 from typing import Iterator, Optional
 
-from .layout import INTERRUPTION_MARKER, NOTIFY_DIR, RESUME_FILE, local_checkpoints, name_for, step_of
+from .layout import local_checkpoints, marker_path, name_for, notify_dir, resume_file, step_of
 
 NOTICE_SIGNAL = signal.SIGUSR1
 
 
 def interruption_notice(marker: Optional[str] = None) -> bool:
     """True once the watcher has seen a spot interruption or rebalance notice on this node."""
-    return os.path.exists(marker or os.environ.get("DL_INTERRUPTION_MARKER", INTERRUPTION_MARKER))
+    return os.path.exists(marker or marker_path())
 
 
 class Checkpointer:
@@ -51,13 +51,13 @@ class Checkpointer:
         self.directory = directory or os.environ.get("DL_CHECKPOINT_DIR", "/scratch/checkpoints")
         self.keep = max(1, keep)
         self.upload = upload
-        self.marker = marker or os.environ.get("DL_INTERRUPTION_MARKER", INTERRUPTION_MARKER)
+        self.marker = marker or marker_path()
         self._signalled = threading.Event()
         self._uploads: list[threading.Thread] = []
         os.makedirs(self.directory, exist_ok=True)
         if handle_signal and threading.current_thread() is threading.main_thread():
             signal.signal(NOTICE_SIGNAL, lambda *_: self._signalled.set())
-            self._register(os.environ.get("DL_NOTIFY_DIR", NOTIFY_DIR))
+            self._register(notify_dir())
 
     @staticmethod
     def _register(notify_dir: str) -> None:
@@ -74,15 +74,14 @@ class Checkpointer:
     def resume_path(self) -> Optional[str]:
         """The restored checkpoint (DL_RESUME_FROM, set by the boot-time restore), else the newest local one."""
         path = os.environ.get("DL_RESUME_FROM")
-        if not path and os.path.exists(RESUME_FILE):
-            with open(RESUME_FILE) as f:
+        if not path and os.path.exists(resume_file()):
+            with open(resume_file()) as f:
                 path = f.read().strip() or None
+        newest = local_checkpoints(self.directory)
         if path and os.path.isdir(path):
-            newest = local_checkpoints(self.directory)
-            if newest and step_of(os.path.basename(newest[-1][1])) > (step_of(os.path.basename(path)) or -1):
+            if newest and newest[-1][0] > (step_of(os.path.basename(path)) or -1):
                 return newest[-1][1]  # saved locally after the restore (same boot): newer
             return path
-        newest = local_checkpoints(self.directory)
         return newest[-1][1] if newest else None
 
     @property

@@ -20,6 +20,19 @@ RESUME_FILE = "/run/dl-launcher/resume-from"
 NOTIFY_DIR = "/run/dl-launcher/notify"
 
 
+# Each path may be moved by an environment variable (tests, unusual nodes); every module asks here.
+def marker_path() -> str:
+    return os.environ.get("DL_INTERRUPTION_MARKER", INTERRUPTION_MARKER)
+
+
+def notify_dir() -> str:
+    return os.environ.get("DL_NOTIFY_DIR", NOTIFY_DIR)
+
+
+def resume_file() -> str:
+    return os.environ.get("DL_RESUME_FILE", RESUME_FILE)
+
+
 _PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*$")
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .imds import Imds
-from .layout import INTERRUPTION_MARKER, NOTIFY_DIR, newest_local, write_atomic
+from .layout import marker_path, newest_local, notify_dir as default_notify_dir, write_atomic
 from .store import CheckpointStore
 
 Log = Callable[[str], None]
@@ -79,9 +79,9 @@ class Watcher:
         self.imds = imds or Imds()
         self.poll = poll_seconds
         self.grace = save_grace
-        self.marker = marker or os.environ.get("DL_INTERRUPTION_MARKER", INTERRUPTION_MARKER)
+        self.marker = marker or marker_path()
         self.pidfile = pidfile
-        self.notify_dir = notify_dir or os.environ.get("DL_NOTIFY_DIR", NOTIFY_DIR)
+        self.notify_dir = notify_dir or default_notify_dir()
         self.on_rebalance = on_rebalance
         self.log = log
 
