@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import aws_cdk.aws_sns as sns
 
 from .facts import InstanceLike, resolve
-from .launch_template import GpuLaunchTemplate
+from .launch_template import GpuLaunchTemplate, select_subnets
 from .validation import ConfigurationError
 
 SPOT_EVENTS = ["EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]
@@ -92,8 +92,7 @@ class SpotCapacity(Construct):
             on_demand_allocation_strategy="prioritized",
             spot_allocation_strategy="capacity-optimized-prioritized",
             spot_max_price=f"{max_price:.4f}" if max_price else None)
-        selected = vpc.select_subnets(subnet_group_name=subnets.subnet_group_name, subnet_type=subnets.subnet_type,
-                                      availability_zones=subnets.availability_zones, subnets=subnets.subnets)
+        selected = select_subnets(vpc, subnets)
         self.auto_scaling_group = autoscaling.CfnAutoScalingGroup(
             self, "Group", min_size=str(nodes), max_size=str(nodes), desired_capacity=str(nodes),
             vpc_zone_identifier=selected.subnet_ids,

@@ -18,7 +18,8 @@ from .ami import DeepLearningAmi
 from .efa import EfaNetworking, efa_interfaces
 from .facts import InstanceLike, resolve
 from .raid import NvmeRaid0
-from .userdata import (ETC_DIR, LIB_DIR, USER_DATA_LIMIT, NodeScript, boot_unit, encode_user_data, env_file)
+from .userdata import (ETC_DIR, LIB_DIR, USER_DATA_LIMIT, NodeScript, boot_unit, encode_user_data, env_file,
+                       gzip_user_data)
 from .validation import ConfigurationError, Finding, NodeRequest, validate
 
 if TYPE_CHECKING:
@@ -267,18 +268,22 @@ class GpuLaunchTemplate(Construct):
         script = self.user_data_script()
         if cdk.Token.is_unresolved(script):
             return len(script.encode())
-        import base64
-        return len(base64.b64decode(encode_user_data(script)))
+        return len(gzip_user_data(script))
 
     @property
     def connections(self) -> ec2.Connections:
         return ec2.Connections(security_groups=[self.security_group])
 
 
+def select_subnets(vpc: ec2.IVpc, selection: ec2.SubnetSelection) -> ec2.SelectedSubnets:
+    """vpc.select_subnets for a SubnetSelection value (the Python binding takes only keywords)."""
+    return vpc.select_subnets(subnet_group_name=selection.subnet_group_name, subnet_type=selection.subnet_type,
+                              availability_zones=selection.availability_zones, subnets=selection.subnets,
+                              one_per_az=selection.one_per_az)
+
+
 def _subnet_azs(vpc: ec2.IVpc, subnets: Optional[ec2.SubnetSelection]) -> tuple[str, ...]:
     if subnets is None:
         return ()
-    selected = vpc.select_subnets(subnet_group_name=subnets.subnet_group_name, subnet_type=subnets.subnet_type,
-                                  availability_zones=subnets.availability_zones, subnets=subnets.subnets,
-                                  one_per_az=subnets.one_per_az).subnets
+    selected = select_subnets(vpc, subnets).subnets
     return tuple(s.availability_zone for s in selected if not cdk.Token.is_unresolved(s.availability_zone))

@@ -126,10 +126,14 @@ def compact_shell(source: str) -> str:
     return "\n".join(kept) + "\n"
 
 
+def gzip_user_data(script: str) -> bytes:
+    """The bytes EC2 receives (and its 16 KB limit applies to): cloud-init unpacks gzip."""
+    return gzip.compress(script.encode(), mtime=0)
+
+
 def encode_user_data(script: str) -> str:
-    """base64 of the gzip-compressed script: cloud-init unpacks it, and EC2's 16 KB limit
-    applies to the compressed bytes."""
-    return base64.b64encode(gzip.compress(script.encode(), mtime=0)).decode()
+    """base64 of the gzip-compressed script, as a launch template carries it."""
+    return base64.b64encode(gzip_user_data(script)).decode()
 
 
 def decode_user_data(value: str) -> str:

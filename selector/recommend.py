@@ -54,6 +54,13 @@ class Candidate:
     def spot_samples_per_dollar(self) -> Optional[float]:
         return _per_dollar(self.samples_per_second, self.spot_price_per_hour)
 
+    def hourly(self, spot: bool) -> Optional[float]:
+        """The price the ranking uses: spot or on-demand."""
+        return self.spot_price_per_hour if spot else self.price_per_hour
+
+    def per_dollar(self, spot: bool) -> Optional[float]:
+        return self.spot_samples_per_dollar if spot else self.samples_per_dollar
+
     def to_dict(self) -> dict[str, Any]:
         f = self.facts
         return {
@@ -139,11 +146,11 @@ _MISSING = float("inf")
 
 def _sort_key(objective: str, spot: bool):
     def price(c: Candidate) -> float:
-        p = c.spot_price_per_hour if spot else c.price_per_hour
+        p = c.hourly(spot)
         return p if p is not None else _MISSING
 
     def per_dollar(c: Candidate) -> float:
-        v = c.spot_samples_per_dollar if spot else c.samples_per_dollar
+        v = c.per_dollar(spot)
         return -v if v is not None else _MISSING
 
     keys = {
@@ -178,20 +185,17 @@ def _why(profile: Profile, ranked: list[Candidate], spot: bool, region: str) -> 
     o = profile.objective
     if o == "max_throughput":
         if top.samples_per_second == second.samples_per_second:
-            a = top.spot_price_per_hour if spot else top.price_per_hour
-            b = second.spot_price_per_hour if spot else second.price_per_hour
+            a, b = top.hourly(spot), second.hourly(spot)
             return (f"{top.instance_type} ties with {second.instance_type} on throughput "
                     f"({top.samples_per_second:,.0f} samples/s) and is cheaper ({kind}): {_fmt_price(a)} vs {_fmt_price(b)}")
         return (f"{top.instance_type} wins on throughput: {top.samples_per_second:,.0f} samples/s "
                 f"vs {second.samples_per_second:,.0f} for {second.instance_type}")
     if o == "max_samples_per_dollar":
-        a = top.spot_samples_per_dollar if spot else top.samples_per_dollar
-        b = second.spot_samples_per_dollar if spot else second.samples_per_dollar
+        a, b = top.per_dollar(spot), second.per_dollar(spot)
         return (f"{top.instance_type} wins on {kind} samples per dollar: {a or 0:,.0f} vs "
                 f"{b or 0:,.0f} for {second.instance_type}")
     if o == "min_price":
-        a = top.spot_price_per_hour if spot else top.price_per_hour
-        b = second.spot_price_per_hour if spot else second.price_per_hour
+        a, b = top.hourly(spot), second.hourly(spot)
         return (f"{top.instance_type} is the cheapest that meets every requirement: {_fmt_price(a)} {kind} "
                 f"vs {_fmt_price(b)} for {second.instance_type}")
     return (f"{top.instance_type} has the most accelerator memory: {top.facts.accelerator_memory_total_gib:g} GiB "
