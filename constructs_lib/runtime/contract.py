@@ -1,0 +1,164 @@
+"""The node contract: every name shared by the constructs (which write it at synth), the node
+runtime (which reads it on the node) and the node's shell scripts (which source `contract.sh`,
+generated from this module by `shell()`). A name changes here and nowhere else.
+
+Standard library only: this module ships to the node with the runtime.
+
+Directories can be moved with environment variables (DL_ETC_DIR, DL_RUN_DIR, DL_LIB_DIR,
+DL_SCRATCH), so that tests run several nodes on one machine; every path below is derived from
+them at call time, never cached.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Mapping, Optional
+
+# ---- instance tags (readable on the node through IMDS: the launch templates enable it) ------------
+TAG_CLUSTER = "dl-launcher:cluster"
+TAG_NODES = "dl-launcher:nodes"
+TAG_CHECKPOINT_BUCKET = "dl-launcher:checkpoint-bucket"
+TAG_CHECKPOINT_PREFIX = "dl-launcher:checkpoint-prefix"
+
+# ---- the rendezvous ----------------------------------------------------------------------------
+# Generation g of a cluster uses port BASE + g % SPAN: a straggling worker of an old generation
+# can never join a new one, and a restarted master never waits for its old socket to close.
+RENDEZVOUS_PORT_BASE = 29500
+RENDEZVOUS_PORT_SPAN = 400
+# Cluster state lives beside the checkpoints, under <checkpoint prefix>/CLUSTER_DIR/.
+CLUSTER_DIR = "_cluster"
+
+# ---- directories ----------------------------------------------------------------------------------
+DIR_DEFAULTS = {
+    "DL_ETC_DIR": "/etc/dl-launcher",          # settings written at synth or boot
+    "DL_RUN_DIR": "/run/dl-launcher",          # state of this boot (tmpfs: gone at reboot)
+    "DL_LIB_DIR": "/usr/local/lib/dl-launcher",  # the runtime bundle (scripts, Python, units)
+    "DL_SCRATCH": "/scratch",                  # instance-store RAID 0 (or the root volume)
+}
+
+
+def _dir(var: str) -> str:
+    return os.environ.get(var) or DIR_DEFAULTS[var]
+
+
+def etc_dir() -> str:
+    return _dir("DL_ETC_DIR")
+
+
+def run_dir() -> str:
+    return _dir("DL_RUN_DIR")
+
+
+def lib_dir() -> str:
+    return _dir("DL_LIB_DIR")
+
+
+def scratch_dir() -> str:
+    return _dir("DL_SCRATCH")
+
+
+# ---- files ----------------------------------------------------------------------------------------
+# (directory variable, file name): the shell scripts get each as DL_<NAME>_FILE in contract.sh.
+FILES = {
+    "node_env": ("DL_ETC_DIR", "node.env"),          # facts of this node and its job (synth)
+    "efa_env": ("DL_ETC_DIR", "efa.env"),            # NCCL/libfabric settings (boot)
+    "job_command": ("DL_ETC_DIR", "job.sh"),         # the deployer's command, verbatim
+    "rendezvous_env": ("DL_RUN_DIR", "rendezvous.env"),  # this generation's MASTER_ADDR, NODE_RANK, ...
+    "hostfile": ("DL_RUN_DIR", "hostfile"),
+    "resume_env": ("DL_RUN_DIR", "resume.env"),      # DL_RESUME_FROM / DL_RESUME_STEP of this generation
+    "notice": ("DL_RUN_DIR", "notice.json"),         # what the watcher saw (termination, rebalances)
+    # One file per component (bootstrap, raid, restore, job...): "<level> <message>", level one of
+    # HEALTH_LEVELS. Shell scripts write theirs with one echo; `status` reads them all.
+    "health_dir": ("DL_RUN_DIR", "health.d"),
+    "outcome_dir": ("DL_RUN_DIR", "outcome"),        # one file per training rank: finished | interrupted
+    "pin_dir": ("DL_RUN_DIR", "pins"),               # checkpoints being uploaded: never deleted
+    "pushed": ("DL_RUN_DIR", "pushed.json"),         # newest step this node has pushed to S3
+    "supervisor_state": ("DL_RUN_DIR", "supervisor.json"),
+}
+
+
+def path(name: str) -> str:
+    var, base = FILES[name]
+    return os.path.join(_dir(var), base)
+
+
+def checkpoint_dir() -> str:
+    return os.environ.get("DL_CHECKPOINT_DIR") or os.path.join(scratch_dir(), "checkpoints")
+
+
+HEALTH_LEVELS = ("ok", "degraded", "failed")
+
+# ---- exit codes: the job unit and the training command --------------------------------------------
+# The training command: 0 = it ended normally; whether it finished or stopped for a termination
+# notice is recorded by Checkpointer in outcome_dir. Anything else is a failure.
+# The job supervisor (dl-job.service), for systemd:
+EXIT_FINISHED = 0    # the job is done on every node (or was done before this node came)
+EXIT_USAGE = 2       # a setting is wrong: restarting cannot help
+EXIT_FAILED = 3      # the training command failed repeatedly without progress: the job is stopped
+NO_RESTART_EXITS = (EXIT_USAGE, EXIT_FAILED)  # RestartPreventExitStatus of the job unit
+
+# ---- env files ------------------------------------------------------------------------------------
+_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_UNSAFE = set('"\\$`\n\r\0')
+
+
+def env_problem(key: str, value: str) -> Optional[str]:
+    """Why key=value cannot go into an env file that systemd's EnvironmentFile= and bash's `.`
+    both read the same way, or None."""
+    if not _KEY.match(key):
+        return f"env key {key!r}: use upper-case letters, digits and _"
+    bad = sorted(_UNSAFE & set(value))
+    if bad:
+        return f"{key}: value {value!r} has {', '.join(repr(c) for c in bad)}, which env files cannot carry safely"
+    return None
+
+
+def env_text(values: Mapping[str, str]) -> str:
+    """KEY="value" lines; raises ValueError for a key or value that would change meaning."""
+    for k, v in values.items():
+        problem = env_problem(k, str(v))
+        if problem:
+            raise ValueError(problem)
+    return "".join(f'{k}="{v}"\n' for k, v in values.items())
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """The reverse of env_text (comments and blank lines skipped; quotes optional)."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        k, v = line.split("=", 1)
+        v = v.strip()
+        if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'":
+            v = v[1:-1]
+        out[k.strip()] = v
+    return out
+
+
+def read_env(name: str) -> dict[str, str]:
+    """An env file of the contract by name ({} if it does not exist)."""
+    try:
+        with open(path(name)) as f:
+            return parse_env(f.read())
+    except FileNotFoundError:
+        return {}
+
+
+def shell() -> str:
+    """contract.sh: the same names for the node's shell scripts (sourced by dl_env.sh). Directory
+    variables already set in the environment win, as they do here."""
+    lines = ["# generated from constructs_lib/runtime/contract.py: do not edit", "# shellcheck shell=bash"]
+    for var, default in DIR_DEFAULTS.items():
+        lines.append(f'{var}="${{{var}:-{default}}}"')
+        lines.append(f"export {var}")
+    for name, (var, base) in FILES.items():
+        suffix = "" if name.endswith(("_dir", "file")) else "_FILE"
+        lines.append(f'DL_{name.upper()}{suffix}="${{{var}}}/{base}"')
+    lines.append('DL_CHECKPOINT_DIR="${DL_CHECKPOINT_DIR:-${DL_SCRATCH}/checkpoints}"')
+    lines.append("export DL_CHECKPOINT_DIR")
+    for const in ("TAG_CLUSTER", "TAG_NODES", "TAG_CHECKPOINT_BUCKET", "TAG_CHECKPOINT_PREFIX",
+                  "RENDEZVOUS_PORT_BASE", "RENDEZVOUS_PORT_SPAN", "EXIT_FINISHED", "EXIT_USAGE", "EXIT_FAILED"):
+        lines.append(f'DL_{const}="{globals()[const]}"')
+    return "\n".join(lines) + "\n"
