@@ -15,8 +15,11 @@ from constructs import Construct
 if TYPE_CHECKING:
     import aws_cdk.aws_sns as sns
 
+    from .checkpoints import CheckpointBucket
+
 from .facts import InstanceLike, resolve
 from .launch_template import GpuLaunchTemplate, select_subnets
+from .runtime import contract
 from .validation import ConfigurationError
 
 SPOT_EVENTS = ["EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]
@@ -30,7 +33,7 @@ class SpotCapacity(Construct):
     Keyword-only props (defaults in brackets):
       vpc, instance_types: the pick first, then alternates with the same accelerators per node
         and architecture (stacks get them from the selector); each EFA type gets its own launch
-        template, sharing one role, security group and placement group.
+        template, sharing one role, instance profile, security group and placement group.
       nodes [1]: instances kept running; the Auto Scaling group replaces any that AWS reclaims.
       spot [True]: capacity-optimized spot across all the types; False: on-demand only.
       on_demand_base [0]: this many nodes always on-demand (e.g. 1 keeps rank 0 steady).
@@ -67,12 +70,15 @@ class SpotCapacity(Construct):
         subnets = subnets or ec2.SubnetSelection(subnet_type=_private_type(vpc),
                                                  availability_zones=[vpc.availability_zones[0]])
         props = dict(template_props or {})
-        self.templates: list[GpuLaunchTemplate] = []
-        for i, f in enumerate(facts):
-            self.templates.append(GpuLaunchTemplate(
-                self, "Node" if i == 0 else f"Alt{i}", vpc=vpc, instance_type=f, multi_node=multi, subnets=subnets,
-                share_from=self.templates[0] if self.templates else None, **props))
-        self.primary = self.templates[0]
+        self.primary = GpuLaunchTemplate(self, "Node", vpc=vpc, instance_type=pick, multi_node=multi, subnets=subnets,
+                                         **props)
+        # One role, profile, security group and placement group for the whole cluster.
+        shared = dict(role=self.primary.role, instance_profile=self.primary.instance_profile,
+                      security_group=self.primary.security_group, placement_group=self.primary.placement_group)
+        self.templates: list[GpuLaunchTemplate] = [self.primary, *(
+            GpuLaunchTemplate(self, f"Alt{i}", vpc=vpc, instance_type=f, multi_node=multi, subnets=subnets,
+                              **{**props, **shared})
+            for i, f in enumerate(facts[1:], start=1))]
         self.role = self.primary.role
         self.security_group = self.primary.security_group
         self.placement_group = self.primary.placement_group
@@ -107,7 +113,7 @@ class SpotCapacity(Construct):
             # it is ready: health comes from EC2, the job decides about itself.
             health_check_type="EC2",
             capacity_rebalance=False,
-            tags=[autoscaling.CfnAutoScalingGroup.TagPropertyProperty(key="dl-launcher:nodes", value=str(nodes),
+            tags=[autoscaling.CfnAutoScalingGroup.TagPropertyProperty(key=contract.TAG_NODES, value=str(nodes),
                                                                      propagate_at_launch=True)])
         cdk.Validations.of(self.auto_scaling_group).acknowledge(
             cdk.Acknowledgment(id="AwsSolutions-AS3", reason=(
@@ -127,11 +133,10 @@ class SpotCapacity(Construct):
         for t in self.templates:
             t.enable_job(cluster=cluster, command=command, grant=t is self.primary)
 
-    def enable_checkpoints(self, bucket, prefix: str) -> None:
+    def enable_checkpoints(self, bucket: "CheckpointBucket", prefix: str) -> None:
         """Checkpoints in `bucket` under `prefix` on every node type (see GpuLaunchTemplate)."""
-        self.primary.enable_checkpoints(bucket, prefix)
-        for t in self.templates[1:]:
-            t.enable_checkpoints_like(self.primary)
+        for t in self.templates:
+            t.enable_checkpoints(bucket, prefix, grant=t is self.primary)
 
 
 def _private_type(vpc: ec2.IVpc) -> ec2.SubnetType:

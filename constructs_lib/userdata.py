@@ -1,23 +1,28 @@
-"""User data assembled from the shell scripts in this package (files, so tests can run and lint them).
+"""User data for a node: the contract's names, this node's settings, then the packaged bootstrap
+(scripts/bootstrap.sh), which fetches the node bundle (bundle.py) and installs it.
 
-Each construct contributes files and systemd units; the launch template renders them into one
-bash script, checked against EC2's 16 KB user-data limit at synth.
+Plain text, not compressed: it is a few KB, and it may hold CDK tokens (the bundle's bucket and
+key, anything a deployer adds) that CloudFormation resolves at deploy time. EC2's 16 KB limit is
+still checked at synth, with each unresolved token counted at TOKEN_BYTES.
 """
 from __future__ import annotations
 
-import ast
-import base64
-import functools
-import gzip
 import os
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import aws_cdk as cdk
+import jsii
+
+from .runtime import contract
+from .validation import ConfigurationError
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
-LIB_DIR = "/usr/local/lib/dl-launcher"
-ETC_DIR = "/etc/dl-launcher"
 USER_DATA_LIMIT = 16 * 1024  # bytes, before base64: EC2's documented maximum
-_EOF = "DL_LAUNCHER_EOF"
+# What one unresolved token may add once deployed: S3 bucket names are at most 63 bytes, asset
+# keys about 70, regions 14, ARNs rarely over 200.
+TOKEN_BYTES = 256
+HEREDOC = "DL_LAUNCHER_EOF"
 
 
 def script_path(name: str) -> str:
@@ -29,116 +34,71 @@ def script_text(name: str) -> str:
         return f.read()
 
 
-def env_file(values: dict[str, str]) -> str:
-    """KEY="value" lines that both systemd's EnvironmentFile= and bash's `.` read the same way."""
-    for k, v in values.items():
-        if any(c in str(v) for c in '"\\$`\n'):
-            raise ValueError(f"{k}: value {v!r} has a character that env files cannot carry safely")
-    return "".join(f'{k}="{v}"\n' for k, v in values.items())
+@dataclass(frozen=True)
+class SettingsFile:
+    """A file the bootstrap writes verbatim. `path` is a shell word such as
+    "$DL_NODE_ENV_FILE" (the contract's names are set when it runs); `content` may hold tokens."""
+
+    label: str
+    path: str
+    content: str
+
+    def __post_init__(self) -> None:
+        if HEREDOC in self.content:
+            raise ConfigurationError(f"{self.label} contains {HEREDOC}, the marker that ends it in user data; "
+                                     "rename that word")
+
+    def script(self) -> str:
+        body = self.content if self.content.endswith("\n") else self.content + "\n"
+        return f'  dl_put "{self.path}" <<\'{HEREDOC}\'\n{body}{HEREDOC}\n'
 
 
-@dataclass
-class NodeScript:
-    """Files, units and commands for the node, in the order they were added."""
-
-    steps: list[str] = field(default_factory=list)
-
-    def add_file(self, path: str, content: str, mode: str = "0644") -> "NodeScript":
-        if _EOF in content:
-            raise ValueError(f"{path}: content contains the heredoc marker {_EOF}")
-        body = content if content.endswith("\n") else content + "\n"
-        self.steps.append(f"install -d -m 0755 {os.path.dirname(path)}\n"
-                          f"cat > {path} <<'{_EOF}'\n{body}{_EOF}\nchmod {mode} {path}")
-        return self
-
-    def add_script(self, name: str) -> str:
-        """Install a packaged script under /usr/local/lib/dl-launcher; returns its path on the node."""
-        path = f"{LIB_DIR}/{name}"
-        self.add_file(path, compact_shell(script_text(name)), mode="0755")
-        return path
-
-    def add_python_package(self, package_dir: str, dest: str) -> "NodeScript":
-        """Install the .py files of package_dir (compacted) into dest on the node."""
-        for name in sorted(os.listdir(package_dir)):
-            if name.endswith(".py"):
-                with open(os.path.join(package_dir, name)) as f:
-                    self.add_file(f"{dest}/{name}", compact_python(f.read()))
-        return self
-
-    def add_unit(self, name: str, unit: str, start: bool = True) -> "NodeScript":
-        self.add_file(f"/etc/systemd/system/{name}", unit)
-        self.steps.append(f"systemctl daemon-reload\nsystemctl enable {'--now ' if start else ''}{name}")
-        return self
-
-    def add_commands(self, *commands: str) -> "NodeScript":
-        self.steps.extend(commands)
-        return self
-
-    def render(self) -> str:
-        return "\n".join(["set -euo pipefail", *self.steps]) + "\n"
+def user_data_parts(files: Sequence[SettingsFile], extra: Sequence[str]) -> list[tuple[str, str]]:
+    """(label, text) in order; their concatenation is the user data."""
+    shebang, bootstrap = script_text("bootstrap.sh").split("\n", 1)
+    parts = [("bootstrap.sh and contract.sh", f"{shebang}\n{contract.shell()}dl_settings() {{\n")]
+    parts += [(f.label, f.script()) for f in files]
+    parts.append(("bootstrap.sh and contract.sh", "}\n" + bootstrap))
+    if extra:
+        parts.append(("extra user data (extra_user_data, add_user_data)", "".join(line + "\n" for line in extra)))
+    return parts
 
 
-def boot_unit(description: str, exec_start: str, *, env_files: tuple[str, ...] = (), after: str = "",
-              before: str = "", remain: bool = True) -> str:
-    """A oneshot systemd unit that runs on every boot (cloud-init user data runs only on the first)."""
-    lines = ["[Unit]", f"Description=dl-launcher: {description}"]
-    if after:
-        lines.append(f"After={after}")
-    if before:
-        lines.append(f"Before={before}")
-    lines += ["", "[Service]", "Type=oneshot"]
-    lines += [f"EnvironmentFile=-{e}" for e in env_files]
-    lines += [f"ExecStart={exec_start}", f"RemainAfterExit={'yes' if remain else 'no'}", "",
-              "[Install]", "WantedBy=multi-user.target"]
-    return "\n".join(lines) + "\n"
+@jsii.implements(cdk.ITokenMapper)
+class _Blank:
+    def map_token(self, t: cdk.IResolvable) -> str:
+        return ""
 
 
-@functools.lru_cache(maxsize=64)
-def compact_python(source: str) -> str:
-    """The same program without docstrings, comment lines and blank lines: what the node runs,
-    in about two thirds of the bytes. Lines are dropped, never rewritten, so the code is the
-    code that the tests ran."""
-    drop: set[int] = set()
-    for node in ast.walk(ast.parse(source)):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            doc = body[0]
-            if len(body) == 1:  # a body that is only a docstring keeps a statement
-                continue
-            drop.update(range(doc.lineno, doc.end_lineno + 1))
-    out = []
-    for n, line in enumerate(source.splitlines(), start=1):
-        stripped = line.strip()
-        if n in drop or not stripped or stripped.startswith("#"):
-            continue
-        out.append(line)
-    return "\n".join(out) + "\n"
+def measure(text: str) -> tuple[int, int]:
+    """(bytes of literal text, number of unresolved tokens) of a string that may hold tokens."""
+    if not cdk.Token.is_unresolved(text):
+        return len(text.encode()), 0
+    fragments = cdk.Tokenization.reverse_string(text)
+    literal = fragments.map_tokens(_Blank()).join(cdk.StringConcat())
+    return len(literal.encode()), len(fragments.tokens)
 
 
-def compact_shell(source: str) -> str:
-    """The script without its comment lines (the shebang stays): the node needs the code, the
-    comments live in the package."""
-    lines = source.splitlines()
-    kept = [line for i, line in enumerate(lines) if i == 0 or not line.lstrip().startswith("#") or
-            line.lstrip().startswith("# shellcheck")]
-    return "\n".join(kept) + "\n"
+def upper_bound(text: str) -> int:
+    literal, tokens = measure(text)
+    return literal + tokens * TOKEN_BYTES
 
 
-def gzip_user_data(script: str) -> bytes:
-    """The bytes EC2 receives (and its 16 KB limit applies to): cloud-init unpacks gzip."""
-    return gzip.compress(script.encode(), mtime=0)
-
-
-def encode_user_data(script: str) -> str:
-    """base64 of the gzip-compressed script, as a launch template carries it."""
-    return base64.b64encode(gzip_user_data(script)).decode()
-
-
-def decode_user_data(value: str) -> str:
-    return gzip.decompress(base64.b64decode(value)).decode()
-
-
-def user_data_size(rendered: str, extra: Optional[str] = None) -> int:
-    return len((rendered + (extra or "")).encode())
+def limit_problem(parts: Sequence[tuple[str, str]]) -> Optional[str]:
+    """Why these parts cannot be one node's user data, naming the largest, or None."""
+    sizes: dict[str, list[int]] = {}
+    for label, text in parts:
+        literal, tokens = measure(text)
+        size = sizes.setdefault(label, [0, 0])
+        size[0] += literal
+        size[1] += tokens
+    literal = sum(s[0] for s in sizes.values())
+    tokens = sum(s[1] for s in sizes.values())
+    total = literal + tokens * TOKEN_BYTES
+    if total <= USER_DATA_LIMIT:
+        return None
+    largest = sorted(sizes.items(), key=lambda kv: -(kv[1][0] + kv[1][1] * TOKEN_BYTES))
+    listed = ", ".join(f"{label} {lit + n * TOKEN_BYTES} bytes" for label, (lit, n) in largest)
+    return (f"user data would be up to {total} bytes ({literal} of text and {tokens} token(s) counted at "
+            f"{TOKEN_BYTES} bytes each), over EC2's {USER_DATA_LIMIT}-byte limit. Largest first: {listed}. "
+            "Ship large scripts as an asset (aws_s3_assets.Asset) and fetch them at boot")

@@ -16,11 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from constructs_lib.runtime.contract import TAG_CLUSTER
+
 ROOT = Path(__file__).resolve().parents[1]
 ACCOUNT = "123456789012"  # moto's default account
 REGION = "us-east-1"
 NOT_EMULATED = [
-    "instances do not boot: no user data runs, so no RAID 0, no checkpoint restore, no rendezvous",
+    "instances do not boot: no user data runs, so no bundle fetch, no RAID 0, no units, no rendezvous",
     "EFA: launch templates keep their interface layout, instances get one plain interface",
     "placement groups are accepted and ignored",
     "spot: instances start as ordinary ones; no interruption notices (the tests use a fake IMDS)",
@@ -93,7 +95,7 @@ def existing_vpc(region: str) -> tuple[str, str, str]:
 
 def toolkit_stack(region: str) -> None:
     """A minimal stand-in for `cdk bootstrap`: only the staging bucket the CLI uploads large
-    templates to (the legacy synthesizer needs nothing else)."""
+    templates and assets (the node bundle) to; the legacy synthesizer needs nothing else."""
     import boto3
 
     cfn = boto3.client("cloudformation", region_name=region)
@@ -134,7 +136,7 @@ def show(stack: str, region: str) -> dict:
     log(f"instances ({len(instances)}):")
     for i in instances:
         tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
-        log(f"  {i['InstanceId']} {i['InstanceType']} {i.get('PrivateIpAddress')} cluster={tags.get('dl-launcher:cluster')}")
+        log(f"  {i['InstanceId']} {i['InstanceType']} {i.get('PrivateIpAddress')} cluster={tags.get(TAG_CLUSTER)}")
     lts = ec2.describe_launch_templates()["LaunchTemplates"]
     log(f"launch templates ({len(lts)}):")
     for lt in lts:
@@ -148,6 +150,40 @@ def show(stack: str, region: str) -> dict:
     roles = [r["RoleName"] for r in iam.list_roles()["Roles"]]
     log(f"roles: {', '.join(roles)}")
     return {"instances": instances, "launch_templates": lts, "buckets": buckets, "outputs": desc.get("Outputs", [])}
+
+
+def show_bundle(stack: str, region: str) -> bool:
+    """The node bundle as the CDK CLI published it: the stack's asset parameters (legacy
+    synthesizer) name the object in the staging bucket; the node role may read exactly that."""
+    import io
+    import zipfile
+
+    import boto3
+
+    desc = boto3.client("cloudformation", region_name=region).describe_stacks(StackName=stack)["Stacks"][0]
+    params = {p["ParameterKey"]: p["ParameterValue"] for p in desc.get("Parameters", [])}
+    buckets = {k[:-len("S3Bucket") - 8]: v for k, v in params.items() if k.startswith("AssetParameters") and "S3Bucket" in k}
+    keys = {k[:-len("S3VersionKey") - 8]: v for k, v in params.items() if k.startswith("AssetParameters") and "S3VersionKey" in k}
+    s3 = boto3.client("s3", region_name=region)
+    found = False
+    for asset, bucket in buckets.items():
+        key = keys[asset].replace("||", "")
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        names = zipfile.ZipFile(io.BytesIO(body)).namelist()
+        found = found or "install.sh" in names
+        log(f"node bundle in staging bucket: s3://{bucket}/{key} ({len(body)} bytes, {len(names)} files; "
+            f"install.sh {'present' if 'install.sh' in names else 'MISSING'}, "
+            f"{sum(n.startswith('units/') for n in names)} units, "
+            f"{sum(n.startswith('python/') for n in names)} Python files)")
+    iam = boto3.client("iam", region_name=region)
+    for role in iam.list_roles()["Roles"]:
+        statements = [st for name in iam.list_role_policies(RoleName=role["RoleName"])["PolicyNames"]
+                      for st in iam.get_role_policy(RoleName=role["RoleName"], PolicyName=name)["PolicyDocument"]["Statement"]]
+        for bucket in set(buckets.values()):
+            on_bucket = [st for st in statements if f":::{bucket}" in json.dumps(st["Resource"])]
+            rights = ", ".join(f"{st['Action']} on {st['Resource']}" for st in on_bucket) or "nothing"
+            log(f"  role {role['RoleName']} may, in {bucket}: {rights}")
+    return found
 
 
 def main(argv=None) -> int:
@@ -182,6 +218,7 @@ def main(argv=None) -> int:
             "--no-previous-parameters", "--progress", "events", stack, env=env)
         log(f"deployed in {time.monotonic() - started:.0f} s")
         state = show(stack, REGION)
+        bundle = show_bundle(stack, REGION)
         if a.keep:
             return 0
         import boto3
@@ -199,7 +236,7 @@ def main(argv=None) -> int:
         others = boto3.client("ec2", region_name=REGION).describe_launch_templates()["LaunchTemplates"]
         log(f"launch templates left: {len(others)}")
         log("\nwhat moto does not emulate:\n" + "\n".join(f"  - {n}" for n in NOT_EMULATED))
-        return 0 if kept and state["launch_templates"] else 1
+        return 0 if kept and state["launch_templates"] and bundle else 1
     finally:
         shutil.rmtree(out, ignore_errors=True)
         server.stop()

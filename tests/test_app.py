@@ -54,9 +54,9 @@ def test_multi_node_training_is_two_efa_nodes_in_one_placement_group_on_spot(all
     first = next(lt for lt in lts.values() if lt["Properties"]["LaunchTemplateData"]["InstanceType"] == pick.instance_type)
     nics = first["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]
     assert sum(n["InterfaceType"] == "efa-only" for n in nics) == pick.max_efa_interfaces
-    from constructs_lib.userdata import decode_user_data
-    ud = decode_user_data(first["Properties"]["LaunchTemplateData"]["UserData"])
-    assert "dl-job.service" in ud and "/usr/local/bin/dl-torchrun" in ud
+    from tests.constructs.userdata_text import user_data_text
+    ud = user_data_text(first["Properties"]["LaunchTemplateData"])
+    assert "dl-job.service" in ud and 'DL_CLUSTER="dl-multi-node-training-multi-node-training"' in ud
     tags = {tg["Key"]: tg["Value"] for spec in first["Properties"]["LaunchTemplateData"]["TagSpecifications"]
             for tg in spec["Tags"]}
     assert tags["dl-launcher:cluster"] == "dl-multi-node-training-multi-node-training"

@@ -24,6 +24,13 @@ def test_local_deploy_of_multi_node_training():
     assert lt_lines and all("IMDS tokens required" in line for line in lt_lines)
     assert any("8 EFA interfaces on cards [0, 1, 2, 3, 4, 5, 6, 7]" in line for line in lt_lines)
     assert "output ClusterCostPerHour: 2 x" in out and "output CheckpointBucket:" in out
+    # the CDK CLI published the node bundle into moto's S3; the node role may read that object only
+    (bundle,) = [line for line in out.splitlines() if line.startswith("node bundle in staging bucket: ")]
+    url = bundle.split()[5]
+    assert url.startswith("s3://cdk-local-staging-123456789012/assets/") and url.endswith(".zip")
+    assert "install.sh present, 4 units" in bundle
+    arn = "arn:aws:s3:::" + url[len("s3://"):]
+    assert f"in cdk-local-staging-123456789012: s3:GetObject on {arn}\n" in out
     assert "dl-multi-node-training: destroyed" in out
     assert "checkpoint bucket kept (RemovalPolicy.RETAIN): dl-multi-node-training-checkpointsbucket" in out
     assert "launch templates left: 0" in out

