@@ -21,16 +21,13 @@ os.environ.update({
 for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
     os.environ.pop(var, None)
 
-# The node runtime's /run/dl-launcher paths, moved somewhere harmless for the whole session.
+# The node contract's directories (/etc, /run, /scratch), moved somewhere harmless for the whole
+# session; tests/runtime gives each test its own.
 import tempfile  # noqa: E402
 
-_RUN = tempfile.mkdtemp(prefix="dl-run-")
-os.environ.update({
-    "DL_NOTIFY_DIR": os.path.join(_RUN, "notify"),
-    "DL_INTERRUPTION_MARKER": os.path.join(_RUN, "interruption"),
-    "DL_RESUME_FILE": os.path.join(_RUN, "resume-from"),
-    "DL_RESUME_ENV": os.path.join(_RUN, "resume.env"),
-})
+_NODE = tempfile.mkdtemp(prefix="dl-node-")
+for _var in ("DL_ETC_DIR", "DL_RUN_DIR", "DL_SCRATCH"):
+    os.environ[_var] = os.path.join(_NODE, _var.lower())
 
 import pytest  # noqa: E402
 

@@ -1,8 +1,9 @@
-"""What runs on the node: checkpoint push/pull, the interruption watcher, resume at boot.
+"""What runs on the node: the job supervisor, the node agent (spot notices, checkpoint uploads),
+checkpoint push/pull, and the Checkpointer that training code uses.
 
-Standard library plus boto3 (which the Deep Learning AMI ships); no torch, no CDK. Training
-code uses `Checkpointer` from here; scripts use `python -m constructs_lib.runtime`.
+Standard library plus boto3 (which the Deep Learning AMI ships); no CDK, and torch only inside
+a training process. Training code uses `Checkpointer`; systemd runs `python -m constructs_lib.runtime`.
 """
-from .helper import Checkpointer, interruption_notice
+from .checkpointer import Checkpointer
 
-__all__ = ["Checkpointer", "interruption_notice"]
+__all__ = ["Checkpointer"]

@@ -1,8 +1,8 @@
-"""python -m constructs_lib.runtime: checkpoint push|pull|list, watch, resume.
+"""python -m constructs_lib.runtime: checkpoint push|pull|list, agent, job, status.
 
 Bucket and prefix come from --bucket/--prefix, DL_CHECKPOINT_BUCKET/DL_CHECKPOINT_PREFIX, or the
 instance's tags on a dl-launcher node; the local directory from --dir, DL_CHECKPOINT_DIR or
-/scratch/checkpoints. Mistakes exit 2 with one line.
+<scratch>/checkpoints. Mistakes exit 2 with one line.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Optional
 
+from . import contract
 from .errors import RuntimeUserError
 
 
@@ -43,78 +44,72 @@ def parser() -> argparse.ArgumentParser:
     ls = cks.add_parser("list", help="every step in S3 and whether it is complete")
     _common(ls)
     ls.add_argument("--json", action="store_true")
-    w = sub.add_parser("watch", help="watch IMDS for spot/rebalance notices (run by systemd)")
-    _common(w)
-    w.add_argument("--poll", type=float, default=5.0, help="seconds between IMDS polls [5]")
-    w.add_argument("--grace", type=float, default=30.0, help="seconds to wait for the job's own save [30]")
-    w.add_argument("--pidfile", default=os.environ.get("DL_JOB_PIDFILE"),
-                   help="also signal this pid (processes using Checkpointer register themselves)")
-    w.add_argument("--ignore-rebalance", action="store_true")
-    r = sub.add_parser("resume", help="at boot: restore the newest complete checkpoint, write resume.env")
-    _common(r)
-    rz = sub.add_parser("rendezvous", help="find the cluster's nodes; write rank 0, hostfile and torchrun settings")
-    rz.add_argument("--cluster", help="cluster id (default: the instance's dl-launcher:cluster tag)")
-    rz.add_argument("--nodes", type=int, help="how many nodes (default: the dl-launcher:nodes tag)")
-    rz.add_argument("--nproc-per-node", type=int, default=int(os.environ.get("DL_PROCS_PER_NODE", "1")))
-    rz.add_argument("--port", type=int, default=29500)
-    rz.add_argument("--timeout", type=float, default=900.0)
-    rz.add_argument("--env-file", default="/etc/dl-launcher/rendezvous.env")
-    rz.add_argument("--hostfile", default="/etc/dl-launcher/hostfile")
-    rz.add_argument("--region")
+    ag = sub.add_parser("agent", help="the node agent: spot notices from IMDS, checkpoint uploads (run by systemd)")
+    _common(ag)
+    ag.add_argument("--poll", type=float, default=float(os.environ.get("DL_AGENT_POLL_SECONDS", "2")),
+                    help="seconds between IMDS polls [2]")
+    jb = sub.add_parser("job", help="the job supervisor: rendezvous, restore, run the command (run by systemd)")
+    _common(jb)
+    st = sub.add_parser("status", help="the cluster's generations, members, resume step and this node's health")
+    _common(st)
+    st.add_argument("--json", action="store_true")
     return p
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     try:
         a = parser().parse_args(argv)
-        if a.command == "rendezvous":
-            return _rendezvous(a)
         from .config import resolve_config
         from .store import CheckpointStore
 
         cfg = resolve_config(a.bucket, a.prefix, a.local_dir, a.region)
         store = CheckpointStore(cfg.bucket, cfg.prefix, region=cfg.region)
-        if a.command == "checkpoint" and a.action == "push":
-            return _push(a, store, cfg.local_dir)
-        if a.command == "checkpoint" and a.action == "pull":
-            got = store.pull(cfg.local_dir, a.step)
-            print(f"restored step {got[0]} to {got[1]}" if got else "no complete checkpoint in S3 yet")
-            return 0
         if a.command == "checkpoint":
-            rows = store.list()
-            if a.json:
-                print(json.dumps([{"name": n, "step": c.step if c else None, "complete": c is not None,
-                                   "bytes": c.total_bytes if c else None} for n, c in rows], indent=1))
-            else:
-                for n, c in rows:
-                    print(f"{n}  {'complete' if c else 'INCOMPLETE (no manifest)'}"
-                          + (f"  {len(c.manifest['files'])} files, {c.total_bytes:,} bytes" if c else ""))
+            return _checkpoint(a, store, cfg.local_dir)
+        if a.command == "agent":
+            from .agent import NodeAgent
+            NodeAgent(store, cfg.local_dir, poll_seconds=a.poll, log=_logger("dl-agent")).run()
             return 0
-        if a.command == "watch":
-            from .watcher import Watcher
-            w = Watcher(store, cfg.local_dir, poll_seconds=a.poll, save_grace=a.grace, pidfile=a.pidfile,
-                        on_rebalance="ignore" if a.ignore_rebalance else "notify",
-                        log=lambda m: print(f"dl-watch: {m}", flush=True))
-            result = w.run()
-            print(f"dl-watch: done ({result.kind} notice; pushed step {result.pushed_step})" if result else "dl-watch: stopped")
-            return 0
-        from .resume import restore
-        got = restore(store, cfg.local_dir)
-        print(f"resume from step {got[0]}: {got[1]}" if got else "no checkpoint yet: the job starts from scratch")
-        return 0
+        if a.command == "job":
+            return _job(store, cfg.local_dir)
+        return _status(store, a.json)
     except RuntimeUserError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return contract.EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
     except Exception as e:  # boto's own, for problems of setup rather than code
         name = type(e).__name__
         if name == "NoCredentialsError":
             print("error: no AWS credentials: on a node the instance role provides them; elsewhere set AWS_PROFILE",
                   file=sys.stderr)
-            return 2
+            return contract.EXIT_USAGE
         if name in ("EndpointConnectionError", "ConnectTimeoutError"):
-            print(f"error: cannot reach S3 ({e})", file=sys.stderr)
-            return 2
+            print(f"error: cannot reach AWS ({e})", file=sys.stderr)
+            return contract.EXIT_USAGE
         raise
+
+
+def _logger(name: str):
+    return lambda m: print(f"{name}: {m}", flush=True)
+
+
+def _checkpoint(a: argparse.Namespace, store, local_dir: str) -> int:
+    if a.action == "push":
+        return _push(a, store, local_dir)
+    if a.action == "pull":
+        got = store.pull(local_dir, a.step)
+        print(f"restored step {got[0]} to {got[1]}" if got else "no complete checkpoint in S3 yet")
+        return 0
+    rows = store.list()
+    if a.json:
+        print(json.dumps([{"name": n, "step": c.step if c else None, "complete": c is not None,
+                           "bytes": c.total_bytes if c else None} for n, c in rows], indent=1))
+    else:
+        for n, c in rows:
+            print(f"{n}  {'complete' if c else 'INCOMPLETE (no manifest)'}"
+                  + (f"  {len(c.manifest['files'])} files, {c.total_bytes:,} bytes" if c else ""))
+    return 0
 
 
 def _push(a: argparse.Namespace, store, local_dir: str) -> int:
@@ -135,21 +130,51 @@ def _push(a: argparse.Namespace, store, local_dir: str) -> int:
     return 0
 
 
-def _rendezvous(a: argparse.Namespace) -> int:
+def _job(store, local_dir: str) -> int:
     import boto3
 
-    from .imds import Imds
-    from .rendezvous import TAG_CLUSTER, TAG_NODES, discover, write
+    from .cluster import ClusterState, Liveness
+    from .config import node_identity
+    from .supervisor import Supervisor, SupervisorConfig
 
-    imds = Imds()
-    cluster = a.cluster or imds.tag(TAG_CLUSTER)
-    nodes = a.nodes or int(imds.tag(TAG_NODES) or 0)
-    if not cluster or nodes < 1:
-        raise RuntimeUserError(f"rendezvous needs --cluster and --nodes (or the instance tags {TAG_CLUSTER}, {TAG_NODES})")
-    my_ip = imds.get("meta-data/local-ipv4")
-    region = a.region or os.environ.get("AWS_REGION") or imds.get("meta-data/placement/region")
-    r = discover(boto3.client("ec2", region_name=region), cluster, my_ip, nodes, a.nproc_per_node, port=a.port,
-                 timeout=a.timeout, log=lambda m: print(f"dl-rendezvous: {m}", flush=True))
-    write(r, a.env_file, a.hostfile)
-    print(f"dl-rendezvous: node {r.node_rank} of {r.nnodes}; master {r.master_addr}:{r.port}")
+    me = node_identity()
+    cfg = SupervisorConfig.from_env(cluster=me.cluster, nodes=me.nodes, nproc_per_node=me.nproc_per_node,
+                                    node=me.node, addr=me.addr)
+    ec2 = boto3.client("ec2", region_name=me.region)
+    return Supervisor(cfg, store, ClusterState(store), Liveness(ec2), local_dir=local_dir,
+                      log=_logger("dl-job")).run()
+
+
+def _status(store, as_json: bool) -> int:
+    from .cluster import ClusterState
+    from .supervisor import _State, _health
+
+    cluster = ClusterState(store)
+    g = cluster.newest_generation()
+    plan = cluster.plan(g)
+    latest = store.latest()
+    report = {
+        "generation": g, "plan": plan.to_json() if plan else None,
+        "joined": sorted(cluster.joins(g)) if g else [], "left": sorted(cluster.leaves(g)) if g else [],
+        "newest_complete_step": latest.step if latest else None,
+        "finished": cluster.finished(), "failed": cluster.failed(),
+        "this_node": {"health": _health(), "history": _State.load().history},
+    }
+    if as_json:
+        print(json.dumps(report, indent=1))
+        return 0
+    print(f"s3://{store.bucket}/{store.prefix}/: newest complete step {report['newest_complete_step']}")
+    if report["finished"]:
+        print(f"job finished (generation {report['finished'].get('generation')})")
+    if report["failed"]:
+        print(f"job FAILED: {report['failed'].get('reason')}")
+    if plan:
+        ranks = ", ".join(f"{i}={m.node}@{m.addr}" for i, m in enumerate(plan.members))
+        print(f"generation {g}: ranks {ranks}; master {plan.master_addr}:{plan.port}; resumed from {plan.resume_step}")
+    elif g:
+        print(f"generation {g} forming: joined {', '.join(report['joined']) or 'none'}")
+    for component, line in sorted(report["this_node"]["health"].items()):
+        print(f"health {component}: {line}")
+    for h in report["this_node"]["history"][-5:]:
+        print(f"generation {h['generation']}: {h['outcome']} {h.get('detail') or ''}".rstrip())
     return 0

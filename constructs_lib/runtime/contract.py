@@ -71,7 +71,9 @@ FILES = {
     # HEALTH_LEVELS. Shell scripts write theirs with one echo; `status` reads them all.
     "health_dir": ("DL_RUN_DIR", "health.d"),
     "outcome_dir": ("DL_RUN_DIR", "outcome"),        # one file per training rank: finished | interrupted
-    "pin_dir": ("DL_RUN_DIR", "pins"),               # checkpoints being uploaded: never deleted
+    # Held by the agent while it uploads or prunes, and by the supervisor while it sets aside
+    # saves the cluster did not continue from: nothing is deleted or moved under an upload.
+    "upload_lock": ("DL_RUN_DIR", "upload.lock"),
     "pushed": ("DL_RUN_DIR", "pushed.json"),         # newest step this node has pushed to S3
     "supervisor_state": ("DL_RUN_DIR", "supervisor.json"),
 }
@@ -154,7 +156,7 @@ def shell() -> str:
         lines.append(f'{var}="${{{var}:-{default}}}"')
         lines.append(f"export {var}")
     for name, (var, base) in FILES.items():
-        suffix = "" if name.endswith(("_dir", "file")) else "_FILE"
+        suffix = "" if name.endswith(("_dir", "file", "_lock")) else "_FILE"
         lines.append(f'DL_{name.upper()}{suffix}="${{{var}}}/{base}"')
     lines.append('DL_CHECKPOINT_DIR="${DL_CHECKPOINT_DIR:-${DL_SCRATCH}/checkpoints}"')
     lines.append("export DL_CHECKPOINT_DIR")

@@ -13,26 +13,6 @@ from typing import Optional
 MANIFEST = "MANIFEST.json"
 FORMAT = 1
 _NAME = re.compile(r"^step-(\d{12})$")
-INTERRUPTION_MARKER = "/run/dl-launcher/interruption"
-RESUME_FILE = "/run/dl-launcher/resume-from"
-# Processes that handle the notice signal register here (one empty file per pid). Only they are
-# signalled: SIGUSR1's default action kills, e.g. torchrun's agent, which installs no handler.
-NOTIFY_DIR = "/run/dl-launcher/notify"
-
-
-# Each path may be moved by an environment variable (tests, unusual nodes); every module asks here.
-def marker_path() -> str:
-    return os.environ.get("DL_INTERRUPTION_MARKER", INTERRUPTION_MARKER)
-
-
-def notify_dir() -> str:
-    return os.environ.get("DL_NOTIFY_DIR", NOTIFY_DIR)
-
-
-def resume_file() -> str:
-    return os.environ.get("DL_RESUME_FILE", RESUME_FILE)
-
-
 _PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*$")
 
 
@@ -82,3 +62,16 @@ def local_checkpoints(root: str) -> list[tuple[int, str]]:
 def newest_local(root: str) -> Optional[tuple[int, str]]:
     found = local_checkpoints(root)
     return found[-1] if found else None
+
+
+def set_aside_newer(root: str, step: Optional[int]) -> list[str]:
+    """Rename complete local saves newer than `step` (the cluster's agreed resume point) out of
+    the way: they belong to a run the cluster did not continue, so they must never be resumed
+    from or uploaded. Kept (as .stale-step-N-...) for a person to inspect; returns their new paths."""
+    moved = []
+    for s, path in local_checkpoints(root):
+        if step is None or s > step:
+            dest = os.path.join(root, f".stale-{os.path.basename(path)}-{os.getpid()}")
+            os.rename(path, dest)
+            moved.append(dest)
+    return moved

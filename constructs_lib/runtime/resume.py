@@ -1,21 +1,58 @@
-"""At boot, before the job starts: restore the newest complete checkpoint to local disk and
-tell the job where it is (DL_RESUME_FROM in /etc/dl-launcher/resume.env, and a file)."""
+"""Before each run of the job: make the cluster's agreed checkpoint local and say where it is.
+
+Every node restores the same step (the plan's), never its own newest: local saves newer than
+that step are set aside, since the cluster did not continue from them. Transient S3 errors are
+retried with backoff; the job does not start until the step is here and verified.
+"""
 from __future__ import annotations
 
 import os
-from typing import Optional
+import time
+from typing import Callable, Optional, TypeVar
 
-from .layout import resume_file as default_resume_file, write_atomic
+from . import contract
+from .agent import record_pushed, upload_lock, write_health
+from .errors import RuntimeUserError
+from .layout import set_aside_newer, write_atomic
 from .store import CheckpointStore
 
-ENV_FILE = "/etc/dl-launcher/resume.env"
+T = TypeVar("T")
 
 
-def restore(store: CheckpointStore, local_dir: str, *, env_file: Optional[str] = None,
-            resume_file: Optional[str] = None) -> Optional[tuple[int, str]]:
-    env_file = env_file or os.environ.get("DL_RESUME_ENV", ENV_FILE)
-    resume_file = resume_file or default_resume_file()
-    got = store.pull(local_dir)
-    write_atomic(env_file, f'DL_RESUME_FROM="{got[1]}"\nDL_RESUME_STEP="{got[0]}"\n' if got else "")
-    write_atomic(resume_file, got[1] + "\n" if got else "")
-    return got
+def with_retries(fn: Callable[[], T], what: str, *, attempts: int = 8, base: float = 1.0, cap: float = 60.0,
+                 log: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep) -> T:
+    """fn(), retried with exponential backoff on anything but a user error (which no retry fixes)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except RuntimeUserError:
+            raise
+        except Exception as e:
+            if attempt == attempts:
+                raise
+            wait = min(cap, base * 2 ** (attempt - 1))
+            log(f"{what} failed ({type(e).__name__}: {e}); retry {attempt}/{attempts - 1} in {wait:.0f} s")
+            sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def restore(store: CheckpointStore, local_dir: str, step: Optional[int], *,
+            log: Callable[[str], None] = print, retry_base: float = 1.0) -> Optional[str]:
+    """Make `step` (None: start from scratch) the only resumable save here; write resume.env."""
+    with upload_lock():
+        for path in set_aside_newer(local_dir, step):
+            log(f"set aside {path}: newer than the cluster's resume step {step}")
+    path = None
+    if step is not None:
+        got = with_retries(lambda: store.pull(local_dir, step), f"restoring step {step}", log=log, base=retry_base)
+        if not got:
+            write_health("restore", "failed", f"step {step} is not complete or does not verify in S3")
+            raise RuntimeUserError(f"checkpoint step {step} could not be restored from "
+                                   f"s3://{store.bucket}/{store.prefix}/ (missing or corrupt)")
+        path = got[1]
+        record_pushed(step)  # it came from S3: the agent must not upload it again
+        write_health("restore", "ok", f"restored step {step}")
+    env = {"DL_RESUME_FROM": path, "DL_RESUME_STEP": str(step)} if path else {}
+    os.makedirs(contract.run_dir(), exist_ok=True)
+    write_atomic(contract.path("resume_env"), contract.env_text(env))
+    return path

@@ -198,6 +198,10 @@ class CheckpointStore:
             out.append((n, RemoteCheckpoint(step_of(n), n, m) if m else None))
         return out
 
+    def has_step(self, step: int) -> bool:
+        """Whether `step` is complete in S3 (its manifest exists)."""
+        return self._manifest(name_for(step)) is not None
+
     def latest(self) -> Optional[RemoteCheckpoint]:
         for n in reversed(self._step_names()):
             m = self._manifest(n)

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Runs `python -m constructs_lib.runtime` with a Python that has boto3: the DLAMI's PyTorch
-# environment or system Python if they have it, else a small venv made once on this node.
+# Runs `python -m constructs_lib.runtime` with a Python that has boto3: DL_PYTHON if set, the
+# DLAMI's PyTorch environment or system Python if they have it, else a small venv made once.
 set -euo pipefail
 
-LIB=${DL_LIB:-/usr/local/lib/dl-launcher}
+LIB=${DL_LIB_DIR:-/usr/local/lib/dl-launcher}
 export PYTHONPATH="$LIB/python${PYTHONPATH:+:$PYTHONPATH}"
 
-for py in /opt/pytorch/bin/python3 /opt/conda/bin/python3 /usr/bin/python3 /usr/local/bin/python3; do
+for py in ${DL_PYTHON:-} /opt/pytorch/bin/python3 /opt/conda/bin/python3 /usr/bin/python3 /usr/local/bin/python3; do
   if [ -x "$py" ] && "$py" -c 'import boto3' >/dev/null 2>&1; then
     exec "$py" -m constructs_lib.runtime "$@"
   fi

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# torchrun with this cluster's rendezvous filled in: dl-torchrun train.py [args...]
-# Ranks are derived again on every start, so a node that replaced a reclaimed one fits in.
+# torchrun with this generation's rendezvous: dl-torchrun train.py [args...]
+# Static rendezvous: torch's node rank is the plan's rank (so MASTER_ADDR is where global rank 0
+# runs and writes checkpoints), and --max-restarts=0: a restart is a new generation, agreed by
+# every node through the supervisor, never torch's own restart with a stale master.
 set -euo pipefail
-LIB=${DL_LIB:-/usr/local/lib/dl-launcher}
+LIB=${DL_LIB_DIR:-/usr/local/lib/dl-launcher}
 . "$LIB/dl_env.sh"
 dl_load_env
-/bin/bash "$LIB/dl_runtime.sh" rendezvous --nproc-per-node "${DL_PROCS_PER_NODE:-1}"
-dl_load_env
-torchrun=torchrun
-for candidate in /opt/pytorch/bin/torchrun /opt/conda/bin/torchrun; do
-  if [ -x "$candidate" ]; then torchrun=$candidate; break; fi
-done
-exec "$torchrun" --nnodes="$NNODES" --nproc-per-node="$NPROC_PER_NODE" --rdzv-backend=c10d \
-  --rdzv-endpoint="$DL_RDZV_ENDPOINT" --rdzv-id="$DL_RDZV_ID" --max-restarts=3 "$@"
+if [ -z "${MASTER_ADDR:-}" ] || [ -z "${NODE_RANK:-}" ]; then
+  echo "dl-torchrun: no rendezvous in $DL_RENDEZVOUS_ENV_FILE: the job unit (dl-job.service) writes it" >&2
+  exit 2
+fi
+torchrun=${DL_TORCHRUN:-}
+if [ -z "$torchrun" ]; then
+  torchrun=torchrun
+  for candidate in /opt/pytorch/bin/torchrun /opt/conda/bin/torchrun; do
+    if [ -x "$candidate" ]; then torchrun=$candidate; break; fi
+  done
+fi
+exec "$torchrun" --nnodes="$NNODES" --node-rank="$NODE_RANK" --nproc-per-node="$NPROC_PER_NODE" \
+  --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" --max-restarts=0 "$@"

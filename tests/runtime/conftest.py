@@ -9,9 +9,25 @@ import pytest
 from tests.runtime.fake_imds import FakeImds
 
 
+@pytest.fixture(autouse=True)
+def node_dirs(tmp_path, monkeypatch):
+    """Each test its own node: the contract's directories under tmp_path."""
+    dirs = {}
+    for var in ("DL_ETC_DIR", "DL_RUN_DIR", "DL_SCRATCH"):
+        dirs[var] = tmp_path / "node" / var.lower()
+        monkeypatch.setenv(var, str(dirs[var]))
+    for var in ("DL_CHECKPOINT_DIR", "DL_RESUME_FROM", "DL_RESUME_STEP", "DL_GENERATION", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    return dirs
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint():
+    import logging
+
     from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -49,3 +65,38 @@ def imds():
     fake = FakeImds().start()
     yield fake
     fake.stop()
+
+
+@pytest.fixture
+def moto_process(tmp_path):
+    """moto_server in a process of its own on 127.0.0.1: the drill's nodes hammer it from many
+    processes, and an in-process server would share the test's GIL with the harness."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(tmp_path / "moto_server.log", "wb")
+    server = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=log, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise RuntimeError(f"moto_server did not start on {endpoint}")
+            time.sleep(0.1)
+    yield endpoint
+    server.terminate()
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()

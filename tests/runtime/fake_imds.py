@@ -15,7 +15,11 @@ from typing import Optional
 
 
 class FakeImds:
-    def __init__(self, tags: Optional[dict[str, str]] = None) -> None:
+    def __init__(self, tags: Optional[dict[str, str]] = None, *, instance_id: str = "i-0123456789abcdef0",
+                 local_ipv4: str = "10.0.0.10", region: str = "us-east-1", host: str = "127.0.0.1") -> None:
+        self.instance_id = instance_id
+        self.local_ipv4 = local_ipv4
+        self.region = region
         self.tokens: set[str] = set()
         self.spot: Optional[dict] = None
         self.rebalance: Optional[dict] = None
@@ -55,10 +59,15 @@ class FakeImds:
                     key = path.removeprefix("tags/instance/")
                     return self._send(200, fake.tags[key]) if key in fake.tags else self._send(404)
                 if path == "instance-id":
-                    return self._send(200, "i-0123456789abcdef0")
+                    return self._send(200, fake.instance_id)
+                if path == "local-ipv4":
+                    return self._send(200, fake.local_ipv4)
+                if path == "placement/region":
+                    return self._send(200, fake.region)
                 self._send(404)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property

@@ -1,0 +1,161 @@
+"""The node agent (dl-node-agent.service): watches IMDS for spot notices and uploads checkpoints.
+
+It runs beside the job for the whole life of the node, so an upload never dies with the training
+process that made the save, and a notice is seen even between two runs of the job.
+- Notices: a termination notice and each new rebalance recommendation go to the notice file
+  (see notice.py); the training processes read it and decide together what to do.
+- Uploads: every new complete local save is pushed (the newest first: an older unpushed one is
+  skipped once a newer exists), then older local saves are pruned. Uploads and prunes hold the
+  upload lock, so the supervisor never moves a save that is being uploaded.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import threading
+import time
+from typing import Callable, Iterator, Optional
+
+from . import contract, notice
+from .errors import RuntimeUserError
+from .imds import Imds
+from .layout import local_checkpoints, newest_local, write_atomic
+from .store import CheckpointStore
+
+Log = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def upload_lock() -> Iterator[None]:
+    path = contract.path("upload_lock")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def pushed_step() -> Optional[int]:
+    """The newest step known to be complete in S3 from this node's point of view."""
+    try:
+        with open(contract.path("pushed")) as f:
+            return json.load(f).get("step")
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def record_pushed(step: int) -> None:
+    current = pushed_step()
+    if current is None or step > current:
+        write_atomic(contract.path("pushed"), json.dumps({"step": step, "at": time.time()}))
+
+
+def write_health(component: str, level: str, message: str) -> None:
+    assert level in contract.HEALTH_LEVELS
+    write_atomic(os.path.join(contract.path("health_dir"), component), f"{level} {message}\n")
+
+
+class NodeAgent:
+    """poll_seconds: between IMDS polls. upload_poll_seconds: between looks for a new save.
+    keep: complete local saves kept after an upload (never the newest, never an unpushed one)."""
+
+    def __init__(self, store: CheckpointStore, local_dir: str, *, imds: Optional[Imds] = None,
+                 poll_seconds: float = 2.0, upload_poll_seconds: float = 0.5, keep: int = 2,
+                 log: Log = print) -> None:
+        self.store = store
+        self.local_dir = local_dir
+        self.imds = imds or Imds()
+        self.poll = poll_seconds
+        self.upload_poll = upload_poll_seconds
+        self.keep = max(1, keep)
+        self.log = log
+        self._stop = threading.Event()
+        self._failures = 0
+
+    # ---- notices --------------------------------------------------------------------------------
+    def watch_once(self) -> notice.Notices:
+        action = self.imds.spot_action()
+        rebalance = self.imds.rebalance()
+        n = notice.read()
+        changed = False
+        if action and n.termination != action:
+            n.termination = action
+            changed = True
+            self.log(f"termination notice: {json.dumps(action)}: the job stops at its next check, saves, "
+                     "and this node leaves the cluster")
+        if rebalance and rebalance != n.last_rebalance:
+            n.rebalances += 1
+            n.last_rebalance = rebalance
+            changed = True
+            self.log(f"rebalance recommendation: {json.dumps(rebalance)}: the job saves early and carries on")
+        if changed:
+            notice.write(n)
+        return n
+
+    # ---- uploads --------------------------------------------------------------------------------
+    def upload_once(self) -> Optional[int]:
+        """Push the newest complete local save if S3 does not have it yet; returns its step."""
+        with upload_lock():
+            newest = newest_local(self.local_dir)
+            if not newest:
+                return None
+            step, path = newest
+            done = pushed_step()
+            if done is not None and step <= done:
+                return None
+            if self.store.has_step(step):
+                record_pushed(step)
+                return None
+            started = time.monotonic()
+            cp = self.store.push(path, step)
+            record_pushed(step)
+            self.log(f"uploaded step {step} ({cp.total_bytes:,} bytes) in {time.monotonic() - started:.1f} s")
+            self._prune(step)
+            return step
+
+    def _prune(self, pushed: int) -> None:
+        complete = [s for s in local_checkpoints(self.local_dir) if s[0] <= pushed]
+        for _s, path in complete[: -self.keep]:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def _upload_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.upload_once()
+                if self._failures:
+                    write_health("upload", "ok", "uploads work again")
+                self._failures = 0
+                wait = self.upload_poll
+            except RuntimeUserError as e:
+                self._failures += 1
+                write_health("upload", "failed", str(e))
+                self.log(f"upload failed: {e}")
+                wait = min(60.0, self.upload_poll * 2 ** self._failures)
+            except Exception as e:  # S3 unreachable after botocore's own retries: try again later
+                self._failures += 1
+                write_health("upload", "degraded", f"upload failing ({type(e).__name__}: {e}); retrying")
+                self.log(f"upload failed ({type(e).__name__}: {e}); retrying")
+                wait = min(60.0, self.upload_poll * 2 ** self._failures)
+            self._stop.wait(wait)
+
+    def run(self, duration: Optional[float] = None) -> None:
+        """Until stop() (or `duration` seconds): notices in this thread, uploads in another."""
+        uploader = threading.Thread(target=self._upload_loop, name="uploader", daemon=True)
+        uploader.start()
+        end = None if duration is None else time.monotonic() + duration
+        while not self._stop.is_set() and (end is None or time.monotonic() < end):
+            try:
+                self.watch_once()
+            except OSError as e:
+                self.log(f"IMDS not reachable ({e}); retrying")
+            self._stop.wait(self.poll)
+        self._stop.set()
+        uploader.join(timeout=5)
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,185 @@
+"""For training code: where to resume, when to save and stop (decided by all ranks together), and
+atomic saves. Made for DDP under dl-launcher's supervisor; works in a single process too.
+
+    from constructs_lib.runtime import Checkpointer
+    ckpt = Checkpointer()                       # after init_process_group (or before: it waits)
+    start = 0
+    if ckpt.resume_path:                        # the same step on every rank of every node
+        state = torch.load(f"{ckpt.resume_path}/model.pt", map_location="cpu")
+        model.load_state_dict(state["model"]); opt.load_state_dict(state["opt"])
+        start = ckpt.resume_step + 1
+    for step in range(start, steps):
+        train_one_step()
+        if ckpt.should_checkpoint(step, every=500):   # collective: call it on every rank
+            with ckpt.save(step) as d:                 # rank 0 gets a directory, the others None
+                if d:
+                    torch.save(state, f"{d}/model.pt")
+        if ckpt.interrupted:                           # agreed by every rank: stop together
+            break
+
+The rules it keeps:
+- Resume: under the supervisor, exactly the step the cluster agreed on (DL_RESUME_FROM), never
+  a newer local save of one node; alone, the newest complete local save.
+- Save/stop: a termination notice on ANY node makes every rank save the same step and stop; a
+  rebalance recommendation makes them save early and carry on. One all-reduce (MAX) per
+  should_checkpoint call, over a gloo group on the CPU, so NCCL jobs never sync the GPU for it.
+- Only global rank 0 writes (DDP state is the same on every rank): local ranks never race on a
+  directory. A save becomes complete by one rename; the node agent uploads it, outside the
+  training processes, so an upload outlives the worker that made the save.
+No torch import until a distributed decision needs one.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+from typing import Iterator, Optional
+
+from . import contract, notice
+from .layout import local_checkpoints, name_for, step_of, write_atomic
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class Checkpointer:
+    """directory: where saves go [$DL_CHECKPOINT_DIR, else <scratch>/checkpoints].
+    keep: complete local saves kept when no node agent prunes them (outside the supervisor) [3].
+    """
+
+    def __init__(self, directory: Optional[str] = None, *, keep: int = 3) -> None:
+        self.directory = directory or contract.checkpoint_dir()
+        self.keep = max(1, keep)
+        self.rank = _env_int("RANK", 0)
+        self.world_size = _env_int("WORLD_SIZE", 1)
+        self.generation = os.environ.get("DL_GENERATION")
+        self._notice_file = contract.path("notice")
+        self._notice_stamp = notice.mtime(self._notice_file)
+        self._notices = notice.read(self._notice_file)
+        # Recommendations that arrived before this process started were the last run's business.
+        self._rebalances_seen = self._notices.rebalances
+        self._stop = False
+        self._group = None
+        self.reason: Optional[str] = None  # why the last should_checkpoint said yes
+        os.makedirs(self.directory, exist_ok=True)
+
+    @property
+    def managed(self) -> bool:
+        """Running under dl-launcher's supervisor: it chose the resume step, the agent uploads."""
+        return self.generation is not None
+
+    @property
+    def is_writer(self) -> bool:
+        return self.rank == 0
+
+    # ---- where to resume ------------------------------------------------------------------------
+    @property
+    def resume_path(self) -> Optional[str]:
+        path = os.environ.get("DL_RESUME_FROM")
+        if path is None:
+            path = contract.read_env("resume_env").get("DL_RESUME_FROM")
+        if path and os.path.isdir(path):
+            return path
+        if self.managed:
+            return None  # the cluster agreed to start from scratch: a stray local save must not win
+        newest = local_checkpoints(self.directory)
+        return newest[-1][1] if newest else None
+
+    @property
+    def resume_step(self) -> Optional[int]:
+        p = self.resume_path
+        return step_of(os.path.basename(p)) if p else None
+
+    # ---- when to save and stop ----------------------------------------------------------------------
+    def _local_flags(self) -> tuple[int, int]:
+        stamp = notice.mtime(self._notice_file)
+        if stamp != self._notice_stamp:
+            self._notice_stamp = stamp
+            self._notices = notice.read(self._notice_file)
+        n = self._notices
+        return int(n.terminating), int(n.rebalances > self._rebalances_seen)
+
+    def _agree(self, flags: tuple[int, int]) -> tuple[int, int]:
+        if self.world_size <= 1:
+            return flags
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            return flags
+        if self._group is None and dist.get_backend() != "gloo":
+            # Control messages go over gloo on the CPU: with NCCL they would need a CUDA tensor
+            # and a device sync every step. Creating the group is collective, and so is this call.
+            self._group = dist.new_group(backend="gloo")
+            # A process group still referenced after destroy_process_group aborts the interpreter
+            # at exit ("terminate called without an active exception"): let go of ours first.
+            atexit.register(self._release_group)
+        t = torch.tensor(flags, dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._group)  # None: the default (gloo) group
+        return int(t[0]), int(t[1])
+
+    def _release_group(self) -> None:
+        self._group = None
+
+    def should_checkpoint(self, step: int, every: int) -> bool:
+        """True every `every` steps, on a rebalance recommendation (once), and when any node got a
+        termination notice. Collective: every rank must call it at the same steps, and every rank
+        gets the same answer. `reason` says which: "periodic", "rebalance" or "termination"."""
+        stop, early = self._agree(self._local_flags())
+        if early:
+            self._rebalances_seen = self._notices.rebalances
+        if stop and not self._stop:
+            self._stop = True
+            self._record("interrupted", step)
+        periodic = every > 0 and (step + 1) % every == 0
+        self.reason = ("termination" if stop else "rebalance" if early else "periodic" if periodic else None)
+        return self.reason is not None
+
+    @property
+    def interrupted(self) -> bool:
+        """A termination notice reached some node: the same on every rank after should_checkpoint."""
+        return self._stop
+
+    def _record(self, outcome: str, step: int) -> None:
+        if not self.managed:
+            return
+        write_atomic(os.path.join(contract.path("outcome_dir"), f"gen-{self.generation}-rank-{self.rank}"),
+                     json.dumps({"outcome": outcome, "step": step}))
+
+    # ---- saving -----------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def save(self, step: int) -> Iterator[Optional[str]]:
+        """Rank 0: a temporary directory that becomes step-N, complete, when the block ends
+        (removed if it raises). Other ranks: None."""
+        if not self.is_writer:
+            yield None
+            return
+        final = os.path.join(self.directory, name_for(step))
+        tmp = os.path.join(self.directory, f".tmp-{name_for(step)}-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        try:
+            yield tmp
+            for root, _dirs, files in os.walk(tmp):
+                for n in files:
+                    with open(os.path.join(root, n), "rb+") as f:
+                        os.fsync(f.fileno())
+            old = None
+            if os.path.isdir(final):  # the same step again (a rerun after a restore): replace it
+                old = f"{tmp}-old"
+                os.rename(final, old)
+            os.rename(tmp, final)  # the moment the checkpoint becomes complete locally
+            if old:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if not self.managed:
+            for _s, path in local_checkpoints(self.directory)[: -self.keep]:
+                shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,371 @@
+"""The job supervisor (dl-job.service): runs the training command once per cluster generation.
+
+Each round: agree on a plan with the other nodes (cluster.py), restore the plan's step, run the
+deployer's command with the plan's rendezvous in its environment, watch the cluster while it
+runs, and decide from how it ended what comes next. The exit-code contract:
+
+    how the run ended                       what the supervisor does
+    finished (exit 0, no notice)            push the last save, mark the job finished, exit 0
+    interrupted, notice on THIS node        push the last save before the deadline, leave the
+                                            cluster, wait for AWS to take the node
+    interrupted, notice on another node     push, join the next generation (resume with the
+                                            replacement, from the step everyone saved)
+    peer lost (a member gone, or a node     stop the run at once (never wait out a collective
+      joined/left the next generation)      timeout on a dead rank 0), join the next generation
+    failed (non-zero, every member alive)   retry in the next generation; after max_failures
+                                            failures without a newer checkpoint, mark the job
+                                            failed on every node and exit 3 (no restart)
+
+"Interrupted" is what Checkpointer records when the ranks stop together for a termination
+notice; the command itself exits 0 then. torchrun runs with --max-restarts=0: every restart
+goes through a new generation, so no agent keeps a dead master.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional, Union
+
+from . import contract, notice, rendezvous
+from .agent import NodeAgent, pushed_step, write_health
+from .cluster import ClusterState, Liveness, Member, Plan, choose_members, unaccounted
+from .errors import RuntimeUserError
+from .layout import newest_local, write_atomic
+from .resume import restore
+from .store import CheckpointStore
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class SupervisorConfig:
+    cluster: str
+    nodes: int
+    nproc_per_node: int
+    node: str                     # this instance's id
+    addr: str                     # this instance's private address
+    poll: float = 2.0             # seconds between looks at S3 while waiting or running
+    liveness_poll: float = 10.0   # seconds between DescribeInstances calls
+    member_grace: float = 600.0   # how long a new plan waits for a previous member that is neither back nor gone
+    max_failures: int = 3         # failed runs in a row, without a newer checkpoint, before the job is failed
+    stop_timeout: float = 20.0    # SIGTERM, then SIGKILL, for a run that must stop
+    flush_timeout: float = 600.0  # how long to wait for the last save's upload before moving on
+    retry_base: float = 1.0       # first backoff of S3 retries
+
+    @classmethod
+    def from_env(cls, **kw) -> "SupervisorConfig":
+        env = os.environ
+        num = {"poll": "DL_POLL_SECONDS", "liveness_poll": "DL_LIVENESS_POLL_SECONDS",
+               "member_grace": "DL_MEMBER_GRACE_SECONDS", "stop_timeout": "DL_STOP_TIMEOUT_SECONDS",
+               "flush_timeout": "DL_FLUSH_TIMEOUT_SECONDS", "retry_base": "DL_RETRY_BASE_SECONDS"}
+        for name, var in num.items():
+            if var in env and name not in kw:
+                kw[name] = float(env[var])
+        if "DL_MAX_FAILURES" in env and "max_failures" not in kw:
+            kw["max_failures"] = int(env["DL_MAX_FAILURES"])
+        return cls(**kw)
+
+
+@dataclass
+class _State:
+    """Survives a restart of the supervisor within one boot (it lives in the run directory)."""
+    last_ran: int = 0
+    failures: int = 0
+    last_resume: Optional[int] = None
+    history: list = field(default_factory=list)
+
+    @classmethod
+    def load(cls) -> "_State":
+        try:
+            with open(contract.path("supervisor_state")) as f:
+                return cls(**json.load(f))
+        except (FileNotFoundError, json.JSONDecodeError, TypeError):
+            return cls()
+
+    def save(self) -> None:
+        write_atomic(contract.path("supervisor_state"), json.dumps(asdict(self)))
+
+
+class Supervisor:
+    def __init__(self, cfg: SupervisorConfig, store: CheckpointStore, cluster: ClusterState, liveness: Liveness,
+                 *, local_dir: Optional[str] = None, command_file: Optional[str] = None, log: Log = print) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.cluster = cluster
+        self.liveness = liveness
+        self.local_dir = local_dir or contract.checkpoint_dir()
+        self.command_file = command_file or contract.path("job_command")
+        self.log = log
+        self.me = Member(cfg.node, cfg.addr)
+        self.state = _State.load()
+        self._gone_cache: tuple[float, frozenset, set] = (0.0, frozenset(), set())
+
+    # ---- the loop ----------------------------------------------------------------------------------------
+    def run(self) -> int:
+        if not os.path.exists(self.command_file) or not open(self.command_file).read().strip():
+            self.log("no command configured (cdk deploy -c command=...): the node stays up for SSM sessions")
+            return contract.EXIT_FINISHED
+        while True:
+            end = self._end()
+            if end is not None:
+                return end
+            plan = self.rendezvous()
+            if isinstance(plan, int):
+                return plan
+            outcome, detail = self.execute(plan)
+            self.state.last_ran = plan.generation
+            self.state.history.append({"generation": plan.generation, "outcome": outcome, "detail": detail,
+                                       "resume_step": plan.resume_step, "at": time.time()})
+            self.state.history = self.state.history[-20:]
+            self.log(f"generation {plan.generation} ended: {outcome}" + (f" ({detail})" if detail else ""))
+            if outcome == "failed":
+                progressed = (plan.resume_step or -1) > (self.state.last_resume if self.state.last_resume is not None else -1)
+                self.state.failures = 1 if progressed else self.state.failures + 1
+            else:
+                self.state.failures = 0
+            self.state.last_resume = plan.resume_step
+            self.state.save()
+            self.flush()
+            if outcome == "finished":
+                self.cluster.mark_finished(generation=plan.generation, node=self.me.node, step=pushed_step())
+                write_health("job", "ok", "the job finished")
+                return contract.EXIT_FINISHED
+            if outcome == "failed" and self.state.failures >= self.cfg.max_failures:
+                reason = f"the command failed {self.state.failures} times in a row without a newer checkpoint ({detail})"
+                self.cluster.mark_failed(generation=plan.generation, node=self.me.node, reason=reason)
+                write_health("job", "failed", reason)
+                self.log(f"giving up: {reason}")
+                return contract.EXIT_FAILED
+            if notice.read().terminating:
+                return self.leave(plan.generation + 1)
+
+    def _end(self) -> Optional[int]:
+        if self.cluster.finished():
+            self.log("the job has finished (on the cluster): nothing to run")
+            return contract.EXIT_FINISHED
+        failed = self.cluster.failed()
+        if failed:
+            self.log(f"the job has failed on the cluster: {failed.get('reason')}")
+            write_health("job", "failed", str(failed.get("reason")))
+            return contract.EXIT_FAILED
+        return None
+
+    # ---- rendezvous ----------------------------------------------------------------------------------------
+    def _gone(self, nodes) -> set[str]:
+        """Liveness with a cache: EC2 is asked at most every liveness_poll seconds per set of nodes."""
+        nodes = frozenset(nodes)
+        at, asked, gone = self._gone_cache
+        if asked != nodes or time.monotonic() - at >= self.cfg.liveness_poll:
+            gone = self.liveness.gone(nodes)
+            self._gone_cache = (time.monotonic(), nodes, gone)
+        return gone
+
+    def rendezvous(self) -> Union[Plan, int]:
+        waiting_logged = None
+        while True:
+            end = self._end()
+            if end is not None:
+                return end
+            if notice.read().terminating:
+                return self.leave(max(self.cluster.newest_generation(), self.state.last_ran) + 1)
+            newest = self.cluster.newest_generation()
+            current = self.cluster.plan(newest)
+            if current and self.me.node in current.nodes() and newest > self.state.last_ran:
+                self.log(f"generation {newest} already includes this node: running it")
+                return current
+            if current is None:
+                target = newest if newest > self.state.last_ran else self.state.last_ran + 1
+            else:
+                target = newest + 1
+                spare = self.me.node not in current.nodes() and self.state.last_ran < newest
+                if spare and not (self._gone(current.nodes()) or self.cluster.activity(target)):
+                    if waiting_logged != newest:
+                        self.log(f"generation {newest} is full and healthy: this node waits as a spare")
+                        waiting_logged = newest
+                    time.sleep(self.cfg.poll)
+                    continue
+            got = self._join(target)
+            if got is not None:
+                return got
+
+    def _join(self, g: int) -> Optional[Union[Plan, int]]:
+        """Join generation g and wait for its plan; None: look again (outvoted or overtaken)."""
+        self.cluster.join(g, self.me, health=_health())
+        self.log(f"joined generation {g} as {self.me.node} ({self.me.addr})")
+        started = time.monotonic()
+        previous = self.cluster.plan(g - 1)
+        last_note = 0.0
+        while True:
+            plan = self.cluster.plan(g)
+            if plan is not None:
+                if self.me.node in plan.nodes():
+                    self.log(f"generation {g}: rank {plan.rank_of(self.me.node)} of {len(plan.members)}, master "
+                             f"{plan.master_addr}:{plan.port}, resume step {plan.resume_step}")
+                    return plan
+                self.log(f"generation {g} was formed without this node (spare)")
+                self.cluster.unjoin(g, self.me.node)
+                return None
+            end = self._end()
+            if end is not None:
+                return end
+            if notice.read().terminating:
+                self.cluster.unjoin(g, self.me.node)
+                return self.leave(g)
+            if self.cluster.newest_generation() > g:
+                return None
+            joins = self.cluster.joins(g)
+            leaves = self.cluster.leaves(g)
+            for n in leaves:
+                joins.pop(n, None)
+            gone = self._gone(set(joins) | set(previous.nodes() if previous else []))
+            waiting = unaccounted(previous, joins, leaves, gone)
+            members = choose_members(self.cfg.nodes, joins, previous, gone)
+            if members and (not waiting or time.monotonic() - started >= self.cfg.member_grace):
+                latest = self.store.latest()
+                self.cluster.propose(Plan(g, tuple(members), latest.step if latest else None))
+                continue
+            if time.monotonic() - last_note > 60:
+                alive = len([n for n in joins if n not in gone])
+                self.log(f"generation {g}: {alive} of {self.cfg.nodes} nodes here"
+                         + (f"; waiting for {', '.join(waiting)} (previous members)" if waiting else ""))
+                last_note = time.monotonic()
+            time.sleep(self.cfg.poll)
+
+    def leave(self, g: int) -> int:
+        """This node got a termination notice: its last save goes to S3, then it leaves for good."""
+        n = notice.read()
+        deadline = _deadline(n.termination)
+        self.flush(until=deadline)
+        self.cluster.leave(g, self.me.node, reason=f"termination notice {json.dumps(n.termination)}",
+                           pushed=pushed_step())
+        self.log(f"left the cluster before generation {g} (termination notice); pushed step {pushed_step()}")
+        write_health("job", "ok", "leaving: termination notice")
+        while True:  # AWS takes the node at the deadline; exiting would only look like the job ended
+            time.sleep(60)
+
+    # ---- one run -------------------------------------------------------------------------------------------
+    def execute(self, plan: Plan) -> tuple[str, str]:
+        try:
+            restore(self.store, self.local_dir, plan.resume_step, log=self.log, retry_base=self.cfg.retry_base)
+        except Exception as e:  # the cluster cannot run this plan here: a failed run, counted
+            return "failed", f"restore: {type(e).__name__}: {e}"
+        env_vars = rendezvous.write(plan, self.me.node, self.cfg.nproc_per_node, self.cfg.cluster)
+        for f in glob.glob(os.path.join(contract.path("outcome_dir"), f"gen-{plan.generation}-rank-*")):
+            os.unlink(f)
+        env = {k: v for k, v in os.environ.items() if k not in ("DL_RESUME_FROM", "DL_RESUME_STEP")}
+        env.update(env_vars)
+        env.update(contract.read_env("resume_env"))
+        pypath = os.path.join(contract.lib_dir(), "python")
+        env["PYTHONPATH"] = pypath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["DL_CHECKPOINT_DIR"] = self.local_dir
+        workdir = contract.scratch_dir() if os.path.isdir(contract.scratch_dir()) else "/"
+        self.log(f"generation {plan.generation}: running {self.command_file}")
+        write_health("job", "ok", f"running generation {plan.generation}")
+        proc = subprocess.Popen(["/bin/bash", self.command_file], cwd=workdir, env=env, start_new_session=True)
+        others = [n for n in plan.nodes() if n != self.me.node]
+        reason = ""
+        while True:
+            try:
+                proc.wait(timeout=self.cfg.poll)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if self.cluster.activity(plan.generation + 1):
+                reason = f"a node joined or left generation {plan.generation + 1}"
+            else:
+                gone = self._gone(others)
+                if gone:
+                    reason = f"{', '.join(sorted(gone))} gone"
+            if reason:
+                self.log(f"stopping generation {plan.generation}: {reason}")
+                self._stop(proc)
+                return "peer-lost", reason
+        rc = proc.returncode
+        outcomes = _outcomes(plan.generation)
+        if "interrupted" in outcomes:
+            return "interrupted", f"termination notice; saved step {outcomes['interrupted']}"
+        if rc == 0:
+            return "finished", ""
+        # A peer's death usually fails the collectives here before EC2 or S3 show it: look for a
+        # few polls before counting a failure against the job.
+        settle = time.monotonic() + max(3 * self.cfg.poll, self.cfg.liveness_poll)
+        while time.monotonic() < settle:
+            if self.cluster.activity(plan.generation + 1):
+                return "peer-lost", f"exit {rc}; a node joined or left generation {plan.generation + 1}"
+            gone = self._gone(others)
+            if gone:
+                return "peer-lost", f"exit {rc}; {', '.join(sorted(gone))} gone"
+            time.sleep(self.cfg.poll)
+        return "failed", f"exit {rc}"
+
+    def _stop(self, proc: subprocess.Popen) -> None:
+        for sig, wait in ((signal.SIGTERM, self.cfg.stop_timeout), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def flush(self, until: Optional[float] = None) -> Optional[int]:
+        """Push the newest local save now (the agent would too; whoever holds the lock first does it)."""
+        end = until if until is not None else time.time() + self.cfg.flush_timeout
+        agent = NodeAgent(self.store, self.local_dir, log=self.log)
+        delay = self.cfg.retry_base
+        while True:
+            try:
+                agent.upload_once()
+                newest = newest_local(self.local_dir)
+                done = pushed_step()
+                if not newest or (done is not None and done >= newest[0]):
+                    return done
+            except RuntimeUserError as e:
+                self.log(f"cannot push the last save: {e}")
+                return pushed_step()
+            except Exception as e:
+                self.log(f"pushing the last save failed ({type(e).__name__}: {e}); retrying")
+            if time.time() + delay > end:
+                self.log("gave up waiting for the last save's upload")
+                return pushed_step()
+            time.sleep(delay)
+            delay = min(30.0, delay * 2)
+
+
+def _outcomes(g: int) -> dict[str, int]:
+    out = {}
+    for f in glob.glob(os.path.join(contract.path("outcome_dir"), f"gen-{g}-rank-*")):
+        try:
+            with open(f) as fh:
+                d = json.load(fh)
+            out[d["outcome"]] = d.get("step")
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+def _deadline(termination: Optional[dict]) -> Optional[float]:
+    import datetime as dt
+    try:
+        t = dt.datetime.strptime(termination["time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+        return t.timestamp() - 5  # leave the last seconds to AWS
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def _health() -> dict[str, str]:
+    out = {}
+    for f in glob.glob(os.path.join(contract.path("health_dir"), "*")):
+        try:
+            with open(f) as fh:
+                out[os.path.basename(f)] = fh.read().strip()
+        except OSError:
+            continue
+    return out

@@ -1,0 +1,318 @@
+"""A multi-node cluster on one machine, for the drill: each node is a process tree with its own
+directories, loopback address (127.0.0.x), EC2 instance in moto and fake IMDS, running the
+project's own node bundle (the same files the CDK asset ships) under a small init that follows
+the rendered systemd units' ExecStart, Restart= and RestartPreventExitStatus=.
+
+Killing a node terminates its instance in moto (EC2 says "shutting-down" as AWS would) and
+SIGKILLs every process of its tree at once: no goodbye, no flush.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import boto3
+
+from constructs_lib.runtime import contract
+from tests.runtime.fake_imds import FakeImds
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = Path(__file__).with_name("drill_train.py")
+VENV_BIN = Path(sys.executable).parent
+
+
+def unit_texts() -> dict[str, str]:
+    from constructs_lib.bundle import unit_texts as rendered
+    return rendered()
+
+
+def build_lib(dest: Path) -> None:
+    from constructs_lib.bundle import build_bundle
+    build_bundle(str(dest))
+
+
+def parse_unit(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+@dataclass
+class UnitRun:
+    name: str
+    exits: list[int] = field(default_factory=list)
+    starts: int = 0
+    proc: Optional[subprocess.Popen] = None
+    done: bool = False
+
+
+class Node:
+    def __init__(self, drill: "Drill", addr: str) -> None:
+        self.drill = drill
+        self.addr = addr
+        ec2 = drill.ec2
+        r = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="p4d.24xlarge",
+                              SubnetId=drill.subnet, TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                                  {"Key": contract.TAG_CLUSTER, "Value": drill.cluster}]}])
+        self.id = r["Instances"][0]["InstanceId"]
+        self.imds = FakeImds({contract.TAG_CLUSTER: drill.cluster, contract.TAG_NODES: str(drill.nodes),
+                              contract.TAG_CHECKPOINT_BUCKET: drill.bucket,
+                              contract.TAG_CHECKPOINT_PREFIX: drill.prefix},
+                             instance_id=self.id, local_ipv4=addr).start()
+        self.root = drill.root / f"node-{addr}"
+        self.dirs = {"DL_ETC_DIR": self.root / "etc", "DL_RUN_DIR": self.root / "run",
+                     "DL_LIB_DIR": drill.lib, "DL_SCRATCH": self.root / "scratch"}
+        for var, d in self.dirs.items():
+            d.mkdir(parents=True, exist_ok=True)
+        bin_dir = self.root / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "dl-torchrun").symlink_to(drill.lib / "dl_torchrun.sh")
+        (self.dirs["DL_ETC_DIR"] / "node.env").write_text(contract.env_text({
+            "DL_PROCS_PER_NODE": str(drill.nproc), "DL_SDK": "cuda"}))
+        (self.dirs["DL_ETC_DIR"] / "job.sh").write_text(drill.command + "\n")
+        self.env = {
+            **drill.base_env, **{k: str(v) for k, v in self.dirs.items()},
+            "PATH": f"{bin_dir}:{VENV_BIN}:{os.environ['PATH']}",
+            "DL_IMDS_ENDPOINT": self.imds.endpoint, "DL_DRILL_NODE": self.id,
+        }
+        self.units: dict[str, UnitRun] = {}
+        self.alive = True
+        self.killed_at: Optional[float] = None
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.dirs["DL_SCRATCH"] / "checkpoints"
+
+    def _command(self, exec_start: str) -> list[str]:
+        # The unit's own ExecStart, with this node's directories in place of the contract's.
+        for var, default in contract.DIR_DEFAULTS.items():
+            exec_start = exec_start.replace(default, str(self.dirs[var]))
+        return exec_start.split()
+
+    def start_unit(self, name: str) -> None:
+        spec = parse_unit(self.drill.units[name])
+        run = self.units[name] = UnitRun(name)
+        prevent = {int(x) for x in spec.get("RestartPreventExitStatus", "").split()}
+        policy = spec.get("Restart", "no")
+        delay = min(1.0, float(spec.get("RestartSec", "0")))
+        log = open(self.root / f"{name}.log", "ab")
+
+        def loop() -> None:
+            while self.alive:
+                run.starts += 1
+                run.proc = subprocess.Popen(self._command(spec["ExecStart"]), env=self.env, cwd=self.root,
+                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                rc = run.proc.wait()
+                if not self.alive:
+                    return
+                run.exits.append(rc)
+                restart = (policy == "always") or (policy == "on-failure" and rc != 0 and rc not in prevent)
+                if not restart:
+                    run.done = True
+                    return
+                time.sleep(delay)
+
+        threading.Thread(target=loop, daemon=True, name=f"{self.addr}:{name}").start()
+
+    def processes(self) -> list[int]:
+        pids = []
+        marker = f"DL_DRILL_NODE={self.id}".encode()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if marker in f.read().split(b"\0"):
+                        pids.append(int(entry))
+            except OSError:
+                continue
+        return pids
+
+    def kill(self) -> None:
+        """AWS takes the node: EC2 first (as the API shows it), then every process at once."""
+        self.drill.ec2.terminate_instances(InstanceIds=[self.id])
+        self.alive = False
+        self.killed_at = time.time()
+        for _ in range(3):
+            for pid in self.processes():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        self.imds.stop()
+
+    def log_text(self, unit: str = "dl-job.service") -> str:
+        p = self.root / f"{unit}.log"
+        return p.read_text(errors="replace") if p.exists() else ""
+
+
+class Drill:
+    def __init__(self, root: Path, endpoint: str, *, steps: int, every: int = 10, sleep: float = 0.05,
+                 pad_mb: int = 0, nodes: int = 2, nproc: int = 2, job: str = "drill",
+                 command: Optional[str] = None) -> None:
+        self.root = root
+        self.nodes = nodes
+        self.nproc = nproc
+        self.cluster = f"dl-{job}"
+        self.bucket = "drill-ckpt"
+        self.prefix = f"jobs/{job}"
+        self.events = root / "events.jsonl"
+        self.final = root / "final.pt"
+        self.steps = steps
+        self.base_env = {k: v for k, v in os.environ.items() if not k.startswith(("DL_", "PYTEST", "COV_"))}
+        self.base_env.update({
+            "AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "DL_PYTHON": sys.executable, "DL_TORCHRUN": str(VENV_BIN / "torchrun"),
+            "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": str(ROOT),  # for tests.runtime.drill_train's own imports only
+            "DL_POLL_SECONDS": "0.3", "DL_LIVENESS_POLL_SECONDS": "1", "DL_AGENT_POLL_SECONDS": "0.2",
+            "DL_MEMBER_GRACE_SECONDS": "60", "DL_STOP_TIMEOUT_SECONDS": "5", "DL_RETRY_BASE_SECONDS": "0.2",
+            "TORCH_CPP_LOG_LEVEL": "ERROR",
+        })
+        self.command = command if command is not None else (f"dl-torchrun {TRAIN} --steps {steps} --every {every} --sleep {sleep} --pad-mb {pad_mb} "
+                        f"--events {self.events} --final {self.final}")
+        self.s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        self.s3.create_bucket(Bucket=self.bucket)
+        self.ec2 = boto3.client("ec2", endpoint_url=endpoint, region_name="us-east-1")
+        vpc = self.ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        self.subnet = self.ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/20")["Subnet"]["SubnetId"]
+        self.lib = root / "lib"
+        build_lib(self.lib)
+        self.units = unit_texts()
+        self.all_nodes: list[Node] = []
+        self._events: list[dict] = []
+        self._offset = 0
+
+    def add_node(self, addr: str) -> Node:
+        node = Node(self, addr)
+        self.all_nodes.append(node)
+        node.start_unit("dl-node-agent.service")
+        node.start_unit("dl-job.service")
+        return node
+
+    def live(self) -> list[Node]:
+        return [n for n in self.all_nodes if n.alive]
+
+    def read_events(self) -> list[dict]:
+        """Every event so far (read incrementally: the harness polls this often)."""
+        if not self.events.exists():
+            return []
+        with open(self.events, "rb") as f:
+            f.seek(self._offset)
+            chunk = f.read()
+        end = chunk.rfind(b"\n") + 1
+        self._offset += end
+        for line in chunk[:end].splitlines():
+            try:
+                self._events.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass  # a line cut by a SIGKILL
+        return self._events
+
+    def wait(self, what: str, cond: Callable[[], bool], timeout: float = 90.0, poll: float = 0.01) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if cond():
+                return
+            time.sleep(poll)
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n" + self.dump())
+
+    def steps_seen(self, gen: Optional[str] = None) -> list[int]:
+        return [e["step"] for e in self.read_events() if e["event"] == "step" and (gen is None or e["gen"] == gen)]
+
+    def current_gen(self) -> Optional[str]:
+        starts = [e for e in self.read_events() if e["event"] == "start"]
+        return starts[-1]["gen"] if starts else None
+
+    def running(self, gen: str, min_step: int) -> bool:
+        """Every rank of generation `gen` has done a step >= min_step."""
+        ev = [e for e in self.read_events() if e["event"] == "step" and e["gen"] == gen and e["step"] >= min_step]
+        return len({e["rank"] for e in ev}) == self.nodes * self.nproc
+
+    def node_with_rank0(self, gen: str) -> "Node":
+        starts = [e for e in self.read_events() if e["event"] == "start" and e["gen"] == gen and e["rank"] == 0]
+        return next(n for n in self.all_nodes if n.id == starts[0]["node"])
+
+    def plan(self, gen: str) -> dict:
+        key = f"{self.prefix}/{contract.CLUSTER_DIR}/gen-{int(gen):06d}/plan.json"
+        return json.loads(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+
+    def newest_in_s3(self) -> int:
+        """The newest step with a manifest in S3 (-1 if none)."""
+        pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=f"{self.prefix}/step-")
+        keys = [o["Key"] for p in pages for o in p.get("Contents", []) if o["Key"].endswith("/MANIFEST.json")]
+        return max((int(k.split("/step-")[1][:12]) for k in keys), default=-1)
+
+    def finished(self) -> bool:
+        return all(n.units["dl-job.service"].done for n in self.live())
+
+    def dump(self) -> str:
+        parts = []
+        for n in self.all_nodes:
+            parts.append(f"--- node {n.addr} {n.id} alive={n.alive} units="
+                         + ", ".join(f"{u.name}: starts {u.starts} exits {u.exits}" for u in n.units.values()))
+            parts.append(n.log_text()[-3000:])
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        for n in self.all_nodes:
+            if n.alive:
+                n.alive = False
+                for pid in n.processes():
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                n.imds.stop()
+
+
+def reference_run(root: Path, *, steps: int, every: int, rebuild_at: list[int], world: int) -> Path:
+    """The same job, never interrupted, one torchrun with the same world size, rebuilding DDP at the
+    steps where the drill resumed."""
+    events, final = root / "ref-events.jsonl", root / "ref-final.pt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DL_")}
+    env.update({"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
+                "DL_CHECKPOINT_DIR": str(root / "ref-ckpt"), "DL_RUN_DIR": str(root / "ref-run")})
+    r = subprocess.run([str(VENV_BIN / "torchrun"), "--standalone", f"--nproc-per-node={world}", str(TRAIN),
+                        "--steps", str(steps), "--every", str(every), "--sleep", "0",
+                        "--events", str(events), "--final", str(final),
+                        "--rebuild-at", ",".join(map(str, rebuild_at))],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return final
+
+
+def generations(events: list[dict]) -> dict[str, dict]:
+    """Per generation: the start step of every rank, the steps done, saves and stops."""
+    out: dict[str, dict] = {}
+    for e in events:
+        g = out.setdefault(e["gen"], {"starts": {}, "steps": [], "saves": [], "stops": [], "t0": None})
+        if e["event"] == "start":
+            g["starts"][e["rank"]] = e["step"]
+        elif e["event"] == "step":
+            g["steps"].append(e["step"])
+            if g["t0"] is None:
+                g["t0"] = e["t"]
+        elif e["event"] == "save":
+            g["saves"].append(e["step"])
+            g.setdefault("reasons", {})[e["step"]] = e.get("reason")
+        elif e["event"] == "stop":
+            g["stops"].append((e["rank"], e["step"]))
+    return out
+
+
+_ADDR = re.compile(r"^127\.0\.0\.\d+$")

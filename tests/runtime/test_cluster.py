@@ -1,0 +1,90 @@
+"""The agreed membership: plan choice, the conditional write in S3, liveness from EC2."""
+from __future__ import annotations
+
+import threading
+
+import boto3
+import pytest
+
+from constructs_lib.runtime import contract, rendezvous
+from constructs_lib.runtime.cluster import ClusterState, Liveness, Member, Plan, choose_members, unaccounted
+
+
+def _joins(**addrs_at) -> dict[str, dict]:
+    return {n: {"node": n, "addr": a, "at": t} for n, (a, t) in addrs_at.items()}
+
+
+def test_survivors_keep_their_ranks_and_newcomers_follow_in_join_order():
+    previous = Plan(4, (Member("i-a", "10.0.0.9"), Member("i-b", "10.0.0.10"), Member("i-c", "10.0.0.11")), 99)
+    joins = _joins(**{"i-c": ("10.0.0.11", 5.0), "i-z": ("10.0.0.2", 7.0), "i-y": ("10.0.0.200", 6.0),
+                      "i-b": ("10.0.0.10", 9.0)})
+    members = choose_members(3, joins, previous, gone={"i-a"})
+    # i-b keeps rank 0 over its lower-addressed newcomers; among newcomers, the first to join.
+    assert [m.node for m in members] == ["i-b", "i-c", "i-y"]
+    assert choose_members(4, joins, previous, gone={"i-a"}) is not None
+    assert choose_members(5, joins, previous, gone={"i-a"}) is None, "wait for enough live nodes"
+    assert choose_members(4, joins, previous, gone={"i-a", "i-z"}) is None, "a gone joiner does not count"
+
+
+def test_a_new_plan_waits_for_previous_members_that_neither_joined_left_nor_went():
+    previous = Plan(2, (Member("i-a", "a"), Member("i-b", "b"), Member("i-c", "c")), 10)
+    assert unaccounted(previous, joins={"i-a"}, leaves={"i-b"}, gone=set()) == ["i-c"]
+    assert unaccounted(previous, joins={"i-a"}, leaves={"i-b"}, gone={"i-c"}) == []
+    assert unaccounted(None, joins=set(), leaves=set(), gone=set()) == []
+
+
+def test_every_generation_has_its_own_port_and_env():
+    plan = Plan(7, (Member("i-a", "10.1.0.10"), Member("i-b", "10.1.0.9")), 41)
+    assert plan.port == contract.RENDEZVOUS_PORT_BASE + 7
+    assert Plan(7 + contract.RENDEZVOUS_PORT_SPAN, plan.members, None).port == plan.port
+    env = rendezvous.write(plan, "i-b", 8, "dl-x")
+    assert env == {"MASTER_ADDR": "10.1.0.10", "MASTER_PORT": str(plan.port), "NNODES": "2", "NODE_RANK": "1",
+                   "NPROC_PER_NODE": "8", "WORLD_SIZE": "16", "DL_GENERATION": "7", "DL_CLUSTER": "dl-x"}
+    assert contract.read_env("rendezvous_env") == env
+    assert open(contract.path("hostfile")).read() == "10.1.0.10 slots=8\n10.1.0.9 slots=8\n"
+    with pytest.raises(ValueError):
+        rendezvous.env_for(plan, "i-stranger", 8)
+
+
+def test_one_plan_per_generation_however_many_propose_at_once(store):
+    cluster = ClusterState(store)
+    proposals = [Plan(3, (Member(f"i-{k}", f"10.0.0.{k}"), Member("i-z", "10.0.0.99")), k) for k in range(8)]
+    results = []
+    threads = [threading.Thread(target=lambda p=p: results.append(cluster.propose(p))) for p in proposals]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    standing = cluster.plan(3)
+    assert all(r == standing for r in results), "every proposer ends up with the same plan"
+    assert cluster.newest_generation() == 3
+
+
+def test_joins_leaves_and_the_end_of_the_job(store):
+    cluster = ClusterState(store)
+    assert cluster.newest_generation() == 0 and cluster.plan(1) is None
+    cluster.join(1, Member("i-a", "10.0.0.1"), health={"raid": "degraded x"})
+    cluster.join(1, Member("i-b", "10.0.0.2"))
+    cluster.leave(2, "i-c", reason="termination notice", pushed=40)
+    assert set(cluster.joins(1)) == {"i-a", "i-b"} and cluster.joins(1)["i-a"]["health"] == {"raid": "degraded x"}
+    assert cluster.leaves(2) == {"i-c"} and cluster.activity(2) and not cluster.activity(3)
+    cluster.unjoin(1, "i-b")
+    assert set(cluster.joins(1)) == {"i-a"}
+    cluster.mark_failed(reason="first")
+    cluster.mark_failed(reason="second")
+    assert cluster.failed()["reason"] == "first", "the first word on the job's end stands"
+    assert store.latest() is None, "cluster state never looks like a checkpoint"
+
+
+def test_liveness_from_ec2(aws):
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/20")["Subnet"]["SubnetId"]
+    ids = [i["InstanceId"] for i in ec2.run_instances(ImageId="ami-12c6146b", MinCount=3, MaxCount=3,
+                                                      SubnetId=subnet)["Instances"]]
+    ec2.terminate_instances(InstanceIds=[ids[0]])
+    ec2.stop_instances(InstanceIds=[ids[1]])
+    live = Liveness(ec2)
+    assert live.gone(ids) == {ids[0], ids[1]}
+    assert live.gone([ids[2], "i-0000000000000dead"]) == {"i-0000000000000dead"}, "unknown ids are gone"
+    assert live.gone([]) == set()

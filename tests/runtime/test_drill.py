@@ -1,0 +1,188 @@
+"""The multi-node drill: two nodes x two processes, real torchrun (gloo on CPU), the project's own
+node bundle (supervisor, agent, Checkpointer, store) against moto_server and a fake IMDS per
+node. Nodes are killed, replaced (at lower and higher addresses), interrupted and warned, and
+the job must end with exactly the parameters of a run that was never interrupted.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from constructs_lib.runtime import contract
+from tests.runtime.drill import Drill, Node, generations, reference_run
+
+pytestmark = pytest.mark.drill
+
+STEPS, EVERY = 150, 10
+
+
+def _wait_new_generation(d: Drill, after: str, timeout: float = 90.0) -> str:
+    """The next generation with every rank training; returns its id."""
+    def ready() -> bool:
+        g = d.current_gen()
+        return g is not None and int(g) > int(after) and d.running(g, 0)
+    d.wait(f"a generation after {after} with every rank training", ready, timeout=timeout)
+    return d.current_gen()
+
+
+def _check_every_generation(d: Drill) -> dict[str, dict]:
+    gens = generations(d.read_events())
+    for g, info in gens.items():
+        plan = d.plan(g)
+        starts = set(info["starts"].values())
+        assert len(info["starts"]) == d.nodes * d.nproc, f"generation {g}: every rank started"
+        expected = 0 if plan["resume_step"] is None else plan["resume_step"] + 1
+        assert starts == {expected}, f"generation {g}: every rank resumes from the agreed step {expected}: {info['starts']}"
+        # torch's ranks are the plan's ranks: global ranks 0-1 on members[0] (MASTER_ADDR), 2-3 on members[1].
+        placed = {e["rank"]: e["node"] for e in d.read_events() if e["event"] == "start" and e["gen"] == g}
+        for rank, node in placed.items():
+            assert plan["members"][rank // d.nproc]["node"] == node, f"generation {g}: rank {rank} on the plan's node"
+        steps = sorted(set(info["steps"]))
+        assert steps == list(range(expected, expected + len(steps))), f"generation {g}: no step skipped"
+    done = {s for info in gens.values() for s in info["steps"]}
+    assert done == set(range(STEPS))
+    return gens
+
+
+def _check_final(d: Drill, gens: dict[str, dict], tmp_path) -> None:
+    rebuilds = sorted({min(info["starts"].values()) for info in gens.values()} - {0})
+    ref = reference_run(tmp_path / "ref", steps=STEPS, every=EVERY, rebuild_at=rebuilds, world=d.nodes * d.nproc)
+    got, want = torch.load(d.final), torch.load(ref)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert torch.equal(got[k], want[k]), f"{k} differs from the uninterrupted run"
+
+
+def _check_units(d: Drill) -> None:
+    for n in d.live():
+        job = n.units["dl-job.service"]
+        assert job.exits == [contract.EXIT_FINISHED] and job.starts == 1, f"{n.addr}: job ended once, with success"
+        agent = n.units["dl-node-agent.service"]
+        assert agent.exits == [] and agent.starts == 1, f"{n.addr}: the agent never restarted"
+
+
+def test_kills_of_master_and_worker_during_upload_and_after_save(tmp_path, moto_process):
+    (tmp_path / "run").mkdir()
+    d = Drill(tmp_path / "run", moto_process, steps=STEPS, every=EVERY, sleep=0.04, pad_mb=24)
+    recovery = {}
+    try:
+        # .10 and .9 sort one way as text and the other as numbers; .10 joins first and is rank 0.
+        a = d.add_node("127.0.0.10")
+        d.wait("the first node to join", lambda: "joined generation 1" in a.log_text())
+        d.add_node("127.0.0.9")
+        d.wait("generation 1 training, step 19 in S3", lambda: d.running("1", 22) and d.newest_in_s3() >= 19)
+        assert d.plan("1")["master_addr"] == "127.0.0.10" and d.node_with_rank0("1") is a
+
+        # 1. The master dies; its replacement has a lower address than the survivor.
+        a.kill()
+        d.add_node("127.0.0.5")
+        g2 = _wait_new_generation(d, "1")
+        recovery["master killed"] = generations(d.read_events())[g2]["t0"] - a.killed_at
+        assert d.plan(g2)["master_addr"] == "127.0.0.9", "the survivor is rank 0: ranks follow membership, not addresses"
+
+        # 2. The other node dies.
+        start2 = min(generations(d.read_events())[g2]["starts"].values())
+        d.wait("progress", lambda: d.running(g2, start2 + 12) and d.newest_in_s3() >= start2 + 9)
+        other = next(n for n in d.live() if n is not d.node_with_rank0(g2))
+        other.kill()
+        d.add_node("127.0.0.11")
+        g3 = _wait_new_generation(d, g2)
+        recovery["worker killed"] = generations(d.read_events())[g3]["t0"] - other.killed_at
+
+        # 3. The rank-0 node dies while its agent uploads a checkpoint.
+        writer = d.node_with_rank0(g3)
+        uploading = {}
+
+        resumed = d.plan(g3)["resume_step"]
+
+        def upload_in_flight() -> bool:
+            ups = [u for u in d.s3.list_multipart_uploads(Bucket=d.bucket).get("Uploads", [])
+                   if int(u["Key"].split("/step-")[1][:12]) > resumed]
+            if ups:
+                uploading["key"] = ups[0]["Key"]
+            return bool(ups)
+        d.wait("an upload in flight", upload_in_flight, timeout=60, poll=0.002)
+        writer.kill()
+        step_in_flight = int(uploading["key"].split("/step-")[1][:12])
+        d.add_node("127.0.0.3")
+        g4 = _wait_new_generation(d, g3)
+        recovery["killed during upload"] = generations(d.read_events())[g4]["t0"] - writer.killed_at
+        assert d.plan(g4)["resume_step"] < step_in_flight, "a half-uploaded step is never resumed from"
+        assert d.plan(g4)["resume_step"] >= resumed
+
+        # 4. The rank-0 node dies right after its save, before the agent could upload it.
+        writer = d.node_with_rank0(g4)
+        seen = {s.name for s in writer.checkpoints.glob("step-*")}
+        fresh = {}
+
+        def new_save() -> bool:
+            now = {s.name for s in writer.checkpoints.glob("step-*")} - seen
+            if now:
+                fresh["name"] = sorted(now)[-1]
+            return bool(now)
+        d.wait("a new save on the rank-0 node", new_save, timeout=60, poll=0.002)
+        writer.kill()
+        d.add_node("127.0.0.12")
+        g5 = _wait_new_generation(d, g4)
+        recovery["killed after save"] = generations(d.read_events())[g5]["t0"] - writer.killed_at
+        assert d.plan(g5)["resume_step"] < int(fresh["name"][5:]), "a save that never reached S3 is not resumed"
+
+        d.wait("the job to finish on every node", d.finished, timeout=120)
+    finally:
+        d.stop()
+    gens = _check_every_generation(d)
+    assert len(gens) == 5, sorted(gens)
+    _check_final(d, gens, tmp_path)
+    _check_units(d)
+    for what, seconds in recovery.items():
+        assert seconds < 60, f"{what}: training resumed {seconds:.1f} s after the node died"
+
+
+def test_termination_notices_on_each_node_and_a_rebalance(tmp_path, moto_process):
+    (tmp_path / "run").mkdir()
+    d = Drill(tmp_path / "run", moto_process, steps=STEPS, every=EVERY, sleep=0.04)
+    lost = {}
+    try:
+        d.add_node("127.0.0.2")
+        d.add_node("127.0.0.3")
+        d.wait("generation 1 training", lambda: d.running("1", 12))
+
+        def notice(g: str, node: Node) -> str:
+            deadline = node.imds.interrupt(seconds=20)
+            d.wait(f"{node.addr} to leave the cluster", lambda: "left the cluster" in node.log_text(), timeout=30)
+            info = generations(d.read_events())[g]
+            stops = {step for _rank, step in info["stops"]}
+            assert len(info["stops"]) == d.nodes * d.nproc and len(stops) == 1, f"every rank stops at one step: {info['stops']}"
+            (stop,) = stops
+            assert stop in info["saves"] and max(info["steps"]) == stop
+            assert d.s3.head_object(Bucket=d.bucket, Key=f"{d.prefix}/step-{stop:012d}/MANIFEST.json")
+            assert time.time() < deadline.timestamp(), "saved and uploaded before the deadline"
+            node.kill()  # AWS takes it
+            d.add_node(f"127.0.0.{4 + len(d.all_nodes)}")
+            nxt = _wait_new_generation(d, g)
+            lost[f"notice on {node.addr}"] = min(generations(d.read_events())[nxt]["starts"].values()) - (stop + 1)
+            return nxt
+
+        # On the node that is not rank 0: rank 0, elsewhere, saves; its node uploads.
+        g2 = notice("1", next(n for n in d.live() if n is not d.node_with_rank0("1")))
+        d.wait("progress", lambda: d.running(g2, min(generations(d.read_events())[g2]["starts"].values()) + 5))
+        # On the rank-0 node itself: it saves and uploads before AWS takes it.
+        g3 = notice(g2, d.node_with_rank0(g2))
+
+        # A rebalance recommendation: one early save, and training goes on in the same generation.
+        d.wait("progress", lambda: d.running(g3, min(generations(d.read_events())[g3]["starts"].values()) + 3))
+        d.live()[1].imds.recommend_rebalance()
+        d.wait("an early save", lambda: "rebalance" in generations(d.read_events())[g3].get("reasons", {}).values(),
+               timeout=30)
+        d.wait("the job to finish on every node", d.finished, timeout=120)
+    finally:
+        d.stop()
+    gens = _check_every_generation(d)
+    assert len(gens) == 3, f"the rebalance started no new generation: {sorted(gens)}"
+    assert not gens[g3]["stops"], "a rebalance never stops training"
+    assert list(gens[g3]["reasons"].values()).count("rebalance") == 1, "one early save per recommendation"
+    assert lost == {k: 0 for k in lost}, f"steps lost after a termination notice: {lost}"
+    _check_final(d, gens, tmp_path)
+    _check_units(d)

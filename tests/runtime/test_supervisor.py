@@ -1,0 +1,105 @@
+"""The job supervisor's exit-code contract on two nodes, with plain shell commands (no torch):
+what systemd sees (the rendered unit's Restart= and RestartPreventExitStatus=) in each case."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from constructs_lib.runtime import contract
+from constructs_lib.runtime.resume import restore
+from tests.runtime.drill import Drill
+from tests.runtime.test_store import make_checkpoint
+
+
+@pytest.fixture
+def drill(tmp_path, moto_process):
+    made = []
+
+    def make(command: str, **kw) -> Drill:
+        (tmp_path / "run").mkdir()
+        d = Drill(tmp_path / "run", moto_process, steps=0, command=command, **kw)
+        made.append(d)
+        return d
+    yield make
+    for d in made:
+        d.stop()
+
+
+def _cluster_file(d: Drill, name: str) -> dict:
+    return json.loads(d.s3.get_object(Bucket=d.bucket, Key=f"{d.prefix}/{contract.CLUSTER_DIR}/{name}")["Body"].read())
+
+
+def test_a_command_that_always_fails_stops_the_job_on_every_node_without_a_restart_loop(drill):
+    d = drill("echo doomed; exit 7")
+    nodes = [d.add_node("127.0.0.2"), d.add_node("127.0.0.3")]
+    d.wait("both job units to end", lambda: all(n.units["dl-job.service"].done for n in nodes), timeout=60)
+    for n in nodes:
+        job = n.units["dl-job.service"]
+        assert job.exits == [contract.EXIT_FAILED] and job.starts == 1, "systemd does not restart it"
+        assert (Path(n.dirs["DL_RUN_DIR"]) / "health.d" / "job").read_text().startswith("failed")
+    failed = _cluster_file(d, "failed.json")
+    assert "failed 3 times in a row without a newer checkpoint (exit 7)" in failed["reason"]
+
+
+def test_a_finished_job_stays_finished_for_late_and_replacement_nodes(drill):
+    d = drill("echo rank $NODE_RANK of $NNODES at $MASTER_ADDR:$MASTER_PORT")
+    nodes = [d.add_node("127.0.0.2"), d.add_node("127.0.0.3")]
+    d.wait("the job to finish", d.finished, timeout=60)
+    assert [n.units["dl-job.service"].exits for n in nodes] == [[0], [0]]
+    logs = "".join(n.log_text() for n in nodes)
+    plan = d.plan("1")
+    assert f"rank 0 of 2 at {plan['master_addr']}:{plan['master_port']}" in logs and "rank 1 of 2" in logs
+    late = d.add_node("127.0.0.4")
+    d.wait("the late node's job", lambda: late.units["dl-job.service"].done, timeout=30)
+    assert late.units["dl-job.service"].exits == [0] and "has finished" in late.log_text()
+    assert _cluster_file(d, "finished.json")["generation"] == 1
+
+
+def test_a_failure_that_is_not_repeated_is_retried_in_a_new_generation(drill):
+    d = drill('if [ ! -e "$DL_RUN_DIR/failed-once" ]; then touch "$DL_RUN_DIR/failed-once"; exit 1; fi; echo fine')
+    nodes = [d.add_node("127.0.0.2"), d.add_node("127.0.0.3")]
+    d.wait("the job to finish", d.finished, timeout=60)
+    assert [n.units["dl-job.service"].exits for n in nodes] == [[0], [0]]
+    assert d.plan("2"), "the retry ran as generation 2"
+
+
+def test_no_command_leaves_the_node_up_for_ssm(drill):
+    d = drill("")
+    node = d.add_node("127.0.0.2")
+    d.wait("the job unit", lambda: node.units["dl-job.service"].done, timeout=30)
+    assert node.units["dl-job.service"].exits == [0] and "stays up for SSM" in node.log_text()
+
+
+def test_a_job_command_with_shell_syntax_runs_as_written(drill, tmp_path):
+    out = tmp_path / "out.txt"
+    d = drill(f"""X='a "quoted" $HOME `not run`'; printf '%s|%s\\n' "$X" "$DL_GENERATION" > {out}""", nodes=1)
+    d.add_node("127.0.0.2")
+    d.wait("the job to finish", d.finished, timeout=30)
+    assert out.read_text() == 'a "quoted" $HOME `not run`|1\n'
+
+
+def test_restore_rides_out_s3_errors_with_backoff(store, tmp_path):
+    """First boot (or any round) with S3 failing for a while: the restore is retried, not abandoned."""
+    from botocore.awsrequest import AWSResponse
+
+    store.push(str(make_checkpoint(tmp_path / "src", 12, sizes=(100, 6 * 1024 * 1024))), 12)
+    failures = {"left": 25}  # more than botocore's own 10 attempts
+
+    def flaky(request, **kw):
+        if failures["left"] > 0 and request.method == "GET":
+            failures["left"] -= 1
+
+            class Raw:
+                def stream(self, **_):
+                    yield b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
+            return AWSResponse(request.url, 500, {}, Raw())
+        return None
+    store.client.meta.events.register_first("before-send.s3.*", flaky)
+    logs = []
+    path = restore(store, str(tmp_path / "ck"), 12, log=logs.append, retry_base=0.01)
+    assert path and Path(path, "model.pt").exists() and failures["left"] == 0
+    assert any("retry" in line for line in logs)
+    assert contract.read_env("resume_env") == {"DL_RESUME_FROM": path, "DL_RESUME_STEP": "12"}
+    assert (Path(contract.path("health_dir")) / "restore").read_text().startswith("ok")
