@@ -69,31 +69,12 @@ def imds():
 
 @pytest.fixture
 def moto_process(tmp_path):
-    """moto_server in a process of its own on 127.0.0.1: the drill's nodes hammer it from many
-    processes, and an in-process server would share the test's GIL with the harness."""
-    import socket
+    """moto_server in its own process, for the drill (see tests/runtime/drill.py)."""
     import subprocess
-    import sys
-    import time
-    from pathlib import Path
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(tmp_path / "moto_server.log", "wb")
-    server = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
-            break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                raise RuntimeError(f"moto_server did not start on {endpoint}")
-            time.sleep(0.1)
+    from tests.runtime.drill import start_moto_server
+
+    server, endpoint = start_moto_server(tmp_path / "moto_server.log")
     yield endpoint
     server.terminate()
     try:

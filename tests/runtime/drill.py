@@ -30,6 +30,30 @@ TRAIN = Path(__file__).with_name("drill_train.py")
 VENV_BIN = Path(sys.executable).parent
 
 
+def start_moto_server(log_path: Path) -> tuple[subprocess.Popen, str]:
+    """moto_server in a process of its own on 127.0.0.1: the nodes hammer it from many processes,
+    and an in-process server would share the caller's GIL with the harness."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
+            return server, endpoint
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise RuntimeError(f"moto_server did not start on {endpoint}")
+            time.sleep(0.1)
+
+
 def unit_texts() -> dict[str, str]:
     from constructs_lib.bundle import unit_texts as rendered
     return rendered()
