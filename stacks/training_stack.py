@@ -7,6 +7,7 @@ import aws_cdk as cdk
 from constructs import Construct
 
 from constructs_lib import CheckpointBucket, InterruptionAlerts, SpotCapacity
+from constructs_lib.runtime.contract import TAG_CLUSTER
 
 from .network import existing_subnets, training_vpc
 from .selection import Selection, select
@@ -56,7 +57,7 @@ class TrainingStack(cdk.Stack):
                       description=f"checkpoints under s3://<bucket>/{self.prefix}/; kept after cdk destroy")
         cdk.CfnOutput(self, "SsmSessionCommand", value=(
             f"aws ssm start-session --region {self.region} --target $(aws ec2 describe-instances --region {self.region} "
-            f"--filters Name=tag:dl-launcher:cluster,Values={cluster_id} Name=instance-state-name,Values=running "
+            f"--filters Name=tag:{TAG_CLUSTER},Values={cluster_id} Name=instance-state-name,Values=running "
             "--query 'Reservations[0].Instances[0].InstanceId' --output text)"))
         cdk.CfnOutput(self, "AlertsLogGroup", value=self.alerts.log_group.log_group_name)
 

@@ -3,6 +3,8 @@ what systemd sees (the rendered unit's Restart= and RestartPreventExitStatus=) i
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,6 +57,11 @@ def test_a_finished_job_stays_finished_for_late_and_replacement_nodes(drill):
     d.wait("the late node's job", lambda: late.units["dl-job.service"].done, timeout=30)
     assert late.units["dl-job.service"].exits == [0] and "has finished" in late.log_text()
     assert _cluster_file(d, "finished.json")["generation"] == 1
+    status = subprocess.run([sys.executable, "-m", "constructs_lib.runtime", "status"], env=nodes[0].env,
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert "job finished (generation 1)" in status.stdout and "generation 1: finished" in status.stdout
+    assert f"ranks 0={plan['members'][0]['node']}@{plan['master_addr']}" in status.stdout
 
 
 def test_a_failure_that_is_not_repeated_is_retried_in_a_new_generation(drill):
