@@ -9,8 +9,16 @@ import functools
 from dataclasses import dataclass
 from typing import Optional
 
+from .errors import UserError
 from .paths import data_file
+
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "int8", "fp8", "fp4")
+# How a node's accelerators reach each other (accelerators.md, "fabric and scaling_class").
+FABRICS = ("nvswitch", "nvlink", "neuronlink", "roce", "pcie", "none")
+NVLINK_FABRICS = ("nvswitch", "nvlink")
+# The data-parallel scaling assumption a row gets in throughput.py: over a dedicated
+# accelerator fabric, or through the host's PCIe.
+SCALING_CLASSES = ("fabric", "pcie")
 
 
 @dataclass(frozen=True)
@@ -21,6 +29,8 @@ class AcceleratorSpec:
     sdk: str
     interconnect: str
     interconnect_gbps: Optional[float]
+    fabric: str
+    scaling_class: str
     tensor_cores: bool
     precisions: tuple[str, ...]
     dense_fp16_tflops: Optional[float]
@@ -33,14 +43,22 @@ class AcceleratorSpec:
 
     @property
     def nvlink(self) -> bool:
-        # "PCIe Gen5 (no NVLink)" mentions NVLink too: only a leading NVLink/NVSwitch counts.
-        lower = self.interconnect.lower()
-        return lower.startswith(("nvlink", "nvswitch"))
+        """NVLink between the GPUs, point to point (V100) or through NVSwitch: the explicit column,
+        never the description, which says "no NVLink" for some PCIe parts."""
+        return self.fabric in NVLINK_FABRICS
 
 
 def _num(s: str) -> Optional[float]:
     s = (s or "").strip()
     return float(s) if s else None
+
+
+def _choice(path: str, row: dict[str, str], column: str, allowed: tuple[str, ...]) -> str:
+    # A blank or misspelt value would silently change a ranking: refuse the table instead.
+    value = (row.get(column) or "").strip()
+    if value not in allowed:
+        raise UserError(f"{path}: row {row['name']!r} has {column}={value!r}; allowed: {', '.join(allowed)}")
+    return value
 
 
 @functools.lru_cache(maxsize=4)
@@ -56,6 +74,8 @@ def load_accelerators(path: str = data_file("accelerators.csv")) -> dict[str, Ac
                 sdk=row["sdk"],
                 interconnect=row["interconnect"],
                 interconnect_gbps=_num(row["interconnect_gbps"]),
+                fabric=_choice(path, row, "fabric", FABRICS),
+                scaling_class=_choice(path, row, "scaling_class", SCALING_CLASSES),
                 tensor_cores=row["tensor_cores"].strip().lower() == "yes",
                 precisions=tuple(p for p in PRECISIONS if row[p].strip().lower() == "yes"),
                 dense_fp16_tflops=_num(row["dense_fp16_tflops"]),

@@ -58,6 +58,7 @@ def facts_from_record(
     prices: dict[str, Price],
     retired: dict[str, dict[str, Any]],
     specs_source: str,
+    capacity_blocks: Optional[dict[str, dict[str, Any]]] = None,
 ) -> InstanceFacts:
     acc = accelerator_of(record)
     if acc is None:
@@ -73,6 +74,7 @@ def facts_from_record(
     family = family_of(record["InstanceType"])
     memory_gib = spec.memory_gib_override or round(acc["memory_mib"] / MIB_PER_GIB, 2)
     life = retired.get(family, {})
+    block = (capacity_blocks or {}).get(record["InstanceType"])
     return InstanceFacts(
         instance_type=record["InstanceType"],
         family=family,
@@ -102,12 +104,24 @@ def facts_from_record(
         retired=bool(life),
         successors=tuple(life.get("successors", ())),
         specs_source=specs_source,
+        capacity_block_only=block is not None,
+        capacity_block_source=block["source"] if block else "",
     )
 
 
 def load_legacy(path: str = data_file("legacy.toml")) -> dict[str, Any]:
     with open(path, "rb") as f:
         return tomllib.load(f)
+
+
+def load_capacity_blocks(path: str = data_file("capacity_blocks.toml")) -> dict[str, dict[str, Any]]:
+    """{instance type: {"source": ...}} for the types AWS sells only as Capacity Blocks for ML."""
+    with open(path, "rb") as f:
+        types = tomllib.load(f)["types"]
+    for name, entry in types.items():
+        if not str(entry.get("source", "")).strip():
+            raise ValueError(f"{path}: {name} needs a source")  # every fact in the catalog is cited
+    return types
 
 
 def legacy_facts(

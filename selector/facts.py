@@ -56,6 +56,10 @@ class InstanceFacts:
     retired: bool = False
     successors: tuple[str, ...] = ()
     specs_source: str = ""
+    # AWS sells the type only as Capacity Blocks for ML (data/capacity_blocks.toml): it has no
+    # on-demand or spot price anywhere, and launches only into a reserved block.
+    capacity_block_only: bool = False
+    capacity_block_source: str = ""
 
     @property
     def accelerator_memory_total_gib(self) -> float:

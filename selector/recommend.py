@@ -12,6 +12,9 @@ from .requirements import Context, failures
 from .throughput import Estimate, Measurement, model
 
 DEFAULT_REGION = "us-east-1"
+# What to say instead of "no price on record" for a type AWS sells only as Capacity Blocks.
+CAPACITY_BLOCK_ONLY = ("sold only as Capacity Blocks for ML (no on-demand or spot price): reserve one and pass "
+                       "-c capacity_reservation=cr-... -c market=capacity-block")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class Candidate:
         if price:
             out.append(f"{_fmt_price(price.on_demand)} on-demand, {_fmt_price(price.spot)} spot in {region} "
                        f"(as of {price.as_of}; {price.source})")
+        elif facts.capacity_block_only:
+            out.append(CAPACITY_BLOCK_ONLY + " (ranked after priced types on cost objectives)")
         else:
             out.append(f"no price on record for {region}: ranked after priced types on cost objectives")
         if m and (m.price_per_hour or m.spot_price_per_hour):

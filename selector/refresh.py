@@ -14,7 +14,7 @@ import sys
 from typing import Any, Callable, Iterable, Optional
 
 from .accelerators import load_accelerators
-from .build import accelerator_of, facts_from_record, legacy_facts, load_legacy
+from .build import accelerator_of, facts_from_record, legacy_facts, load_capacity_blocks, load_legacy
 from .catalog import Catalog
 from .facts import Price
 from .prices import PriceTable, load_prices
@@ -148,10 +148,13 @@ def refresh(
                 )
 
     legacy = load_legacy()
+    blocks = load_capacity_blocks()
     source = specs_source or f"EC2 DescribeInstanceTypes via {ec2.meta.endpoint_url} on {today.isoformat()}"
     types = {r["InstanceType"]: facts_from_record(r, accelerators, offered[r["InstanceType"]],
-                                                   prices[r["InstanceType"]], legacy["retired"], source)
+                                                   prices[r["InstanceType"]], legacy["retired"], source, blocks)
              for r in records}
+    for name in sorted(set(blocks) - set(types)):
+        log(f"warning: {name} in selector/data/capacity_blocks.toml is not in the EC2 records; nothing marked")
     for f in legacy_facts(legacy, accelerators, price_table):
         types.setdefault(f.instance_type, f)
     return Catalog(

@@ -7,7 +7,7 @@ from typing import Any, Optional
 from .catalog import Catalog
 from .facts import InstanceFacts
 from .profiles import Profile
-from .recommend import Recommendation
+from .recommend import CAPACITY_BLOCK_ONLY, Candidate, Recommendation
 
 
 def _money(v: Optional[float]) -> str:
@@ -16,6 +16,13 @@ def _money(v: Optional[float]) -> str:
 
 def _num(v: Optional[float]) -> str:
     return f"{v:,.0f}" if v is not None else "-"
+
+
+def _price_cells(c: Candidate) -> list[str]:
+    # "-" would read as a gap in our data; a Capacity-Block-only type has no such price at all.
+    if c.facts.capacity_block_only and c.price_per_hour is None and c.spot_price_per_hour is None:
+        return ["CB only", "CB only"]
+    return [_money(c.price_per_hour), _money(c.spot_price_per_hour)]
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -37,8 +44,8 @@ def recommendation_text(rec: Recommendation, show_excluded: int = 10) -> str:
             + ("" if f.accelerator_fraction == 1 else f" ({f.accelerator_fraction:g})"),
             f"{f.accelerator_memory_gib:g}", "yes" if f.efa else "no",
             f"{f.nvme.count}x{f.nvme.size_gb}" if f.nvme else "-", str(f.vcpus), f"{f.memory_gib:g}",
-            _money(c.price_per_hour), _money(c.spot_price_per_hour), _num(c.samples_per_second),
-            _num(c.samples_per_dollar), _num(c.spot_samples_per_dollar), c.throughput_source,
+            *_price_cells(c), _num(c.samples_per_second), _num(c.samples_per_dollar),
+            _num(c.spot_samples_per_dollar), c.throughput_source,
         ])
     if rows:
         out.append(table(["#", "instance", "accelerators", "GiB/acc", "EFA", "NVMe (GB)", "vCPU", "RAM GiB",
@@ -108,7 +115,10 @@ def show_text(f: InstanceFacts, catalog: Catalog) -> str:
     for region, p in sorted(f.prices.items()):
         lines.append(f"    {region:15} on-demand {_money(p.on_demand):>8}  spot {_money(p.spot):>8}  "
                      f"as of {p.as_of}; {p.source}" + (f"; {p.note}" if p.note else ""))
-    if not f.prices:
+    if f.capacity_block_only:
+        lines.append(f"    {CAPACITY_BLOCK_ONLY}")
+        lines.append(f"    (source: {f.capacity_block_source})")
+    elif not f.prices:
         lines.append("    none on record")
     lines.append(f"  specs from     {f.specs_source}")
     lines.append(f"  catalog as of  {catalog.as_of}")

@@ -35,7 +35,11 @@ def offered_in_region(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]
 
 
 def spot_available(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
-    return None if not c.spot or f.spot_supported else "not sold as spot"
+    if not c.spot:
+        return None
+    if f.capacity_block_only:  # the API record may still list spot as a usage class
+        return "not sold as spot: sold only as Capacity Blocks for ML"
+    return None if f.spot_supported else "not sold as spot"
 
 
 def sdk(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:

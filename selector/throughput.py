@@ -5,8 +5,9 @@ x whole accelerators x a scaling efficiency x the profile's reference samples/s 
 
 Scaling efficiency (documented assumptions, not measurements; replace with --throughput):
 - independent runs (parallel experiments): 1.0 per accelerator, nothing is shared;
-- NVLink/NVSwitch/NeuronLink data-parallel: 0.95 (all-reduce over a fast fabric);
-- PCIe data-parallel: 0.80 (gradients cross the host's PCIe switches; the guides warn that
+- scaling_class "fabric" (NVLink/NVSwitch, NeuronLink, Gaudi's on-chip RoCE) data-parallel: 0.95
+  (all-reduce over a dedicated accelerator fabric);
+- scaling_class "pcie" data-parallel: 0.80 (gradients cross the host's PCIe switches; the guides warn that
   G4/G5 multi-GPU sizes are meant for inference or parallel experiments).
 """
 from __future__ import annotations
@@ -55,8 +56,10 @@ def scaling(facts: InstanceFacts, spec: AcceleratorSpec, profile: Profile) -> tu
     n = facts.accelerator_count
     if n <= 1 or profile.independent_runs:
         return 1.0, "independent" if n > 1 else "single"
-    fast = spec.nvlink or "neuronlink" in spec.interconnect.lower()
-    return (FAST_FABRIC_EFFICIENCY, spec.interconnect) if fast else (PCIE_EFFICIENCY, "PCIe")
+    # The accelerator table's explicit scaling_class, never a guess from the description.
+    if spec.scaling_class == "fabric":
+        return FAST_FABRIC_EFFICIENCY, spec.interconnect
+    return PCIE_EFFICIENCY, "PCIe"
 
 
 def model(facts: InstanceFacts, profile: Profile, accelerators: dict[str, AcceleratorSpec]) -> Estimate:
