@@ -1,16 +1,19 @@
-"""EFA on every network card: the security group, the cluster placement group and the
-launch-template interfaces, laid out as AWS's current EFA guidance says, with counts from the
-selector's catalog."""
+"""EFA on every network card: the launch-template interfaces, laid out as AWS's current EFA
+guidance says with counts from the selector's catalog, the cluster placement group that keeps
+the nodes on one spine, and the EFA/NCCL environment the node's unit sets up."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import aws_cdk.aws_ec2 as ec2
 from constructs import Construct
 
 from selector.facts import InstanceFacts
 
+from .bundle import EFA_SDK_ENV, EFA_UNIT
 from .facts import InstanceLike, resolve
+from .runtime import contract
+from .userdata import SettingsFile
 from .validation import ConfigurationError
 
 LAYOUTS = ("efa-only", "efa")
@@ -42,52 +45,49 @@ def efa_interfaces(facts: InstanceFacts, *, layout: str = "efa-only") -> list[di
     return out
 
 
+def placement_group_name(group: ec2.IPlacementGroup) -> str:
+    """Ref of a group made in this app, not GetAtt: the same value, and CloudFormation emulators
+    that do not model placement groups can still resolve it."""
+    child = group.node.default_child
+    return child.ref if isinstance(child, ec2.CfnPlacementGroup) else group.placement_group_name
+
+
 class EfaNetworking(Construct):
-    """Security group, cluster placement group and interfaces for EFA nodes.
+    """The cluster network of EFA nodes: one EFA interface per network card, all in the nodes'
+    security group, and the cluster placement group.
 
     Keyword-only props (defaults in brackets):
-      vpc: where the nodes run.
       instance: type name or InstanceFacts (from the selector's catalog).
+      security_group: the group on every interface; EFA needs one that allows all traffic to and
+        from itself (NodeIdentity(efa=True) makes it).
       layout ["efa-only"]: see `efa_interfaces`.
-      placement_group [True]: a cluster placement group (all nodes in one AZ, one spine).
-      https_egress [True]: let nodes reach AWS APIs, S3 and package mirrors over 443.
-      share_from [None]: reuse another EfaNetworking's security group and placement group
-        (types that must talk EFA to each other and sit on one spine).
+      placement_group [True]: True for a new cluster placement group (all nodes in one AZ, on one
+        spine), a group to share one between the templates of a cluster, False for none.
 
-    Attributes: security_group, placement_group (or None), facts, interfaces (without groups).
+    Attributes: facts, interfaces (without groups), security_group, placement_group (or None),
+    placement_group_name, UNIT (the unit that sets up the EFA/NCCL environment) and settings (the
+    SettingsFile the node's user data writes for it).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, instance: InstanceLike,
-                 layout: str = "efa-only", placement_group: bool = True, https_egress: bool = True,
-                 share_from: Optional["EfaNetworking"] = None) -> None:
+    UNIT = EFA_UNIT
+
+    def __init__(self, scope: Construct, construct_id: str, *, instance: InstanceLike,
+                 security_group: ec2.ISecurityGroup, layout: str = "efa-only",
+                 placement_group: Union[bool, ec2.IPlacementGroup] = True) -> None:
         super().__init__(scope, construct_id)
         self.facts = resolve(instance)
         self.interfaces = efa_interfaces(self.facts, layout=layout)
-        if share_from is not None:
-            # Another type in the same cluster (a capacity alternate): same group, same spine.
-            self.security_group = share_from.security_group
-            self.placement_group = share_from.placement_group
-            return
-        self.security_group = ec2.SecurityGroup(
-            self, "Sg", vpc=vpc, allow_all_outbound=False,
-            description=f"EFA nodes ({self.facts.instance_type}): all traffic within the group")
-        # EFA's OS-bypass traffic needs every protocol to and from the group itself.
-        self.security_group.add_ingress_rule(self.security_group, ec2.Port.all_traffic(), "EFA and NCCL between nodes")
-        self.security_group.add_egress_rule(self.security_group, ec2.Port.all_traffic(), "EFA and NCCL between nodes")
-        if https_egress:
-            self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443),
-                                                "AWS APIs (SSM, S3, EC2), container and package mirrors")
-        self.placement_group: Optional[ec2.PlacementGroup] = (
-            ec2.PlacementGroup(self, "Cluster", strategy=ec2.PlacementGroupStrategy.CLUSTER)
-            if placement_group else None)
+        self.security_group = security_group
+        if isinstance(placement_group, bool):
+            placement_group = (ec2.PlacementGroup(self, "Cluster", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+                               if placement_group else None)
+        self.placement_group: Optional[ec2.IPlacementGroup] = placement_group
+        self.settings = SettingsFile("EFA settings", f"$DL_ETC_DIR/{EFA_SDK_ENV}",
+                                     contract.env_text({"SDK": self.facts.sdk}))
 
     @property
     def placement_group_name(self) -> Optional[str]:
-        """Ref of the placement group (its name). Ref, not GetAtt: the same value, and
-        CloudFormation emulators that do not model placement groups can still resolve it."""
-        if self.placement_group is None:
-            return None
-        return self.placement_group.node.default_child.ref
+        return placement_group_name(self.placement_group) if self.placement_group else None
 
     def network_interfaces(self) -> list[dict[str, Any]]:
         """CloudFormation NetworkInterfaces for the launch template (PascalCase, groups set)."""

@@ -11,6 +11,8 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from constructs_lib import ConfigurationError, DeepLearningAmi, GpuLaunchTemplate
+from constructs_lib.identity import NodeIdentity
+from constructs_lib.node_options import NodeOptions
 from tests.cdk_checks import cfn_lint, synth_with_nag
 from tests.constructs.userdata_text import PSEUDO, evaluate, user_data_text
 
@@ -313,3 +315,126 @@ def test_job_command_with_the_heredoc_marker_is_refused():
     node = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="g5.xlarge")
     with pytest.raises(ConfigurationError, match="the job command contains DL_LAUNCHER_EOF, the marker that ends it"):
         node.enable_job(cluster="c", command="cat <<DL_LAUNCHER_EOF\nx\nDL_LAUNCHER_EOF")
+
+
+# ---- composition: identity, cluster network, bootstrap and options as separate pieces --------
+
+def test_templates_sharing_one_identity_make_one_role_profile_and_group(tmp_path):
+    app = cdk.App(outdir=str(tmp_path))
+    stack = cdk.Stack(app, "Shared", env=cdk.Environment(region="us-east-1"))
+    vpc = _vpc(stack)
+    identity = NodeIdentity(stack, "Identity", vpc=vpc, efa=True, label="p5 cluster")
+    first = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="p5.48xlarge", multi_node=True, identity=identity)
+    second = GpuLaunchTemplate(stack, "Alt", vpc=vpc, instance_type="p4d.24xlarge", multi_node=True, identity=identity,
+                               placement_group=first.placement_group)
+    assert (first.role, first.instance_profile, first.security_group) == (
+        second.role, second.instance_profile, second.security_group) == (
+        identity.role, identity.instance_profile, identity.security_group)
+    for t in (first, second):
+        t.enable_job(cluster="c")
+    assembly = synth_with_nag(app)  # the identity's acknowledgments hold outside a template too
+    cfn_lint([tmp_path / "Shared.template.json"])
+    t = Template.from_json(assembly.get_stack_by_name("Shared").template)
+    for kind in ("AWS::IAM::InstanceProfile", "AWS::EC2::SecurityGroup", "AWS::EC2::PlacementGroup"):
+        t.resource_count_is(kind, 1)
+    (role,) = t.find_resources("AWS::IAM::Role", {"Properties": {"AssumeRolePolicyDocument": {"Statement": [
+        Match.object_like({"Principal": {"Service": "ec2.amazonaws.com"}})]}}})
+    (profile,) = t.find_resources("AWS::IAM::InstanceProfile")
+    (sg,) = t.find_resources("AWS::EC2::SecurityGroup")
+    templates = t.find_resources("AWS::EC2::LaunchTemplate").values()
+    assert len(templates) == 2
+    for lt in templates:
+        data = lt["Properties"]["LaunchTemplateData"]
+        assert data["IamInstanceProfile"] == {"Arn": {"Fn::GetAtt": [profile, "Arn"]}}
+        assert all(n["Groups"] == [{"Fn::GetAtt": [sg, "GroupId"]}] for n in data["NetworkInterfaces"])
+    (policy,) = t.find_resources("AWS::IAM::Policy", {"Properties": {"Roles": [{"Ref": role}]}}).values()
+    actions = sorted(s["Action"] for s in policy["Properties"]["PolicyDocument"]["Statement"])
+    assert actions == ["ec2:DescribeInstances", "s3:GetObject"], "each grant once, however many templates"
+
+
+def test_efa_group_allows_all_traffic_to_and_from_itself_and_https_out():
+    stack, vpc = _stack()
+    NodeIdentity(stack, "Identity", vpc=vpc, efa=True)
+    t = Template.from_stack(stack)
+    (sg, props), = t.find_resources("AWS::EC2::SecurityGroup").items()
+    itself = {"Fn::GetAtt": [sg, "GroupId"]}
+    (ingress,) = t.find_resources("AWS::EC2::SecurityGroupIngress").values()
+    assert ingress["Properties"] == {**ingress["Properties"], "IpProtocol": "-1", "GroupId": itself,
+                                     "SourceSecurityGroupId": itself}
+    (egress,) = t.find_resources("AWS::EC2::SecurityGroupEgress").values()
+    assert egress["Properties"] == {**egress["Properties"], "IpProtocol": "-1", "GroupId": itself,
+                                    "DestinationSecurityGroupId": itself}
+    assert "SecurityGroupIngress" not in props["Properties"], "nothing else may reach the nodes"
+    assert [(e["CidrIp"], e["IpProtocol"], e["FromPort"], e["ToPort"])
+            for e in props["Properties"]["SecurityGroupEgress"]] == [("0.0.0.0/0", "tcp", 443, 443)]
+
+
+def test_a_group_without_efa_allows_https_out_only():
+    stack, vpc = _stack()
+    NodeIdentity(stack, "Identity", vpc=vpc)
+    t = Template.from_stack(stack)
+    (props,) = [r["Properties"] for r in t.find_resources("AWS::EC2::SecurityGroup").values()]
+    assert [(e["CidrIp"], e["IpProtocol"], e["FromPort"], e["ToPort"]) for e in props["SecurityGroupEgress"]] == [
+        ("0.0.0.0/0", "tcp", 443, 443)]
+    assert "SecurityGroupIngress" not in props
+    t.resource_count_is("AWS::EC2::SecurityGroupIngress", 0)
+
+
+def test_node_options_give_the_root_volume():
+    stack, vpc = _stack()
+    GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="g5.xlarge", options=NodeOptions(root_volume_gib=500))
+    (bdm,) = _lt(Template.from_stack(stack))["BlockDeviceMappings"]
+    assert bdm["Ebs"] == {"DeleteOnTermination": True, "Encrypted": True, "VolumeSize": 500, "VolumeType": "gp3"}
+
+
+def test_a_keyword_prop_replaces_that_field_of_the_options():
+    stack, vpc = _stack()
+    options = NodeOptions(root_volume_gib=500, scratch_mount="/data", extra_user_data=["echo shared"])
+    node = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="g5.xlarge", options=options, root_volume_gib=300)
+    assert node.options == NodeOptions(root_volume_gib=300, scratch_mount="/data", extra_user_data=("echo shared",))
+    data = _lt(Template.from_stack(stack))
+    assert data["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == 300
+    ud = user_data_text(data)
+    assert 'MOUNT_POINT="/data"' in ud and ud.endswith("echo shared\n")
+
+
+@pytest.mark.parametrize("kwargs,expected", [
+    ({"root_volume_gib": 0}, "root_volume_gib must be 1 to 16384 (gp3), got 0"),
+    ({"extra_user_data": "echo one string"}, "extra_user_data is a sequence of bash lines"),
+])
+def test_wrong_node_options_are_refused(kwargs, expected):
+    with pytest.raises(ConfigurationError, match=re.escape(expected)):
+        NodeOptions(**kwargs)
+
+
+def test_identity_and_its_pieces_are_not_both_given():
+    stack, vpc = _stack()
+    identity = NodeIdentity(stack, "Identity", vpc=vpc)
+    with pytest.raises(ConfigurationError, match="give identity, or role, instance_profile and security_group"):
+        GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="g5.xlarge", identity=identity, role=identity.role)
+
+
+def test_efa_nodes_refuse_an_identity_whose_group_blocks_efa():
+    stack, vpc = _stack()
+    identity = NodeIdentity(stack, "Identity", vpc=vpc)
+    with pytest.raises(ConfigurationError, match=r"make it with NodeIdentity\(efa=True\)"):
+        GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="p5.48xlarge", multi_node=True, identity=identity)
+
+
+# Logical ids synthesized by GpuLaunchTemplate before it was split into NodeIdentity,
+# EfaNetworking and NodeBootstrap: an update from that version must replace nothing, least of
+# all the security and placement groups that running nodes are in.
+BEFORE_THE_SPLIT = {
+    "g5.xlarge": {"NodeProfile0CC57965", "NodeRoleD4034043", "NodeRoleDefaultPolicyD881D3CD", "NodeSgBA7C7D7A",
+                  "NodeTemplateB678860E"},
+    "p5.48xlarge": {"NodeEfaClusterE86F8516", "NodeEfaSgB6A2D1B5", "NodeProfile0CC57965", "NodeRoleD4034043",
+                    "NodeRoleDefaultPolicyD881D3CD", "NodeTemplateB678860E"},
+}
+
+
+@pytest.mark.parametrize("name", BEFORE_THE_SPLIT)
+def test_logical_ids_are_those_from_before_the_split(synthesized, name):
+    ids = {k for k, r in synthesized[name].to_json()["Resources"].items()
+           if k.startswith("Node") and r["Type"] in ("AWS::IAM::Role", "AWS::IAM::Policy", "AWS::IAM::InstanceProfile",
+                            "AWS::EC2::SecurityGroup", "AWS::EC2::PlacementGroup", "AWS::EC2::LaunchTemplate")}
+    assert ids == BEFORE_THE_SPLIT[name]
