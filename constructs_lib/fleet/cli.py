@@ -1,0 +1,106 @@
+"""python -m constructs_lib.fleet: status | reconcile. Mistakes exit 2 with one line.
+
+  status --bucket B --key K [--json] [--last N]   the current type, the running instances and
+                                                   the last transitions with their reasons
+  reconcile --spec FILE                            one reconcile of the cluster in a spec (JSON)
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from typing import Any, Optional
+
+from .errors import error_code
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m constructs_lib.fleet", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    st = sub.add_parser("status", help="the cluster as the controller last left it, and what runs now")
+    st.add_argument("--bucket", required=True, help="the spec's state_bucket")
+    st.add_argument("--key", required=True, help="the spec's state_key")
+    st.add_argument("--json", action="store_true")
+    st.add_argument("--last", type=int, default=10, help="how many transitions to show [10]")
+    st.add_argument("--region")
+    rc = sub.add_parser("reconcile", help="run one reconcile (operators, the local moto demo)")
+    rc.add_argument("--spec", required=True, help="a ClusterSpec as JSON (what DL_CLUSTER_SPEC holds)")
+    rc.add_argument("--region")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    try:
+        a = parser().parse_args(argv)
+        if a.command == "status" and a.last < 0:
+            raise UsageError(f"--last must be 0 or more, got {a.last}")
+        import boto3
+
+        ec2, s3 = boto3.client("ec2", region_name=a.region), boto3.client("s3", region_name=a.region)
+        return _status(a, ec2, s3) if a.command == "status" else _reconcile(a, ec2, s3)
+    except (UsageError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # AWS's answers and botocore's setup errors are the user's to fix
+        if error_code(e) or type(e).__name__ in ("NoCredentialsError", "NoRegionError", "EndpointConnectionError"):
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+
+
+def _reconcile(a: argparse.Namespace, ec2: Any, s3: Any) -> int:
+    from .controller import Controller
+    from .spec import ClusterSpec
+    from .state import StateStore
+
+    with open(a.spec) as f:
+        spec = ClusterSpec.from_json(f.read())
+    Controller(ec2, spec, StateStore(s3, spec.state_bucket, spec.state_key)).reconcile()
+    return 0
+
+
+def _when(t: Optional[float]) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if t is not None else "-"
+
+
+def _status(a: argparse.Namespace, ec2: Any, s3: Any) -> int:
+    from .instances import list_cluster
+    from .state import StateStore
+
+    state = StateStore(s3, a.bucket, a.key).load()
+    if state is None:
+        raise UsageError(f"no controller state at s3://{a.bucket}/{a.key}: has the controller run yet?")
+    nodes = sorted(list_cluster(ec2, state.cluster), key=lambda n: (n.launched, n.id))
+    last = state.history[-a.last:] if a.last else []
+    if a.json:
+        print(json.dumps({"cluster": state.cluster, "instance_type": state.instance_type, "stopped": state.stopped,
+                          "short_since": state.loss_since, "updated_at": state.updated_at,
+                          "instances": [n.__dict__ for n in nodes], "transitions": last}, indent=1))
+        return 0
+    what = "torn down" if state.stopped else f"current type {state.instance_type or 'none (nothing launched)'}"
+    print(f"cluster {state.cluster}: {what}; {len(nodes)} running; state of {_when(state.updated_at)}")
+    if state.loss_since is not None:
+        print(f"short of nodes since {_when(state.loss_since)}")
+    for n in nodes:
+        print(f"  {n.id}  {n.instance_type}  {n.subnet}  launched {_when(n.launched)}")
+    if last:
+        print(f"last {len(last)} transitions:")
+    for t in last:
+        ids = f" [{', '.join(t['instances'])}]" if t["instances"] else ""
+        print(f"  {_when(t['at'])}  {t['kind']:<16} {t['instance_type'] or '-'}: {t['reason']}{ids}")
+    return 0

@@ -1,0 +1,316 @@
+"""The capacity controller: keeps `nodes` instances of exactly one type running, all or nothing.
+
+A multi-node job runs at its slowest node and its world size, memory and EFA layout are the
+type's, so a cluster never holds two types, not even for a minute. Diversity is whole-cluster
+alternatives: when the current type cannot be had, the whole cluster moves to the next option.
+
+Each reconcile, under the lease (see state.py):
+  1. list the cluster (tag dl-launcher:cluster) and this controller's launches EC2 may not show yet;
+  2. settle the current type: the state's while any of it runs, else the type most nodes run;
+  3. terminate strays (any other type) and the newest extras beyond `nodes`;
+  4. nothing running: gang-launch `nodes` of the first option that can be had, in priority order;
+  5. short of `nodes`: launch the missing ones of the same type in the survivors' subnet; if the
+     cluster has been short for replace_within_seconds, terminate the survivors and gang-launch
+     the next options (after the last, from the top again).
+Options with no known price, or above the ceiling, are never launched.
+Instances with a spot interruption warning count as lost at once (their replacement starts two
+minutes earlier) but are left for AWS to take: the node pushes its last checkpoint meanwhile.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from .errors import error_code
+from .instances import LIVE_STATES, Launched, Node, fleet_request, launch, list_cluster, states, terminate
+from .spec import CapacityOption, ClusterSpec
+from .state import ControllerState, Lease, LeaseLost, StateStore
+
+KINDS = ("launched", "launch-failed", "replaced", "moved", "wrapped", "adopted", "terminated-stray",
+         "terminated-extra", "skipped-price", "waiting", "torn-down", "resumed")
+# How long a launch EC2 does not list yet still counts as running (DescribeInstances lags launches).
+RECENT_SECONDS = 60.0
+# No EC2 change starts this close to the end of the lease, so that it never outlives the lease.
+LEASE_MARGIN = 20.0
+NOT_ABOUT_THE_OPTION = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException", "InternalError",
+                                  "InternalFailure", "ServiceUnavailable", "Unavailable", "UnauthorizedOperation",
+                                  "AuthFailure", "Blocked", "OptInRequired"})
+
+
+@dataclass(frozen=True)
+class Transition:
+    at: float
+    kind: str
+    instance_type: str
+    reason: str
+    instances: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "kind": self.kind, "instance_type": self.instance_type, "reason": self.reason,
+                "instances": list(self.instances)}
+
+
+class _OutOfLease(Exception):
+    pass
+
+
+class Controller:
+    """Decisions for one cluster. Not shared between threads: each invocation builds its own."""
+
+    def __init__(self, ec2: Any, spec: ClusterSpec, store: StateStore, *, clock: Callable[[], float] = time.time,
+                 log: Callable[[str], Any] = print) -> None:
+        self.ec2 = ec2
+        self.spec = spec
+        self.store = store
+        self.clock = clock
+        self.log = log
+        self._state = ControllerState()
+        self._lease = Lease(0.0, "")
+        self._done: list[Transition] = []
+
+    # ---- entry points ----------------------------------------------------------------------------
+    def reconcile(self, *, resume: bool = False, noticed: Iterable[str] = ()) -> list[Transition]:
+        """One look at the cluster and the changes that bring it to `nodes` of one type.
+
+        resume: clear a teardown, and wait for the lease rather than skip (CloudFormation Create/Update).
+        noticed: instance ids with a spot interruption warning.
+        """
+        got = self.store.wait_for_lease(self.clock) if resume else self.store.acquire(self.clock())
+        if got is None:
+            return [self._say("waiting", "", "another reconcile holds the lease: it, the next event or the "
+                                             "1-minute schedule covers this one")]
+        self._begin(*got)
+        try:
+            if resume and self._state.stopped:
+                self._state.stopped = False
+                self._add("resumed", "", "CloudFormation created or updated the stack: keeping the cluster running again")
+            if self._state.stopped:
+                return [self._say("waiting", "", "torn down: nothing is launched until the stack is created again")]
+            try:
+                self._decide(set(noticed))
+            except _OutOfLease as e:
+                self._add("waiting", "", f"lease about to end before {e}: the next event goes on from here")
+            return self._done
+        finally:  # also when EC2 failed halfway: what was launched or terminated is remembered
+            try:
+                self._save(release=True)
+            except LeaseLost as e:
+                self._say("waiting", "", f"{e}; the next run starts from EC2 as it is")
+
+    def teardown(self) -> list[Transition]:
+        """Terminate every instance of the cluster and launch nothing more until resumed."""
+        self._begin(*self.store.wait_for_lease(self.clock))
+        try:
+            st = self._state
+            # Stopped is stored before anything is terminated: the terminations' own events must
+            # not find an empty cluster and launch it again, even if this run dies halfway.
+            st.stopped = True
+            self._save()
+            nodes = self._nodes(self.clock())
+            terminate(self.ec2, [n.id for n in nodes])
+            types = ",".join(sorted({n.instance_type for n in nodes}))
+            self._add("torn-down", types, f"terminated {len(nodes)} instances: the stack is being deleted"
+                      if nodes else "nothing was running: the stack is being deleted", [n.id for n in nodes])
+            st.instance_type, st.loss_since, st.recent, st.noticed = None, None, {}, {}
+            return self._done
+        finally:
+            self._save(release=True)
+
+    # ---- the decision ----------------------------------------------------------------------------
+    def _decide(self, noticed: set[str]) -> None:
+        spec, st, now = self.spec, self._state, self.clock()
+        nodes = self._nodes(now)
+        present = {n.id for n in nodes}
+        st.noticed = {i: t for i, t in st.noticed.items() if i in present}
+        for i in noticed & present:
+            st.noticed.setdefault(i, now)
+
+        current = self._current(nodes)
+        strays = [n for n in nodes if n.instance_type != current]
+        if strays:
+            types = ", ".join(sorted({n.instance_type for n in strays}))
+            why = f"not the cluster's type {current}" if current else "no longer among the cluster's options"
+            self._terminate(strays, "terminated-stray", f"{len(strays)} x {types}: {why}; one cluster never mixes types")
+        mine = [n for n in nodes if n.instance_type == current]
+        if not mine:
+            st.loss_since = None
+            if not self._gang(range(len(spec.options))):
+                self._none_running()
+            return
+
+        live = [n for n in mine if n.id not in st.noticed]
+        if len(live) > spec.nodes:
+            extras = sorted(live, key=lambda n: (n.launched, n.id))[spec.nodes:]
+            self._terminate(extras, "terminated-extra", f"{len(live)} running, {spec.nodes} wanted: the newest go")
+            live = [n for n in live if n not in extras]
+        if len(live) == spec.nodes:
+            st.loss_since = None
+            return
+
+        if st.loss_since is None:
+            st.loss_since = now
+        assert current is not None
+        if self._replace(current, live or mine, spec.nodes - len(live)):
+            st.loss_since = None
+        elif now - st.loss_since >= spec.replace_within_seconds:
+            self._move(current, mine, len(live))
+
+    def _current(self, nodes: Sequence[Node]) -> Optional[str]:
+        """The cluster's type: the state's while any of it runs, else the option most nodes run
+        (the state may be older than EC2: a run that launched and died before saving)."""
+        st, spec = self._state, self.spec
+        running = Counter(n.instance_type for n in nodes)
+        if running[st.instance_type or ""] and spec.option_index(st.instance_type) is not None:
+            return st.instance_type
+        candidates = [o.instance_type for o in spec.options if running[o.instance_type]]
+        if not candidates:
+            return None
+        best = max(candidates, key=lambda t: (running[t], -(spec.option_index(t) or 0)))
+        self._add("adopted", best, f"the state says {st.instance_type or 'nothing runs'}, EC2 runs "
+                  f"{running[best]} x {best}: that is the cluster now")
+        st.instance_type = best
+        return best
+
+    def _gang(self, order: Iterable[int]) -> bool:
+        """`nodes` of the first option in `order` that can be had, or none at all."""
+        spec, st = self.spec, self._state
+        for i in order:
+            option = spec.options[i]
+            if not self._affordable(option):
+                continue
+            got = self._launch(option, spec.nodes, spec.subnet_ids, minimum=spec.nodes)
+            if len(got.ids) >= spec.nodes:
+                st.instance_type, st.loss_since = option.instance_type, None
+                self._add("launched", option.instance_type, f"{spec.nodes} x {option.instance_type} ({spec.market}) "
+                          "launched together", got.ids)
+                return True
+            if got.ids:  # all or nothing: a part of a cluster trains nothing and costs like the whole
+                terminate(self.ec2, got.ids)
+                self._forget(got.ids)
+            self._add("launch-failed", option.instance_type,
+                      f"got {len(got.ids)} of {spec.nodes}" + (" and terminated them (all or nothing)" if got.ids else "")
+                      + f": {'; '.join(got.errors) or 'the fleet gave no reason'}", got.ids)
+        return False
+
+    def _replace(self, current: str, survivors: Sequence[Node], missing: int) -> bool:
+        """Launch the missing nodes beside the survivors: same type, template (hence placement
+        group) and subnet. True when none is missing any more."""
+        spec, st = self.spec, self._state
+        option = spec.options[spec.option_index(current) or 0]
+        if not self._affordable(option):
+            return False
+        subnet = Counter(n.subnet for n in survivors).most_common(1)[0][0]
+        got = self._launch(option, missing, [subnet], minimum=1)
+        if got.ids:
+            self._add("replaced", current, f"{len(got.ids)} of {missing} missing x {current} launched in {subnet}",
+                      got.ids)
+        if len(got.ids) >= missing:
+            return True
+        short = self.clock() - (st.loss_since or 0)
+        self._add("launch-failed", current, f"replacing {missing - len(got.ids)} x {current} in {subnet}: "
+                  f"{'; '.join(got.errors) or 'the fleet gave no reason'}; short for {short:.0f} s, the whole "
+                  f"cluster moves after {spec.replace_within_seconds} s")
+        return False
+
+    def _move(self, current: str, mine: Sequence[Node], live: int) -> None:
+        spec, st = self.spec, self._state
+        here = spec.option_index(current) or 0
+        after, before = list(range(here + 1, len(spec.options))), list(range(here))
+        if not after and not before:
+            self._add("waiting", current, f"{current} is the only option: replacing it keeps being tried")
+            return
+        self._terminate(mine, "moved", f"{live} of {spec.nodes} x {current} for "
+                        f"{self.clock() - (st.loss_since or 0):.0f} s (bound {spec.replace_within_seconds} s) and "
+                        "replacements keep failing: moving the whole cluster to the next option")
+        st.instance_type, st.loss_since = None, None
+        if self._gang(after):
+            return
+        if before:
+            self._add("wrapped", "", f"past the last option ({spec.options[-1].instance_type}): from the top again")
+            if self._gang(before):
+                return
+        self._none_running()
+
+    def _none_running(self) -> None:
+        self._state.instance_type = None
+        self._add("waiting", "", f"no option could launch {self.spec.nodes} nodes; none running; "
+                  "trying again on the next event or the 1-minute schedule")
+
+    def _affordable(self, option: CapacityOption) -> bool:
+        spec = self.spec
+        if option.price is None:
+            why = f"no {spec.market} price is known for {option.instance_type}: never launched at an unknown price"
+        elif option.price > spec.max_price:
+            why = (f"{option.instance_type} costs {option.price} USD/h per node ({spec.market}), above the "
+                   f"ceiling {spec.max_price}")
+        else:
+            return True
+        self._add("skipped-price", option.instance_type, why)
+        return False
+
+    # ---- EC2 changes, each within the lease ------------------------------------------------------
+    def _guard(self, what: str) -> None:
+        if self.clock() > self._lease.until - LEASE_MARGIN:
+            raise _OutOfLease(what)
+
+    def _launch(self, option: CapacityOption, count: int, subnets: Sequence[str], *, minimum: int) -> Launched:
+        self._guard(f"launching {option.instance_type}")
+        try:
+            got = launch(self.ec2, fleet_request(self.spec, option, count, subnets, minimum))
+        except Exception as e:
+            # An error about this option (its template, its type in this AZ) sends the cluster to the
+            # next one; throttling, outages, permissions and bugs would fail every option alike and
+            # must not move it: they end this run, and the next event tries again.
+            if not error_code(e) or error_code(e) in NOT_ABOUT_THE_OPTION:
+                raise
+            return Launched((), (str(e),))
+        now = self.clock()
+        for i, subnet in got.instances:
+            self._state.recent[i] = {"instance_type": option.instance_type, "subnet": subnet, "at": now}
+        return got
+
+    def _terminate(self, nodes: Sequence[Node], kind: str, reason: str) -> None:
+        self._guard(kind)
+        ids = [n.id for n in nodes]
+        terminate(self.ec2, ids)
+        self._forget(ids)
+        self._add(kind, ",".join(sorted({n.instance_type for n in nodes})), reason, ids)
+
+    def _forget(self, ids: Iterable[str]) -> None:
+        for i in ids:
+            self._state.recent.pop(i, None)
+            self._state.noticed.pop(i, None)
+
+    # ---- bookkeeping -----------------------------------------------------------------------------
+    def _begin(self, lease: Lease, state: ControllerState) -> None:
+        self._lease, self._state, self._done = lease, state, []
+        state.cluster = self.spec.cluster
+
+    def _nodes(self, now: float) -> list[Node]:
+        listed = list_cluster(self.ec2, self.spec.cluster)
+        seen = {n.id for n in listed}
+        st = self._state
+        st.recent = {i: r for i, r in st.recent.items() if i not in seen and now - r["at"] < RECENT_SECONDS}
+        if st.recent:  # not listed: not visible yet, or already gone (reclaimed at once)
+            known = states(self.ec2, list(st.recent))
+            st.recent = {i: r for i, r in st.recent.items() if known.get(i, "pending") in LIVE_STATES}
+        return listed + [Node(i, r["instance_type"], r["subnet"], r["at"]) for i, r in st.recent.items()]
+
+    def _save(self, *, release: bool = False) -> None:
+        self._state.updated_at = self.clock()
+        self._lease = self.store.save(self._lease, self._state, release=release)
+
+    def _say(self, kind: str, instance_type: str, reason: str, instances: Sequence[str] = ()) -> Transition:
+        """A transition logged as one JSON line (the Lambda's log group is the stack's alerts log)."""
+        t = Transition(self.clock(), kind, instance_type, reason, tuple(instances))
+        self.log(json.dumps({"cluster": self.spec.cluster, **t.to_dict()}))
+        return t
+
+    def _add(self, kind: str, instance_type: str, reason: str, instances: Sequence[str] = ()) -> None:
+        """A transition logged and kept in the state's history."""
+        t = self._say(kind, instance_type, reason, instances)
+        self._state.record(t.to_dict())
+        self._done.append(t)

@@ -1,0 +1,166 @@
+"""The controller's Lambda: `handle(event, context)`.
+
+EventBridge (instance state changes, spot interruption warnings, the 1-minute schedule): one
+reconcile. An event that names an instance of another cluster (or of none) is dropped after one
+DescribeInstances; an unknown instance still reconciles (EC2 may not list a new one yet).
+
+CloudFormation custom resource: Create/Update reconcile (clearing a teardown), Delete tears the
+cluster down; the answer goes to the ResponseURL whatever happens, FAILED with the reason on an
+exception and, just before the Lambda would time out, FAILED for the timeout: CloudFormation is
+never left waiting an hour for an answer that will not come.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.request
+from typing import Any, Optional
+
+from ..runtime.contract import TAG_CLUSTER
+from .controller import Controller
+from .errors import error_code
+from .instances import list_cluster, terminate
+from .spec import ClusterSpec
+from .state import StateStore
+
+SPEC_ENV = "DL_CLUSTER_SPEC"
+SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
+# Answer CloudFormation this long before the Lambda's own timeout.
+WATCHDOG_SECONDS = 5.0
+
+
+def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    if "RequestType" in event and "ResponseURL" in event:
+        return _custom_resource(event, context)
+    return _eventbridge(event)
+
+
+def load_spec() -> ClusterSpec:
+    text = os.environ.get(SPEC_ENV)
+    if not text:
+        raise ValueError(f"{SPEC_ENV} is not set: the function needs the cluster spec as JSON")
+    return ClusterSpec.from_json(text)
+
+
+def _clients() -> tuple[Any, Any]:
+    import boto3
+    from botocore.config import Config
+
+    config = Config(retries={"mode": "standard", "max_attempts": 5})
+    return boto3.client("ec2", config=config), boto3.client("s3", config=config)
+
+
+def _controller(spec: ClusterSpec, ec2: Any, s3: Any) -> Controller:
+    return Controller(ec2, spec, StateStore(s3, spec.state_bucket, spec.state_key))
+
+
+# ---- EventBridge ---------------------------------------------------------------------------------
+def _eventbridge(event: dict[str, Any]) -> dict[str, Any]:
+    spec = load_spec()
+    ec2, s3 = _clients()
+    instance = (event.get("detail") or {}).get("instance-id")
+    noticed: tuple[str, ...] = ()
+    if instance:
+        owner = _cluster_of(ec2, instance)
+        if owner is not None and owner != spec.cluster:
+            return {"ignored": f"{instance} is not in cluster {spec.cluster}"}
+        if event.get("detail-type") == SPOT_WARNING:
+            noticed = (instance,)
+    done = _controller(spec, ec2, s3).reconcile(noticed=noticed)
+    return {"transitions": [t.to_dict() for t in done]}
+
+
+def _cluster_of(ec2: Any, instance: str) -> Optional[str]:
+    """The instance's cluster tag ('' for none), or None when EC2 does not know the instance."""
+    try:
+        reservations = ec2.describe_instances(InstanceIds=[instance])["Reservations"]
+    except Exception as e:
+        if error_code(e) == "InvalidInstanceID.NotFound":
+            return None
+        raise
+    for r in reservations:
+        for i in r["Instances"]:
+            return next((t["Value"] for t in i.get("Tags", []) if t["Key"] == TAG_CLUSTER), "")
+    return None
+
+
+# ---- CloudFormation --------------------------------------------------------------------------------
+class _Responder:
+    """Sends the custom resource's one answer (the first send wins; later ones are dropped)."""
+
+    def __init__(self, event: dict[str, Any], context: Any) -> None:
+        self.event = event
+        self.stream = getattr(context, "log_stream_name", "") or ""
+        # Until the spec is read: CloudFormation's own id, or the log stream as cfn-response does.
+        self.physical_id = event.get("PhysicalResourceId") or self.stream or event["RequestId"]
+        self._lock = threading.Lock()
+        self._sent = False
+
+    def send(self, status: str, reason: str = "", data: Optional[dict[str, str]] = None) -> None:
+        with self._lock:
+            if self._sent:
+                return
+            self._sent = True
+        if self.stream:
+            reason = f"{reason} (log stream {self.stream})".strip()
+        body = json.dumps({
+            "Status": status, "Reason": reason[:1000], "PhysicalResourceId": self.physical_id,
+            "StackId": self.event["StackId"], "RequestId": self.event["RequestId"],
+            "LogicalResourceId": self.event["LogicalResourceId"], "NoEcho": False, "Data": data or {},
+        }).encode()
+        # The pre-signed URL was signed without a content type: sending one would break the signature.
+        request = urllib.request.Request(self.event["ResponseURL"], data=body, method="PUT",
+                                         headers={"Content-Type": "", "Content-Length": str(len(body))})
+        for attempt in range(3):
+            try:
+                with urllib.request.urlopen(request, timeout=10) as r:
+                    r.read()
+                print(json.dumps({"cloudformation": status, "reason": reason}))
+                return
+            except OSError as e:
+                print(json.dumps({"cloudformation": status, "error": f"sending the response failed: {e}"}))
+                time.sleep(1 + attempt)
+
+
+def _custom_resource(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    responder = _Responder(event, context)
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    watchdog = None
+    if remaining:
+        watchdog = threading.Timer(max(0.0, remaining() / 1000 - WATCHDOG_SECONDS), responder.send,
+                                   args=("FAILED", f"{event['RequestType']} did not finish before the function's timeout"))
+        watchdog.daemon = True
+        watchdog.start()
+    try:
+        kind = event["RequestType"]
+        try:
+            spec = load_spec()
+        except ValueError as e:
+            if kind != "Delete":
+                raise
+            # Nothing can have been launched with a spec that never loaded: let the stack go.
+            responder.send("SUCCESS", f"nothing to delete: {e}")
+            return {"status": "SUCCESS"}
+        ec2, s3 = _clients()
+        previous = event.get("PhysicalResourceId")
+        responder.physical_id = spec.cluster if kind != "Delete" else previous or spec.cluster
+        if kind == "Delete" and previous and previous != spec.cluster:
+            # The cluster was renamed (CloudFormation deletes the old resource after the update):
+            # its instances go; this cluster's state is not the old one's to touch.
+            gone = [n.id for n in list_cluster(ec2, previous)]
+            terminate(ec2, gone)
+            responder.send("SUCCESS", f"terminated {len(gone)} instances of the former cluster {previous}")
+            return {"status": "SUCCESS"}
+        controller = _controller(spec, ec2, s3)
+        done = controller.teardown() if kind == "Delete" else controller.reconcile(resume=True)
+        responder.send("SUCCESS", "; ".join(f"{t.kind} {t.instance_type}".strip() for t in done)[:500],
+                       {"Cluster": spec.cluster})
+        return {"status": "SUCCESS", "transitions": [t.to_dict() for t in done]}
+    except Exception as e:
+        responder.send("FAILED", f"{type(e).__name__}: {e}")
+        return {"status": "FAILED", "reason": str(e)}
+    finally:
+        if watchdog:
+            watchdog.cancel()

@@ -1,0 +1,124 @@
+"""What the controller asks EC2: the cluster's instances, an all-or-nothing launch, terminations.
+
+A launch is an EC2 Fleet of type `instant` for exactly one instance type in one AZ, with
+MinTargetCapacity: AWS's primitive for a multi-node launch that either gets every node or none.
+The caller still checks the count it got: Capacity Blocks fill what they can, and a fleet may
+answer with instances and errors at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..runtime.contract import TAG_CLUSTER
+from .errors import error_code
+from .spec import CapacityOption, ClusterSpec
+
+LIVE_STATES = ("pending", "running")
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    instance_type: str
+    subnet: str
+    launched: float  # epoch seconds
+
+
+def list_cluster(ec2: Any, cluster: str) -> list[Node]:
+    """Pending and running instances tagged with the cluster (EC2's view, which may lag a launch)."""
+    kw: dict[str, Any] = {"Filters": [{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
+                                      {"Name": "instance-state-name", "Values": list(LIVE_STATES)}]}
+    nodes = []
+    while True:
+        page = ec2.describe_instances(**kw)
+        for reservation in page.get("Reservations", []):
+            for i in reservation.get("Instances", []):
+                nodes.append(Node(i["InstanceId"], i["InstanceType"], i.get("SubnetId", ""), i["LaunchTime"].timestamp()))
+        if not page.get("NextToken"):
+            return nodes
+        kw["NextToken"] = page["NextToken"]
+
+
+def states(ec2: Any, ids: Sequence[str]) -> dict[str, str]:
+    """The state of each id EC2 lists; an id it does not know yet is left out (a filter, unlike
+    InstanceIds, does not fail the whole call for one unknown id)."""
+    kw: dict[str, Any] = {"Filters": [{"Name": "instance-id", "Values": list(ids)}]}
+    found = {}
+    while True:
+        page = ec2.describe_instances(**kw)
+        for reservation in page.get("Reservations", []):
+            for i in reservation.get("Instances", []):
+                found[i["InstanceId"]] = i["State"]["Name"]
+        if not page.get("NextToken"):
+            return found
+        kw["NextToken"] = page["NextToken"]
+
+
+def usd(value: float) -> str:
+    """A price as EC2 takes it: a decimal string, never exponent notation."""
+    return f"{value:.5f}".rstrip("0").rstrip(".")
+
+
+def fleet_request(spec: ClusterSpec, option: CapacityOption, count: int, subnets: Sequence[str],
+                  minimum: int) -> dict[str, Any]:
+    """CreateFleet keywords: `count` nodes of exactly option's type, at least `minimum` or none."""
+    spot = spec.market == "spot"
+    overrides = [{"InstanceType": option.instance_type, "SubnetId": s, **({"MaxPrice": usd(spec.max_price)} if spot else {})}
+                 for s in subnets]
+    options: dict[str, Any] = {"SingleInstanceType": True, "SingleAvailabilityZone": True,
+                               "MinTargetCapacity": minimum, "MaxTotalPrice": usd(spec.max_price * count)}
+    request: dict[str, Any] = {
+        "Type": "instant",
+        "LaunchTemplateConfigs": [{"LaunchTemplateSpecification": {
+            "LaunchTemplateId": option.launch_template_id, "Version": option.launch_template_version},
+            "Overrides": overrides}],
+        "TargetCapacitySpecification": {"TotalTargetCapacity": count, "DefaultTargetCapacityType": spec.market},
+        # The launch template's own tags apply too; this one is how the controller finds its nodes.
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": [{"Key": TAG_CLUSTER, "Value": spec.cluster}]}],
+    }
+    if spot:
+        # One type in one AZ leaves little to allocate; capacity-optimized picks the pool least
+        # likely to be reclaimed, which matters more to a training cluster than the last cent.
+        request["SpotOptions"] = {"AllocationStrategy": "capacity-optimized", **options}
+    else:
+        if spec.market == "on-demand" and spec.capacity_reservation:
+            # The launch template targets the reservation; this lets the fleet use it. Capacity
+            # Blocks reject CapacityReservationOptions: their template alone targets the block.
+            options["CapacityReservationOptions"] = {"UsageStrategy": "use-capacity-reservations-first"}
+        request["OnDemandOptions"] = {"AllocationStrategy": "prioritized", **options}
+    return request
+
+
+@dataclass(frozen=True)
+class Launched:
+    instances: tuple[tuple[str, str], ...]  # (instance id, subnet id)
+    errors: tuple[str, ...]                 # "ErrorCode: message", each once
+
+    @property
+    def ids(self) -> list[str]:
+        return [i for i, _ in self.instances]
+
+
+def launch(ec2: Any, request: dict[str, Any]) -> Launched:
+    r = ec2.create_fleet(**request)
+    got = []
+    for group in r.get("Instances", []):
+        subnet = group.get("LaunchTemplateAndOverrides", {}).get("Overrides", {}).get("SubnetId", "")
+        got.extend((i, subnet) for i in group.get("InstanceIds", []))
+    errors = [f"{e.get('ErrorCode', '?')}: {e.get('ErrorMessage', '')}".rstrip(": ") for e in r.get("Errors", [])]
+    return Launched(tuple(got), tuple(dict.fromkeys(errors)))
+
+
+def terminate(ec2: Any, ids: Sequence[str]) -> None:
+    """Terminate ids; an id EC2 does not know (not yet visible, or long gone) is skipped."""
+    if not ids:
+        return
+    try:
+        ec2.terminate_instances(InstanceIds=list(ids))
+    except Exception as e:
+        if error_code(e) != "InvalidInstanceID.NotFound":
+            raise
+        if len(ids) > 1:  # one unknown id fails the whole call: the others still must go
+            for i in ids:
+                terminate(ec2, [i])

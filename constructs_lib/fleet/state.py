@@ -1,0 +1,136 @@
+"""The controller's memory between invocations: one JSON object in S3 that also holds its lease.
+
+    s3://<state_bucket>/<state_key>    ControllerState, with lease_until
+
+Why a lease: EventBridge invokes the Lambda concurrently (a node loss is several events at once),
+and two runs that each saw "no capacity" could each launch a different type. A run takes the
+lease by writing the state back with `lease_until` set, conditional on the ETag it read
+(If-Match; If-None-Match: * for the first write ever), so of several runs exactly one wins; the
+others do nothing: the holder, the next event or the 1-minute schedule sees what their events
+were about. Every later write is conditional on the holder's last ETag, so a run whose lease was
+taken over cannot overwrite the new holder's state (fencing). The holder starts no EC2 change
+near the end of its lease (the controller checks before each), so an expired lease means its
+holder has stopped acting, and taking it over is safe.
+
+One object, so the function's role needs s3:GetObject and s3:PutObject on that key only, plus
+s3:ListBucket on the bucket (without it S3 answers a missing key with 403, not 404).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+from .errors import error_code
+
+HISTORY = 200
+# Longer than any one reconcile needs (a few CreateFleet calls); the Lambda's timeout must exceed
+# it (plus a teardown's own work), so that a teardown can wait out a running reconcile.
+LEASE_SECONDS = 120.0
+
+
+@dataclass
+class ControllerState:
+    cluster: str = ""
+    instance_type: Optional[str] = None   # the cluster's current option; None while nothing runs
+    loss_since: Optional[float] = None    # when fewer than `nodes` were first seen
+    stopped: bool = False                 # torn down: reconcile launches nothing until resumed
+    # Instances this controller launched in the last minute: DescribeInstances is eventually
+    # consistent, and a launch it does not show yet must not look like missing capacity.
+    recent: dict[str, dict[str, Any]] = field(default_factory=dict)
+    noticed: dict[str, float] = field(default_factory=dict)  # spot interruption warnings: id -> when
+    history: list[dict[str, Any]] = field(default_factory=list)
+    updated_at: Optional[float] = None
+    lease_until: float = 0.0              # a reconcile or teardown is under way until then
+
+    def record(self, transition: dict[str, Any]) -> None:
+        self.history.append(transition)
+        del self.history[:-HISTORY]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ControllerState":
+        data = json.loads(text)
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+class LeaseLost(Exception):
+    """Another run took the lease over (this one outlived it): its state is not this run's to write."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    until: float
+    etag: str   # of the holder's last write: the next must match it
+
+
+# 412: the condition failed; 409: S3 saw another conditional write to the key at the same moment;
+# NoSuchKey: an If-Match write to a key that is gone.
+_LOST_RACE = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409", "NoSuchKey")
+
+
+class StateStore:
+    """ControllerState and its lease in S3 (`s3` is a boto3 S3 client)."""
+
+    def __init__(self, s3: Any, bucket: str, key: str) -> None:
+        self.s3 = s3
+        self.bucket = bucket
+        self.key = key
+
+    def _read(self) -> tuple[Optional[ControllerState], Optional[str]]:
+        try:
+            r = self.s3.get_object(Bucket=self.bucket, Key=self.key)
+        except Exception as e:
+            if error_code(e) in ("NoSuchKey", "404"):
+                return None, None
+            raise
+        return ControllerState.from_json(r["Body"].read().decode()), r["ETag"]
+
+    def _write(self, state: ControllerState, **condition: str) -> str:
+        return self.s3.put_object(Bucket=self.bucket, Key=self.key, Body=state.to_json().encode(),
+                                  ContentType="application/json", **condition)["ETag"]
+
+    def load(self) -> Optional[ControllerState]:
+        """The stored state (whoever holds the lease), or None before the controller's first run."""
+        return self._read()[0]
+
+    def acquire(self, now: float, seconds: float = LEASE_SECONDS) -> Optional[tuple[Lease, ControllerState]]:
+        """The lease until now + seconds and the state, or None while another run holds a valid lease."""
+        state, etag = self._read()
+        if state is not None and state.lease_until > now:
+            return None
+        state = state or ControllerState()
+        state.lease_until = now + seconds
+        try:
+            new = self._write(state, **({"IfMatch": etag} if etag else {"IfNoneMatch": "*"}))
+        except Exception as e:
+            if error_code(e) in _LOST_RACE:
+                return None
+            raise
+        return Lease(state.lease_until, new), state
+
+    def wait_for_lease(self, clock: Callable[[], float], *, poll: float = 2.0,
+                       patience: float = LEASE_SECONDS + 30) -> tuple[Lease, ControllerState]:
+        """The lease and the state, waiting out a holder (whose lease ends within LEASE_SECONDS)."""
+        give_up = time.monotonic() + patience
+        while True:
+            got = self.acquire(clock())
+            if got:
+                return got
+            if time.monotonic() > give_up:
+                raise TimeoutError(f"the lease on s3://{self.bucket}/{self.key} stayed held for {patience:.0f} s")
+            time.sleep(poll)
+
+    def save(self, lease: Lease, state: ControllerState, *, release: bool = False) -> Lease:
+        """Write the state under the lease (and give the lease up with release=True)."""
+        state.lease_until = 0.0 if release else lease.until
+        try:
+            return Lease(lease.until, self._write(state, IfMatch=lease.etag))
+        except Exception as e:
+            if error_code(e) in _LOST_RACE:
+                raise LeaseLost(f"s3://{self.bucket}/{self.key} was taken over: this run's state is dropped") from None
+            raise

@@ -1,0 +1,83 @@
+"""python -m constructs_lib.fleet: status for operators, reconcile for them and the local demo."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from constructs_lib.fleet.cli import main
+from tests.fleet.conftest import BUCKET, CLUSTER, live_instances
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _status(spec, *extra):
+    return main(["status", "--bucket", spec.state_bucket, "--key", spec.state_key, *extra])
+
+
+def test_status_shows_the_type_the_instances_and_why(cloud, capsys):
+    spec = cloud.spec()
+    cloud.ec2.unavailable.add("p5.48xlarge")
+    cloud.reconcile(cloud.controller(spec))
+    capsys.readouterr()
+    assert _status(spec) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"cluster {CLUSTER}: current type p5en.48xlarge; 4 running; state of 20")
+    for i in live_instances(cloud.raw):
+        assert f"  {i['InstanceId']}  p5en.48xlarge  {i['SubnetId']}  launched 20" in out
+    assert "last 2 transitions:" in out
+    assert "launch-failed    p5.48xlarge: got 0 of 4: InsufficientInstanceCapacity: We currently do not have" in out
+    assert "launched         p5en.48xlarge: 4 x p5en.48xlarge (spot) launched together [i-" in out
+
+    assert _status(spec, "--json", "--last", "1") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["instance_type"] == "p5en.48xlarge" and len(report["instances"]) == 4 and not report["stopped"]
+    assert [t["kind"] for t in report["transitions"]] == ["launched"]
+
+
+def test_status_of_a_torn_down_cluster(cloud, capsys):
+    spec = cloud.spec()
+    ctl = cloud.controller(spec)
+    cloud.reconcile(ctl)
+    ctl.teardown()
+    capsys.readouterr()
+    assert _status(spec) == 0
+    out = capsys.readouterr().out
+    assert f"cluster {CLUSTER}: torn down; 0 running" in out and "torn-down" in out
+
+
+def test_reconcile_from_a_spec_file(cloud, tmp_path, capsys):
+    spec = cloud.spec(nodes=2)
+    path = tmp_path / "spec.json"
+    path.write_text(spec.to_json())
+    assert main(["reconcile", "--spec", str(path)]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["kind"] == "launched" and cloud.types() == {"p5.48xlarge": 2}
+
+
+def test_mistakes_are_one_line_and_exit_2(cloud, tmp_path, capsys):
+    spec = cloud.spec()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**json.loads(spec.to_json()), "nodes": 0}))
+    for argv, says in [
+        (["status"], "the following arguments are required: --bucket, --key"),
+        (["stats"], "invalid choice: 'stats'"),
+        (["status", "--bucket", BUCKET, "--key", "nothing/here"], "no controller state at s3://dl-fleet-state/nothing/here"),
+        (["status", "--bucket", BUCKET, "--key", "k", "--last", "-1"], "--last must be 0 or more"),
+        (["reconcile", "--spec", str(tmp_path / "missing.json")], "No such file"),
+        (["reconcile", "--spec", str(bad)], "nodes must be a whole number from 1 to 1000, got 0"),
+        (["status", "--bucket", "no-such-bucket-here", "--key", "k"], "NoSuchBucket"),
+    ]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, (argv, err)
+
+
+def test_the_module_runs_as_a_program():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "constructs_lib.fleet", "status"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("error: python -m constructs_lib.fleet status: the following")
+    assert r.stderr.count("\n") == 1
