@@ -12,10 +12,15 @@ _EXPORTS = {
     "DeepLearningAmi": ".ami", "dlami_parameter": ".ami",
     "EfaNetworking": ".efa", "efa_interfaces": ".efa",
     "GpuLaunchTemplate": ".launch_template",
+    "NodeIdentity": ".identity",
+    "NodeBootstrap": ".bootstrap",
+    "NodeOptions": ".node_options",
     "NvmeRaid0": ".raid",
     "CheckpointBucket": ".checkpoints",
-    "SpotCapacity": ".capacity",
-    "InterruptionAlerts": ".capacity",
+    "ClusterCapacity": ".capacity",
+    "InstanceOption": ".capacity",
+    "CapacityController": ".controller",
+    "InterruptionAlerts": ".alerts",
     "ConfigurationError": ".validation",
 }
 __all__ = sorted(_EXPORTS)

@@ -13,7 +13,7 @@ import functools
 import os
 import shutil
 import tempfile
-from typing import Optional
+from typing import Callable, Optional
 
 import aws_cdk as cdk
 import aws_cdk.aws_iam as iam
@@ -106,13 +106,14 @@ def _write(path: str, content: str | bytes, mode: int = 0o644) -> None:
     os.chmod(path, mode)
 
 
-@functools.lru_cache(maxsize=1)
-def _staged_bundle() -> str:
-    """One build per process: CDK copies it into each app's cloud assembly at construction."""
-    root = tempfile.mkdtemp(prefix="dl-launcher-bundle-")
+@functools.lru_cache(maxsize=None)
+def staged(build: Callable[[str], None]) -> str:
+    """`build` run once per process into a temporary directory (removed at exit): CDK copies it
+    into each app's cloud assembly when the asset is constructed."""
+    root = tempfile.mkdtemp(prefix="dl-launcher-asset-")
     atexit.register(shutil.rmtree, root, ignore_errors=True)
-    build_bundle(os.path.join(root, "bundle"))
-    return os.path.join(root, "bundle")
+    build(os.path.join(root, "asset"))
+    return os.path.join(root, "asset")
 
 
 class NodeBundle(Construct):
@@ -126,7 +127,7 @@ class NodeBundle(Construct):
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
-        self.asset = s3_assets.Asset(self, "Asset", path=_staged_bundle(), display_name="dl-launcher node bundle")
+        self.asset = s3_assets.Asset(self, "Asset", path=staged(build_bundle), display_name="dl-launcher node bundle")
         self.url = self.asset.s3_object_url
         stack = cdk.Stack.of(self)
         # Only the legacy synthesizer passes assets as parameters, under this child of the stack

@@ -1,137 +1,177 @@
-"""Nodes on spot (or on-demand) across the selector's interchangeable alternates, in one AZ and
-one cluster placement group, with every interruption visible to operators."""
+"""A cluster of one instance type at a time: launched all-or-nothing, a lost node replaced by the
+same type in the same placement group, the whole cluster moved to the next alternate when that
+type cannot be had, and no node ever above the cost ceiling. The decisions are made by the
+capacity controller (constructs_lib/fleet, deployed by controller.py)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import aws_cdk as cdk
-import aws_cdk.aws_autoscaling as autoscaling
 import aws_cdk.aws_ec2 as ec2
-import aws_cdk.aws_events as events
 import aws_cdk.aws_logs as logs
-import jsii
+import aws_cdk.aws_s3 as s3
 from constructs import Construct
 
-if TYPE_CHECKING:
-    import aws_cdk.aws_sns as sns
+from selector.interchange import RULES, interchangeable
 
-    from .checkpoints import CheckpointBucket
-
+from .controller import CapacityController
 from .facts import InstanceLike, resolve
 from .launch_template import GpuLaunchTemplate, select_subnets
+from .node_options import NodeOptions
 from .runtime import contract
 from .validation import ConfigurationError
 
-SPOT_EVENTS = ["EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]
-ASG_EVENTS = ["EC2 Instance Launch Successful", "EC2 Instance Launch Unsuccessful",
-              "EC2 Instance Terminate Successful", "EC2 Instance Terminate Unsuccessful"]
+if TYPE_CHECKING:
+    from .checkpoints import CheckpointBucket
+
+MARKETS = ("spot", "on-demand", "capacity-block")
 
 
-class SpotCapacity(Construct):
-    """`nodes` instances of `instance_types[0]`, falling back across the rest.
+@dataclass(frozen=True)
+class InstanceOption:
+    """An instance type the cluster may run on, and its price per node per hour in the job's
+    market (None: no price on record, so it is never used)."""
+
+    instance_type: InstanceLike
+    price: Optional[float] = None
+
+
+class ClusterCapacity(Construct):
+    """`nodes` instances of one type, the pick first and then each alternate, never mixed.
 
     Keyword-only props (defaults in brackets):
-      vpc, instance_types: the pick first, then alternates with the same accelerators per node
-        and architecture (stacks get them from the selector); each EFA type gets its own launch
-        template, sharing one role, instance profile, security group and placement group.
-      nodes [1]: instances kept running; the Auto Scaling group replaces any that AWS reclaims.
-      spot [True]: capacity-optimized spot across all the types; False: on-demand only.
-      on_demand_base [0]: this many nodes always on-demand (e.g. 1 keeps rank 0 steady).
-      max_price [None]: a spot price ceiling in USD/hour per node (default: up to on-demand).
-      subnets [the VPC's private subnets in its first AZ]: must be one AZ when nodes > 1.
-      template_props [{}]: passed to every GpuLaunchTemplate (root_volume_gib, dlami_mount, ...).
+      vpc, cluster: the VPC and the cluster id (tag dl-launcher:cluster on every node).
+      options: the pick, then its alternates, each an InstanceOption; every alternate must be
+        interchangeable with the pick under `interchange` (selector.interchange).
+      nodes [1]: a cluster of more than one node needs EFA on every type and gets one cluster
+        placement group, one AZ.
+      market ["spot"]: "spot", "on-demand" or "capacity-block" (with capacity_reservation).
+      max_price [the pick's price]: the ceiling per node per hour. An option priced above it, or
+        with no price, is never used; for spot it is also the maximum price sent to EC2.
+      capacity_reservation [None]: a Capacity Reservation (cr-...) or a resource group ARN of
+        reservations that every launch targets first (on-demand or capacity-block).
+      interchange ["same-accelerator"]: the rule alternates must meet (selector.interchange.RULES).
+      replace_within [10 minutes]: how long a lost node may wait for the same type before the
+        whole cluster moves to the next option.
+      subnets [the VPC's private subnets in its first AZ]: one AZ.
+      state_bucket, state_key: where the controller keeps its state (one JSON object).
+      log_group: where the controller logs every transition with its reason.
+      teardown [True]: terminate the cluster on stack delete (off for the local moto deploy).
+      node_options [NodeOptions()]: how every node is set up whatever its type (root volume, RAID, AMI, ...).
 
-    Attributes: templates (GpuLaunchTemplate per type, pick first), primary, auto_scaling_group
-    (CfnAutoScalingGroup), role, security_group, placement_group.
+    Attributes: templates (GpuLaunchTemplate per usable type, pick first), primary, controller
+    (CapacityController), ceiling, unused (type -> why it will never be used), role,
+    security_group, placement_group.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, instance_types: Sequence[InstanceLike],
-                 nodes: int = 1, spot: bool = True, on_demand_base: int = 0, max_price: Optional[float] = None,
-                 subnets: Optional[ec2.SubnetSelection] = None, template_props: Optional[dict[str, Any]] = None) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, cluster: str,
+                 options: Sequence[InstanceOption], state_bucket: s3.IBucket, state_key: str,
+                 log_group: logs.ILogGroup, nodes: int = 1, market: str = "spot", max_price: Optional[float] = None,
+                 capacity_reservation: Optional[str] = None, interchange: str = "same-accelerator",
+                 replace_within: cdk.Duration = cdk.Duration.minutes(10), subnets: Optional[ec2.SubnetSelection] = None,
+                 teardown: bool = True, node_options: Optional[NodeOptions] = None) -> None:
         super().__init__(scope, construct_id)
-        if not instance_types:
-            raise ConfigurationError("SpotCapacity needs at least one instance type")
-        if nodes < 1 or not 0 <= on_demand_base <= nodes:
-            raise ConfigurationError(f"nodes must be >= 1 and on_demand_base between 0 and nodes; got {nodes}, {on_demand_base}")
+        if not options:
+            raise ConfigurationError("ClusterCapacity needs at least one instance type")
+        if nodes < 1:
+            raise ConfigurationError(f"nodes must be at least 1, got {nodes}")
+        if market not in MARKETS:
+            raise ConfigurationError(f"market {market!r}: allowed {', '.join(MARKETS)}")
+        if market == "capacity-block" and not capacity_reservation:
+            raise ConfigurationError("market capacity-block needs capacity_reservation (the block's cr- id)")
+        if market == "spot" and capacity_reservation:
+            raise ConfigurationError("a capacity reservation is on-demand capacity: use market on-demand or "
+                                     "capacity-block with it")
+        if interchange not in RULES:
+            raise ConfigurationError(f"interchange {interchange!r}: allowed {', '.join(RULES)}")
         if max_price is not None and max_price <= 0:
             raise ConfigurationError(f"max_price must be above zero, got {max_price}")
-        facts = [resolve(t) for t in instance_types]
-        pick = facts[0]
+        facts = [resolve(o.instance_type) for o in options]
+        pick, multi = facts[0], nodes > 1
         for f in facts[1:]:
-            if (f.processes_per_node, f.architecture, f.sdk) != (pick.processes_per_node, pick.architecture, pick.sdk):
-                raise ConfigurationError(
-                    f"alternate {f.instance_type} is not interchangeable with {pick.instance_type}: the job's world "
-                    "size, AMI and stack must stay valid (same accelerators per node, architecture and SDK)")
-        multi = nodes > 1
+            why = interchangeable(pick, f, multi_node=multi, rule=interchange)
+            if why:
+                raise ConfigurationError(f"alternate {f.instance_type} cannot replace {pick.instance_type}: {why}")
         if multi:
             no_efa = [f.instance_type for f in facts if not f.efa]
             if no_efa:
-                raise ConfigurationError(f"multi-node capacity needs EFA on every type; not on {', '.join(no_efa)}")
+                raise ConfigurationError(f"a cluster of several nodes needs EFA on every type; not on {', '.join(no_efa)}")
+        self.ceiling = max_price if max_price is not None else options[0].price
+        if self.ceiling is None:
+            raise ConfigurationError(f"{pick.instance_type} has no {market} price on record: pass max_price "
+                                     "(USD per node per hour), the ceiling no node may exceed")
+        self.unused: dict[str, str] = {}
+        usable = []
+        if options[0].price is None and max_price is not None:
+            # The deployer named a ceiling for a pick with no price on record (a Capacity Block,
+            # a private rate): the pick is used, billed at most the ceiling. Alternates are not.
+            options = [InstanceOption(options[0].instance_type, max_price), *options[1:]]
+            cdk.Annotations.of(self).add_warning_v2(
+                "dl-launcher:unpriced-pick", f"{pick.instance_type} has no {market} price on record: "
+                f"max_price ${max_price:.2f}/h stands for it")
+        for o, f in zip(options, facts):
+            if o.price is None:
+                self.unused[f.instance_type] = f"no {market} price on record: never used silently"
+            elif o.price > self.ceiling:
+                self.unused[f.instance_type] = f"${o.price:.2f}/h is above the ceiling ${self.ceiling:.2f}/h"
+            else:
+                usable.append((o, f))
+        for t, why in self.unused.items():
+            cdk.Annotations.of(self).add_warning_v2(f"dl-launcher:unused-{t}", f"{t} will not be used: {why}")
+        if not usable:
+            raise ConfigurationError(f"no option is priced at or below the ceiling ${self.ceiling:.2f}/h: "
+                                     + "; ".join(f"{t}: {w}" for t, w in self.unused.items()))
+
         subnets = subnets or ec2.SubnetSelection(subnet_type=_private_type(vpc),
                                                  availability_zones=[vpc.availability_zones[0]])
-        props = dict(template_props or {})
-        self.primary = GpuLaunchTemplate(self, "Node", vpc=vpc, instance_type=pick, multi_node=multi, subnets=subnets,
-                                         **props)
-        # One role, profile, security group and placement group for the whole cluster.
-        shared = dict(role=self.primary.role, instance_profile=self.primary.instance_profile,
-                      security_group=self.primary.security_group, placement_group=self.primary.placement_group)
-        self.templates: list[GpuLaunchTemplate] = [self.primary, *(
-            GpuLaunchTemplate(self, f"Alt{i}", vpc=vpc, instance_type=f, multi_node=multi, subnets=subnets,
-                              **{**props, **shared})
-            for i, f in enumerate(facts[1:], start=1))]
+        props = dict(options=node_options, capacity_reservation=capacity_reservation,
+                     capacity_block=market == "capacity-block")
+        self.cluster = cluster
+        self.nodes = nodes
+        self.templates: list[GpuLaunchTemplate] = []
+        for i, (_o, f) in enumerate(usable):
+            shared = {} if not self.templates else dict(
+                role=self.primary.role, instance_profile=self.primary.instance_profile,
+                security_group=self.primary.security_group, placement_group=self.primary.placement_group)
+            # EFA layouts differ per type (p5: 33 interfaces, p4d: 5): each type has its own template.
+            t = GpuLaunchTemplate(self, "Node" if i == 0 else f"Alt{i}", vpc=vpc, instance_type=f, multi_node=multi,
+                                  subnets=subnets, **props, **shared)
+            t.add_tag(contract.TAG_NODES, str(nodes))
+            t.add_tag(contract.TAG_CLUSTER, cluster)
+            self.templates.append(t)
+            if i == 0:
+                self.primary = t
         self.role = self.primary.role
         self.security_group = self.primary.security_group
         self.placement_group = self.primary.placement_group
-        self.nodes = nodes
 
-        first = self.primary.launch_template
-        overrides = [autoscaling.CfnAutoScalingGroup.LaunchTemplateOverridesProperty(
-            instance_type=t.facts.instance_type,
-            # EFA layouts differ per type (p5: 33 interfaces, p4d: 5), so each type brings its own template.
-            launch_template_specification=autoscaling.CfnAutoScalingGroup.LaunchTemplateSpecificationProperty(
-                launch_template_id=t.launch_template.launch_template_id,
-                version=t.launch_template.latest_version_number) if t is not self.primary else None)
-            for t in self.templates]
-        distribution = autoscaling.CfnAutoScalingGroup.InstancesDistributionProperty(
-            on_demand_base_capacity=on_demand_base if spot else nodes,
-            on_demand_percentage_above_base_capacity=0 if spot else 100,
-            on_demand_allocation_strategy="prioritized",
-            spot_allocation_strategy="capacity-optimized-prioritized",
-            spot_max_price=f"{max_price:.4f}" if max_price else None)
         selected = select_subnets(vpc, subnets)
-        self.auto_scaling_group = autoscaling.CfnAutoScalingGroup(
-            self, "Group", min_size=str(nodes), max_size=str(nodes), desired_capacity=str(nodes),
-            vpc_zone_identifier=selected.subnet_ids,
-            mixed_instances_policy=autoscaling.CfnAutoScalingGroup.MixedInstancesPolicyProperty(
-                launch_template=autoscaling.CfnAutoScalingGroup.LaunchTemplateProperty(
-                    launch_template_specification=autoscaling.CfnAutoScalingGroup.LaunchTemplateSpecificationProperty(
-                        launch_template_id=first.launch_template_id, version=first.latest_version_number),
-                    overrides=overrides),
-                instances_distribution=distribution),
-            placement_group=self.primary.placement_group_name,
-            # A replaced node must not take a half-finished job's place in the rendezvous before
-            # it is ready: health comes from EC2, the job decides about itself.
-            health_check_type="EC2",
-            capacity_rebalance=False,
-            tags=[autoscaling.CfnAutoScalingGroup.TagPropertyProperty(key=contract.TAG_NODES, value=str(nodes),
-                                                                     propagate_at_launch=True)])
-        cdk.Validations.of(self.auto_scaling_group).acknowledge(
-            cdk.Acknowledgment(id="AwsSolutions-AS3", reason=(
-                "launch and terminate events go to EventBridge (InterruptionAlerts routes them with the spot "
-                "warnings to a log group or topic); ASG notifications would need an SNS topic of their own")),
-            cdk.Acknowledgment(id="AwsSolutions-EC26", reason=(
-                "volumes come from the launch templates, which encrypt every EBS volume; the rule cannot read "
-                "through a launch-template reference")))
+        spec = {
+            "cluster": cluster, "nodes": nodes, "market": market, "max_price": self.ceiling,
+            "capacity_reservation": capacity_reservation, "subnet_ids": selected.subnet_ids,
+            "replace_within_seconds": int(replace_within.to_seconds()),
+            "state_bucket": state_bucket.bucket_name, "state_key": state_key,
+            "options": [{"instance_type": t.facts.instance_type, "launch_template_id": t.launch_template.launch_template_id,
+                         "launch_template_version": t.launch_template.latest_version_number, "price": o.price}
+                        for (o, _f), t in zip(usable, self.templates)],
+        }
+        protect = [t.launch_template for t in self.templates] + [self.security_group]
+        if self.placement_group is not None:
+            protect.append(self.placement_group)
+        self.controller = CapacityController(self, "Controller", spec=spec, cluster=cluster, node_role=self.role,
+                                             state_bucket=state_bucket, state_key=state_key, log_group=log_group,
+                                             teardown=teardown, protect=protect)
 
     def add_tag(self, key: str, value: str) -> None:
         """A tag on every node, readable on the node through IMDS."""
         for t in self.templates:
             t.add_tag(key, value)
 
-    def configure_job(self, *, cluster: str, command: str = "") -> None:
+    def configure_job(self, *, command: str = "") -> None:
         """Rendezvous and the job unit on every node type (see GpuLaunchTemplate.enable_job)."""
         for t in self.templates:
-            t.enable_job(cluster=cluster, command=command, grant=t is self.primary)
+            t.enable_job(cluster=self.cluster, command=command, grant=t is self.primary)
 
     def enable_checkpoints(self, bucket: "CheckpointBucket", prefix: str) -> None:
         """Checkpoints in `bucket` under `prefix` on every node type (see GpuLaunchTemplate)."""
@@ -148,48 +188,3 @@ def _private_type(vpc: ec2.IVpc) -> ec2.SubnetType:
             continue
     raise ConfigurationError("the VPC has no private subnets: EFA nodes have several interfaces and cannot "
                              "take public IPs; give it private subnets (with a NAT or VPC endpoints)")
-
-
-class InterruptionAlerts(Construct):
-    """Every spot interruption warning and rebalance recommendation, and the group's launches and
-    terminations, to a log group (and an SNS topic if given).
-
-    EventBridge cannot filter spot warnings by tag, so the log group receives those for the whole
-    account and region; each carries its instance id, and the group's own launch/terminate events
-    (filtered by group name) say which ids are this stack's.
-    """
-
-    def __init__(self, scope: Construct, construct_id: str, *, group: autoscaling.CfnAutoScalingGroup,
-                 topic: Optional["sns.ITopic"] = None, retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS) -> None:
-        super().__init__(scope, construct_id)
-        self.log_group = logs.LogGroup(self, "Log", retention=retention, removal_policy=cdk.RemovalPolicy.DESTROY)
-        # The L2 log-group target installs its resource policy with a Lambda-backed custom
-        # resource; a plain resource policy does the same with nothing to run.
-        logs.CfnResourcePolicy(self, "EventsMayWrite", policy_name=f"{cdk.Names.unique_id(self)[-200:]}-events",
-                               policy_document=cdk.Stack.of(self).to_json_string({
-                                   "Version": "2012-10-17",
-                                   "Statement": [{
-                                       "Effect": "Allow",
-                                       "Principal": {"Service": ["events.amazonaws.com", "delivery.logs.amazonaws.com"]},
-                                       "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-                                       "Resource": self.log_group.log_group_arn}]}))
-        self.spot_rule = events.Rule(self, "Spot", description="EC2 spot interruption warnings and rebalance recommendations",
-                                     event_pattern=events.EventPattern(source=["aws.ec2"], detail_type=SPOT_EVENTS))
-        self.group_rule = events.Rule(self, "Group", description="launches and terminations of the training nodes",
-                                      event_pattern=events.EventPattern(
-                                          source=["aws.autoscaling"], detail_type=ASG_EVENTS,
-                                          detail={"AutoScalingGroupName": [group.ref]}))
-        for rule in (self.spot_rule, self.group_rule):
-            rule.add_target(_LogGroupTarget(self.log_group))
-            if topic is not None:
-                import aws_cdk.aws_events_targets as targets  # only with a topic: a costly import
-                rule.add_target(targets.SnsTopic(topic))
-
-
-@jsii.implements(events.IRuleTarget)
-class _LogGroupTarget:
-    def __init__(self, log_group: logs.ILogGroup) -> None:
-        self.log_group = log_group
-
-    def bind(self, rule: events.IRule, id: Optional[str] = None) -> events.RuleTargetConfig:
-        return events.RuleTargetConfig(arn=self.log_group.log_group_arn)

@@ -28,7 +28,11 @@ NOT_EMULATED = [
     "spot: instances start as ordinary ones; no interruption notices (the tests use a fake IMDS)",
     "SSM Session Manager, EventBridge delivery and CloudWatch Logs ingestion do nothing",
     "the DLAMI parameter is seeded with one of moto's stock AMIs",
-    "deleting the Auto Scaling group leaves its instances running (this script terminates them first)",
+    "no Lambda runs (it would need Docker): this script runs the capacity controller's own code in-process, "
+    "with the spec the stack gave the function, where EventBridge would invoke it; and tears the cluster down "
+    "itself before cdk destroy (the teardown custom resource is off with -c local=true)",
+    "CreateFleet instant always has capacity: the controller's fallback on InsufficientInstanceCapacity is "
+    "drilled in tests/fleet with injected errors",
     "a VPC created by the stack cannot be deleted again by moto's CloudFormation (NAT and internet gateways stay), "
     "so this run deploys into an existing VPC (-c vpc_id, subnet_ids, availability_zone)",
     "security-group egress rules are not modelled by moto's CloudFormation (warning above)",
@@ -170,13 +174,17 @@ def show_bundle(stack: str, region: str) -> bool:
         key = keys[asset].replace("||", "")
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         names = zipfile.ZipFile(io.BytesIO(body)).namelist()
+        if "constructs_lib/fleet/handler.py" in names:
+            log(f"capacity controller code in staging bucket: s3://{bucket}/{key} ({len(body)} bytes, "
+                f"{len(names)} files)")
+            continue
         found = found or "install.sh" in names
         log(f"node bundle in staging bucket: s3://{bucket}/{key} ({len(body)} bytes, {len(names)} files; "
             f"install.sh {'present' if 'install.sh' in names else 'MISSING'}, "
             f"{sum(n.startswith('units/') for n in names)} units, "
             f"{sum(n.startswith('python/') for n in names)} Python files)")
     iam = boto3.client("iam", region_name=region)
-    for role in iam.list_roles()["Roles"]:
+    for role in [r for r in iam.list_roles()["Roles"] if "NodeRole" in r["RoleName"]]:
         statements = [st for name in iam.list_role_policies(RoleName=role["RoleName"])["PolicyNames"]
                       for st in iam.get_role_policy(RoleName=role["RoleName"], PolicyName=name)["PolicyDocument"]["Statement"]]
         for bucket in set(buckets.values()):
@@ -184,6 +192,59 @@ def show_bundle(stack: str, region: str) -> bool:
             rights = ", ".join(f"{st['Action']} on {st['Resource']}" for st in on_bucket) or "nothing"
             log(f"  role {role['RoleName']} may, in {bucket}: {rights}")
     return found
+
+
+def controller(stack: str, region: str):
+    """The capacity controller as the stack's Lambda would run it: its code, its spec."""
+    import boto3
+
+    from constructs_lib.fleet.controller import Controller
+    from constructs_lib.fleet.handler import SPEC_ENV
+    from constructs_lib.fleet.spec import ClusterSpec
+    from constructs_lib.fleet.state import StateStore
+
+    lam = boto3.client("lambda", region_name=region)
+    for conf in lam.list_functions()["Functions"]:
+        name = conf["FunctionName"]
+        env = conf.get("Environment", {}).get("Variables", {})
+        if SPEC_ENV in env:
+            spec = ClusterSpec.from_json(env[SPEC_ENV])
+            log(f"capacity controller {name} ({conf['Runtime']}, {conf['Handler']}): {spec.nodes} nodes of "
+                + " then ".join(f"{o.instance_type} (${o.price:.2f}/h)" if o.price else o.instance_type
+                                for o in spec.options) + f", {spec.market}, ceiling ${spec.max_price:.2f}/h per node")
+            store = StateStore(boto3.client("s3", region_name=region), spec.state_bucket, spec.state_key)
+            return Controller(boto3.client("ec2", region_name=region), spec, store,
+                              log=lambda line: log(f"  controller: {line}")), spec
+    raise RuntimeError(f"no capacity controller function in {stack}")
+
+
+def cluster_instances(region: str, cluster: str) -> list[dict]:
+    import boto3
+
+    r = boto3.client("ec2", region_name=region).describe_instances(Filters=[
+        {"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
+        {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    return [i for res in r["Reservations"] for i in res["Instances"]]
+
+
+def gang_launch_and_node_loss(stack: str, region: str):
+    """What EventBridge would make the controller do: launch the cluster whole, then replace a
+    lost node with the same type."""
+    import boto3
+
+    ctl, spec = controller(stack, region)
+    log("\n== gang launch (the schedule's first reconcile)")
+    ctl.reconcile()
+    nodes = cluster_instances(region, spec.cluster)
+    log(f"cluster {spec.cluster}: {len(nodes)} of {spec.nodes} running, types {sorted({i['InstanceType'] for i in nodes})}")
+    lost = nodes[0]["InstanceId"]
+    log(f"\n== node loss: terminating {lost} (as a spot reclamation would), then the state-change event's reconcile")
+    boto3.client("ec2", region_name=region).terminate_instances(InstanceIds=[lost])
+    ctl.reconcile()
+    after = cluster_instances(region, spec.cluster)
+    log(f"cluster {spec.cluster}: {len(after)} of {spec.nodes} running, types {sorted({i['InstanceType'] for i in after})}; "
+        f"replaced {lost}: {lost not in {i['InstanceId'] for i in after}}")
+    return ctl, after
 
 
 def main(argv=None) -> int:
@@ -217,17 +278,14 @@ def main(argv=None) -> int:
         cdk("deploy", "--app", str(out), "--require-approval", "never", "--method=direct",
             "--no-previous-parameters", "--progress", "events", stack, env=env)
         log(f"deployed in {time.monotonic() - started:.0f} s")
+        ctl, _ = gang_launch_and_node_loss(stack, REGION)
         state = show(stack, REGION)
         bundle = show_bundle(stack, REGION)
         if a.keep:
             return 0
         import boto3
-        # In AWS, deleting the Auto Scaling group terminates its instances before the subnets go;
-        # moto deletes the group but keeps the instances, which then pin the VPC.
-        ec2 = boto3.client("ec2", region_name=REGION)
-        ids = [i["InstanceId"] for i in state["instances"]]
-        if ids:
-            ec2.terminate_instances(InstanceIds=ids)
+        log("\n== teardown (what the stack's custom resource does on delete)")
+        ctl.teardown()
         cdk("destroy", "--app", str(out), "--force", stack, env=env)
         left = [b["Name"] for b in boto3.client("s3", region_name=REGION).list_buckets()["Buckets"]]
         kept = [b for b in left if "checkpointsbucket" in b.lower()]

@@ -1,54 +1,221 @@
-"""Settings -> the instance type to launch, its alternates and the reasons: asked once per synth."""
+"""Settings -> the instance type to launch, the alternates that may replace it, and what the whole
+cluster can cost: asked once per synth, pure Python (no CDK).
+
+The cost ceiling is a price per node per hour in the market the job launches in (spot: the
+catalog's spot price; on-demand: the on-demand price; capacity-block: the block's price, which
+only the user knows, as max_price). Default: the pick's own price there, so no alternate costs
+more than the pick; `max_price` sets it. An alternate must be interchangeable with the pick for
+the same job (selector/interchange.py), priced in the market, and at or below the ceiling; every
+other candidate keeps the reason it was not taken. Hence the cluster's worst case in its market is
+at most nodes x ceiling, and by default exactly the pick's own cluster price.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Mapping, NamedTuple, Optional
 
 from selector.catalog import load_catalog
 from selector.errors import UserError
 from selector.facts import InstanceFacts
-from selector.recommend import Candidate, Recommendation, recommend
+from selector.interchange import interchangeable
+from selector.recommend import CAPACITY_BLOCK_ONLY, Candidate, Recommendation, recommend
 
 from .settings import Settings
+
+MAX_ALTERNATES = 4  # launch templates per group stay few; capacity-optimized needs only a handful
+
+
+def money(v: Optional[float]) -> str:
+    return f"${v:,.2f}/h" if v is not None else "unknown"
+
+
+@dataclass(frozen=True)
+class OptionPrice:
+    """What one node of a type costs, USD per hour, in the job's region."""
+
+    instance_type: str
+    on_demand: Optional[float]  # on record
+    spot: Optional[float]  # on record (a typical price: the median across AZs)
+    # The most one node costs in the job's market, as far as the record and EC2's caps say
+    # (None: unknown); this is what the ceiling is compared with.
+    in_market: Optional[float]
+    basis: str  # where in_market comes from, in words
+
+
+class WorstCase(NamedTuple):
+    """The whole cluster's worst case, USD per hour, over the pick and its alternates: every node
+    on the dearest option. None where an option's price is unknown."""
+
+    on_demand: Optional[float]
+    spot: Optional[float]
+    market: Optional[float]  # in the market the job launches in: never above nodes x ceiling
 
 
 @dataclass(frozen=True)
 class Selection:
     pick: Candidate
-    alternates: tuple[Candidate, ...]
+    alternates: tuple[Candidate, ...]  # rank order; each may replace the pick for the whole job
+    rejected: tuple[tuple[str, str], ...]  # (instance type, reason) for every other candidate, rank order
+    market: str  # "spot" | "on-demand" | "capacity-block"
+    ceiling: float  # USD per hour per node, in `market`
+    ceiling_source: str  # where the ceiling came from, in words
+    prices: Mapping[str, OptionPrice]  # the pick and the alternates, in option order
+    interchange: str  # the rule the alternates were held to (selector.interchange.RULES)
+    region: str
     recommendation: Recommendation
+    max_price: Optional[float] = None  # as the user set it; on spot EC2 enforces it per node
 
     @property
     def facts(self) -> InstanceFacts:
         return self.pick.facts
 
-    def hourly(self, nodes: int) -> tuple[float | None, float | None]:
+    @property
+    def options(self) -> tuple[Candidate, ...]:
+        """The pick, then the alternates: every type the job may launch on."""
+        return (self.pick, *self.alternates)
+
+    def hourly(self, nodes: int) -> tuple[Optional[float], Optional[float]]:
+        """The pick alone on every node: (on-demand, spot) USD per hour, None where not on record."""
         od, sp = self.pick.price_per_hour, self.pick.spot_price_per_hour
         return (od * nodes if od else None, sp * nodes if sp else None)
 
+    def pick_cost(self, nodes: int) -> Optional[float]:
+        """The pick alone on every node, in the job's market: what the worst case is measured against."""
+        v = self.prices[self.pick.instance_type].in_market
+        return v * nodes if v is not None else None
 
-def select(settings: Settings, max_alternates: int = 4) -> Selection:
-    profile = settings.profile
-    if settings.multi_node and not profile.multi_node:
-        profile = replace(profile, multi_node=True)  # several nodes need EFA and a cluster placement group
-    rec = recommend(profile, region=settings.region, spot=settings.spot, catalog=load_catalog())
+    def worst_case(self, nodes: int) -> WorstCase:
+        def most(values: list[Optional[float]]) -> Optional[float]:
+            known = [v for v in values if v is not None]
+            return max(known) * nodes if len(known) == len(values) else None
+
+        opts = list(self.prices.values())
+        cap = self.max_price if self.market == "spot" else None  # EC2 enforces it on spot only
+        return WorstCase(on_demand=most([o.on_demand for o in opts]),
+                         spot=most([_spot_most(o.spot, o.on_demand, cap)[0] for o in opts]),
+                         market=most([o.in_market for o in opts]))
+
+    def describe_ceiling(self) -> str:
+        """'$21.01/h per node, spot (p6-b200.48xlarge's spot price in us-east-1, on record)'."""
+        return f"{money(self.ceiling)} per node, {self.market} ({self.ceiling_source})"
+
+    def describe_price(self, instance_type: str) -> str:
+        """'p6-b200.48xlarge $21.01/h spot (on record; on-demand $113.93/h)'."""
+        o = self.prices[instance_type]
+        other = f"on-demand {money(o.on_demand)}" if self.market != "on-demand" else f"spot {money(o.spot)}"
+        if next(c.facts for c in self.options if c.instance_type == instance_type).capacity_block_only:
+            other = "sold only as Capacity Blocks for ML"  # not a gap in our prices: there are none
+        return f"{instance_type} {money(o.in_market)} {self.market} ({o.basis}; {other})"
+
+    def describe_options(self) -> tuple[str, ...]:
+        return tuple(self.describe_price(c.instance_type) for c in self.options)
+
+
+def _spot_most(spot: Optional[float], on_demand: Optional[float], cap: Optional[float]) -> tuple[Optional[float], str]:
+    """The most one node costs on spot: the price on record; without one, the on-demand price
+    (EC2 never charges more for spot, and it is the default max price); EC2 also never charges
+    more than a max price it was given (the capacity construct sends max_price as the spot max price)."""
+    if spot is not None:
+        value, basis = spot, "on record"
+    elif on_demand is not None:
+        value, basis = on_demand, "no spot price on record: at most its on-demand price"
+    else:
+        return None, "no spot or on-demand price on record"
+    if cap is not None and value > cap:
+        value, basis = cap, f"{money(value)} {basis}, above max_price: EC2 launches it only at max_price or less"
+    return value, basis
+
+
+def _price(c: Candidate, market: str, max_price: Optional[float], *, pick: bool) -> OptionPrice:
+    od, sp = c.price_per_hour, c.spot_price_per_hour
+    if market == "on-demand":
+        value, basis = od, "on record" if od is not None else "no on-demand price on record"
+    elif market == "spot" and pick:
+        # The pick launches whatever its record says, so it may lean on EC2's caps.
+        value, basis = _spot_most(sp, od, max_price)
+    elif market == "spot":
+        # An alternate is only ever added on a spot price on record, never on a bound or a guess.
+        value, basis = sp, "on record" if sp is not None else "no spot price on record"
+    elif pick:
+        # Capacity Block prices are set when a block is reserved and are in no catalog: max_price
+        # (required) stands for the pick's; nothing else can be priced.
+        value, basis = max_price, "the Capacity Block's price, as max_price states it"
+    else:
+        value, basis = None, "no Capacity Block price on record"
+    return OptionPrice(c.instance_type, od, sp, value, basis)
+
+
+def _choose_pick(settings: Settings, rec: Recommendation) -> Candidate:
     if settings.instance_type:
         chosen = [c for c in rec.candidates if c.instance_type == settings.instance_type]
         if not chosen:
             why = next((e.reasons for e in rec.excluded if e.instance_type == settings.instance_type), ())
             raise UserError(
-                f"instance_type {settings.instance_type} does not fit profile {profile.name}"
+                f"instance_type {settings.instance_type} does not fit profile {rec.profile.name}"
                 f"{' with ' + str(settings.nodes) + ' nodes' if settings.multi_node else ''}: {'; '.join(why)}"
                 + (f"; the profile's pick is {rec.pick.instance_type}" if rec.pick else ""))
-        pick = chosen[0]
-    elif rec.pick is None:
+        return chosen[0]
+    if rec.pick is None:
         raise UserError(f"{rec.why}; try another profile or region")
-    else:
-        pick = rec.pick
-    # Alternates must be interchangeable with the pick for capacity fallback: same accelerator
-    # count and architecture, so the job's world size and the AMI stay valid.
-    alternates = tuple(c for c in rec.candidates
-                       if c.instance_type != pick.instance_type
-                       and c.facts.processes_per_node == pick.facts.processes_per_node
-                       and c.facts.architecture == pick.facts.architecture
-                       and c.facts.sdk == pick.facts.sdk)[:max_alternates]
-    return Selection(pick=pick, alternates=alternates, recommendation=rec)
+    return rec.pick
+
+
+def _ceiling(settings: Settings, pick: Candidate, price: OptionPrice) -> tuple[float, str]:
+    name, market, region = pick.instance_type, settings.market, settings.region
+    if pick.facts.capacity_block_only and market != "capacity-block":
+        raise UserError(f"{name} is {CAPACITY_BLOCK_ONLY}")
+    if settings.max_price is not None:
+        if market == "on-demand" and price.on_demand is not None and price.on_demand > settings.max_price:
+            # EC2 enforces a max price on spot only: an on-demand node simply costs its price.
+            raise UserError(f"max_price {money(settings.max_price)} is below {name}'s on-demand price "
+                            f"{money(price.on_demand)} in {region}: raise it, or pin a cheaper instance_type")
+        return settings.max_price, "max_price, as you set it"
+    if market == "capacity-block":
+        raise UserError(f"market capacity-block: the catalog holds no Capacity Block prices; pass -c max_price=USD/h, "
+                        f"what one {name} of your block costs per hour")
+    if price.in_market is None:
+        raise UserError(f"{name} has no {market} price on record in {region}: pass -c max_price=USD/h "
+                        "(the most one node may cost), or choose another market or instance_type")
+    return price.in_market, f"{name}'s {market} price in {region}, {price.basis}"
+
+
+def _why_not(c: Candidate, pick: Candidate, price: OptionPrice, settings: Settings, ceiling: float) -> Optional[str]:
+    """None when `c` may be an alternate; else why not, one line."""
+    reason = interchangeable(pick.facts, c.facts, multi_node=settings.multi_node, rule=settings.interchange)
+    if reason:
+        return f"not interchangeable: {reason}"
+    if price.in_market is None:
+        if c.facts.capacity_block_only and settings.market != "capacity-block":
+            return f"no price on record in {settings.region} for {settings.market}: {CAPACITY_BLOCK_ONLY}"
+        return f"no price on record in {settings.region} for {settings.market}"
+    if price.in_market > ceiling:
+        return f"price {money(price.in_market)} {settings.market} is above the ceiling {money(ceiling)}"
+    return None
+
+
+def select(settings: Settings, max_alternates: int = MAX_ALTERNATES) -> Selection:
+    profile = settings.profile
+    if settings.multi_node and not profile.multi_node:
+        profile = replace(profile, multi_node=True)  # several nodes need EFA and a cluster placement group
+    rec = recommend(profile, region=settings.region, spot=settings.market == "spot", catalog=load_catalog())
+    pick = _choose_pick(settings, rec)
+    prices = {pick.instance_type: _price(pick, settings.market, settings.max_price, pick=True)}
+    ceiling, source = _ceiling(settings, pick, prices[pick.instance_type])
+
+    alternates: list[Candidate] = []
+    rejected: list[tuple[str, str]] = []
+    for c in rec.candidates:
+        if c.instance_type == pick.instance_type:
+            continue
+        price = _price(c, settings.market, settings.max_price, pick=False)
+        reason = _why_not(c, pick, price, settings, ceiling)
+        if reason is None and len(alternates) >= max_alternates:
+            reason = f"interchangeable and within the ceiling, but the first {max_alternates} alternates were taken"
+        if reason:
+            rejected.append((c.instance_type, reason))
+        else:
+            alternates.append(c)
+            prices[c.instance_type] = price
+    return Selection(pick=pick, alternates=tuple(alternates), rejected=tuple(rejected), market=settings.market,
+                     ceiling=ceiling, ceiling_source=source, prices=prices, interchange=settings.interchange,
+                     region=settings.region, recommendation=rec, max_price=settings.max_price)

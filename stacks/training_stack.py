@@ -6,21 +6,20 @@ import sys
 import aws_cdk as cdk
 from constructs import Construct
 
-from constructs_lib import CheckpointBucket, InterruptionAlerts, SpotCapacity
-from constructs_lib.runtime.contract import TAG_CLUSTER
+from constructs_lib import CheckpointBucket, ClusterCapacity, InstanceOption, InterruptionAlerts, NodeOptions
+from constructs_lib.runtime.contract import CAPACITY_STATE, TAG_CLUSTER
 
 from .network import existing_subnets, training_vpc
-from .selection import Selection, select
+from .selection import Selection, money, select
 from .settings import Settings
 
-
-def _money(v: float | None) -> str:
-    return f"${v:,.2f}/h" if v is not None else "no price on record"
+SHOW_REJECTED = 3  # the summary names the first few candidates not taken; the count says the rest
 
 
 class TrainingStack(cdk.Stack):
-    """N nodes of the profile's pick (or `instance_type`) with its alternates for spot capacity,
-    a checkpoint bucket, interruption alerts, rendezvous and the job, in a VPC of one AZ."""
+    """N nodes of the profile's pick (or `instance_type`), one type at a time, launched and moved
+    whole across its alternates by the capacity controller; a checkpoint bucket, interruption
+    alerts, rendezvous and the job, in a VPC of one AZ."""
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, selection: Selection,
                  **kwargs) -> None:
@@ -34,32 +33,40 @@ class TrainingStack(cdk.Stack):
                                                  availability_zone=settings.availability_zone)
         else:
             self.vpc = training_vpc(self, vpc_id=settings.vpc_id, restrict_default_security_group=not settings.local)
-        self.cluster = SpotCapacity(
-            self, "Cluster", vpc=self.vpc, subnets=subnets, nodes=settings.nodes, spot=settings.spot,
-            max_price=settings.max_price,
-            instance_types=[pick.facts, *(c.facts for c in selection.alternates)],
-            template_props={"root_volume_gib": settings.profile.root_volume_gib})
         self.checkpoints = CheckpointBucket(self, "Checkpoints")
         self.prefix = f"jobs/{settings.job}"
+        self.alerts = InterruptionAlerts(self, "Alerts")
+        cluster_id = construct_id
+        self.cluster = ClusterCapacity(
+            self, "Cluster", vpc=self.vpc, subnets=subnets, cluster=cluster_id, nodes=settings.nodes,
+            options=[InstanceOption(c.facts, selection.prices[c.instance_type].in_market) for c in selection.options],
+            market=selection.market, max_price=selection.ceiling, capacity_reservation=settings.capacity_reservation,
+            interchange=selection.interchange, state_bucket=self.checkpoints.bucket,
+            state_key=f"{self.prefix}/{CAPACITY_STATE}", log_group=self.alerts.log_group,
+            teardown=not settings.local, node_options=NodeOptions(root_volume_gib=settings.profile.root_volume_gib))
         self.cluster.enable_checkpoints(self.checkpoints, self.prefix)
-        cluster_id = f"{construct_id}-{settings.job}"
-        self.cluster.configure_job(cluster=cluster_id, command=settings.command)
-        self.alerts = InterruptionAlerts(self, "Alerts", group=self.cluster.auto_scaling_group)
+        self.cluster.configure_job(command=settings.command)
 
-        od, sp = selection.hourly(settings.nodes)
         cdk.CfnOutput(self, "InstanceType", value=pick.instance_type,
                       description=f"profile {settings.profile.name}: {selection.recommendation.why}"[:1000])
         cdk.CfnOutput(self, "Alternates", value=",".join(c.instance_type for c in selection.alternates) or "none",
-                      description="spot capacity falls back across these (same accelerators per node)")
-        cdk.CfnOutput(self, "ClusterCostPerHour",
-                      value=f"{settings.nodes} x {pick.instance_type}: on-demand {_money(od)}, spot {_money(sp)}")
+                      description=alternates_description(selection)[:1000])  # CloudFormation's limit is 1024
+        cdk.CfnOutput(self, "ClusterCostPerHour", value=cluster_cost(settings, selection),
+                      description=(f"worst case over the pick and its alternates at the prices on record "
+                                   f"(catalog as of {selection.recommendation.catalog_as_of}); "
+                                   f"ceiling: {selection.describe_ceiling()}")[:1000])
         cdk.CfnOutput(self, "CheckpointBucket", value=self.checkpoints.bucket.bucket_name,
                       description=f"checkpoints under s3://<bucket>/{self.prefix}/; kept after cdk destroy")
         cdk.CfnOutput(self, "SsmSessionCommand", value=(
             f"aws ssm start-session --region {self.region} --target $(aws ec2 describe-instances --region {self.region} "
             f"--filters Name=tag:{TAG_CLUSTER},Values={cluster_id} Name=instance-state-name,Values=running "
             "--query 'Reservations[0].Instances[0].InstanceId' --output text)"))
-        cdk.CfnOutput(self, "AlertsLogGroup", value=self.alerts.log_group.log_group_name)
+        cdk.CfnOutput(self, "AlertsLogGroup", value=self.alerts.log_group.log_group_name,
+                      description="spot warnings and every decision of the capacity controller, with its reason")
+        cdk.CfnOutput(self, "CapacityStatusCommand", value=(
+            f"python -m constructs_lib.fleet status --bucket {self.checkpoints.bucket.bucket_name} "
+            f"--key {self.prefix}/{CAPACITY_STATE}"),
+            description="which type the cluster runs on, its nodes, and the controller's last transitions")
 
     @classmethod
     def for_settings(cls, app: cdk.App, settings: Settings, *, synthesizer: cdk.IStackSynthesizer | None = None,
@@ -76,15 +83,43 @@ class TrainingStack(cdk.Stack):
         return stack
 
 
+def cluster_cost(settings: Settings, selection: Selection) -> str:
+    """The ClusterCostPerHour output: the whole cluster's worst case, in its market first."""
+    n, w = settings.nodes, selection.worst_case(settings.nodes)
+    return (f"{n} x {selection.pick.instance_type} or an alternate: at most {money(w.market)} {selection.market} "
+            f"(ceiling {money(selection.ceiling)} per node); worst case all on-demand {money(w.on_demand)}, "
+            f"all spot {money(w.spot)}")
+
+
+def alternates_description(selection: Selection) -> str:
+    head = (f"the whole job may move to one of these (rule {selection.interchange}), each at most "
+            f"{money(selection.ceiling)} per node, {selection.market}")
+    if not selection.rejected:
+        return head
+    first = "; ".join(f"{t}: {r}" for t, r in selection.rejected[:2])
+    return f"{head}; {len(selection.rejected)} other candidates not taken, e.g. {first}"
+
+
 def summary(settings: Settings, selection: Selection) -> str:
-    pick = selection.pick
-    od, sp = selection.hourly(settings.nodes)
-    return "\n".join([
+    pick, n = selection.pick, settings.nodes
+    w, alone = selection.worst_case(n), selection.pick_cost(n)
+    into = f" into {settings.capacity_reservation}" if settings.capacity_reservation else ""
+    hint = "" if settings.max_price is not None else "; -c max_price=USD/h sets it"
+    lines = [
         f"dl-launcher: profile {settings.profile.name} in {settings.region}: "
-        f"{settings.nodes} x {pick.instance_type} ({pick.facts.accelerator_count} x {pick.facts.accelerator})",
+        f"{n} x {pick.instance_type} ({pick.facts.accelerator_count} x {pick.facts.accelerator})",
         f"  why: {selection.recommendation.why}",
-        f"  cost: on-demand {_money(od)}, spot {_money(sp)} for the whole cluster"
-        + ("; launching on spot" if settings.spot else "; launching on-demand"),
-        f"  alternates: {', '.join(c.instance_type for c in selection.alternates) or 'none'}",
-        f"  checkpoints: s3://<CheckpointBucket>/jobs/{settings.job}/",
-    ])
+        f"  market: {selection.market}{into}; ceiling {selection.describe_ceiling()}{hint}",
+        f"  options (the pick, then the alternates under rule {selection.interchange}):",
+        *(f"    {d}" for d in selection.describe_options()),
+        f"  worst case, whole cluster: {money(w.market)} {selection.market} "
+        f"(<= {n} x ceiling = {money(n * selection.ceiling)}; the pick alone {money(alone)}); "
+        f"all on-demand {money(w.on_demand)}, all spot {money(w.spot)}",
+    ]
+    if selection.rejected:
+        lines.append(f"  not taken ({len(selection.rejected)}):")
+        lines += [f"    {t}: {r}" for t, r in selection.rejected[:SHOW_REJECTED]]
+        if len(selection.rejected) > SHOW_REJECTED:
+            lines.append(f"    ... and {len(selection.rejected) - SHOW_REJECTED} more")
+    lines.append(f"  checkpoints: s3://<CheckpointBucket>/jobs/{settings.job}/")
+    return "\n".join(lines)

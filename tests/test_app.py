@@ -12,8 +12,9 @@ import pytest
 from aws_cdk.assertions import Template
 
 from selector.profiles import builtin_profiles
+from stacks.selection import money, select
 from stacks.settings import from_context
-from stacks.training_stack import TrainingStack
+from stacks.training_stack import TrainingStack, summary
 from tests.cdk_checks import cfn_lint, synth_with_nag
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,34 +33,64 @@ def all_profiles(tmp_path_factory):
 
 
 @pytest.mark.parametrize("profile", PROFILES)
+def _spec(t: Template) -> dict:
+    """The controller's cluster spec, with CloudFormation's tokens left as they are."""
+    (fn,) = t.find_resources("AWS::Lambda::Function", {"Properties": {
+        "Handler": "constructs_lib.fleet.handler.handle"}}).values()
+    value = fn["Properties"]["Environment"]["Variables"]["DL_CLUSTER_SPEC"]
+    text = "".join(p if isinstance(p, str) else "TOKEN" for p in value["Fn::Join"][1]) if isinstance(value, dict) else value
+    return json.loads(text)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
 def test_every_profile_synthesizes_with_its_pick(all_profiles, profile):
     stack, t = all_profiles[profile]
     outputs = t.to_json()["Outputs"]
     assert outputs["InstanceType"]["Value"] == stack.selection.pick.instance_type
-    for key in ("Alternates", "ClusterCostPerHour", "CheckpointBucket", "SsmSessionCommand"):
+    for key in ("Alternates", "ClusterCostPerHour", "CheckpointBucket", "SsmSessionCommand", "CapacityStatusCommand"):
         assert key in outputs
-    t.resource_count_is("AWS::AutoScaling::AutoScalingGroup", 1)
     (bucket,) = t.find_resources("AWS::S3::Bucket", {"Properties": {"VersioningConfiguration": {"Status": "Enabled"}}}).values()
     assert bucket["DeletionPolicy"] == "Retain"
 
 
+@pytest.mark.parametrize("profile", PROFILES)
+def test_no_capacity_resource_can_mix_accelerators_and_no_option_exceeds_the_ceiling(all_profiles, profile):
+    """Checked against the catalog's facts, not the selector's rule: in a cluster of several nodes
+    every option has the pick's accelerator, memory and count; no option costs more than the ceiling."""
+    from selector.catalog import load_catalog
+
+    stack, t = all_profiles[profile]
+    for mixing in ("AWS::AutoScaling::AutoScalingGroup", "AWS::EC2::EC2Fleet", "AWS::EC2::SpotFleet"):
+        t.resource_count_is(mixing, 0)
+    spec = _spec(t)
+    catalog = load_catalog()
+    facts = [catalog.get(o["instance_type"]) for o in spec["options"]]
+    assert facts[0].instance_type == stack.selection.pick.instance_type
+    if spec["nodes"] > 1:
+        assert len({(f.accelerator, f.accelerator_memory_gib, f.accelerator_count) for f in facts}) == 1
+    assert all(o["price"] is not None and o["price"] <= spec["max_price"] for o in spec["options"])
+    worst = max(o["price"] for o in spec["options"]) * spec["nodes"]
+    assert worst <= spec["max_price"] * spec["nodes"] + 1e-9
+    assert spec["max_price"] == stack.selection.ceiling
+
+
 def test_multi_node_training_is_two_efa_nodes_in_one_placement_group_on_spot(all_profiles):
     stack, t = all_profiles["multi-node-training"]
-    (asg,) = t.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
-    p = asg["Properties"]
-    assert p["DesiredCapacity"] == "2" and "PlacementGroup" in p and len(p["VPCZoneIdentifier"]) == 1
-    assert p["MixedInstancesPolicy"]["InstancesDistribution"]["OnDemandPercentageAboveBaseCapacity"] == 0
+    spec = _spec(t)
+    assert (spec["nodes"], spec["market"], len(spec["subnet_ids"])) == (2, "spot", 1)
+    t.resource_count_is("AWS::EC2::PlacementGroup", 1)
     pick = stack.selection.facts
     lts = t.find_resources("AWS::EC2::LaunchTemplate")
     first = next(lt for lt in lts.values() if lt["Properties"]["LaunchTemplateData"]["InstanceType"] == pick.instance_type)
+    assert "GroupName" in first["Properties"]["LaunchTemplateData"]["Placement"]
     nics = first["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]
     assert sum(n["InterfaceType"] == "efa-only" for n in nics) == pick.max_efa_interfaces
     from tests.constructs.userdata_text import user_data_text
     ud = user_data_text(first["Properties"]["LaunchTemplateData"])
-    assert "dl-job.service" in ud and 'DL_CLUSTER="dl-multi-node-training-multi-node-training"' in ud
+    assert "dl-job.service" in ud and 'DL_CLUSTER="dl-multi-node-training"' in ud
     tags = {tg["Key"]: tg["Value"] for spec in first["Properties"]["LaunchTemplateData"]["TagSpecifications"]
             for tg in spec["Tags"]}
-    assert tags["dl-launcher:cluster"] == "dl-multi-node-training-multi-node-training"
+    assert tags["dl-launcher:cluster"] == "dl-multi-node-training" and tags["dl-launcher:nodes"] == "2"
 
 
 def test_vpc_is_one_az_private_with_s3_endpoint_and_flow_logs(all_profiles):
@@ -90,9 +121,78 @@ def test_real_cli_synth_without_credentials_or_network(tmp_path):
     (["-c", "profile=multinode"], "error: unknown profile 'multinode'"),
     (["-c", "profile=training", "-c", "nodes=zero"], "error: context nodes='zero'"),
     (["-c", "profil=inference"], "error: unknown context key 'profil'; closest: profile"),
+    (["-c", "market=spt"], "error: context market='spt': allowed spot, on-demand, capacity-block; closest: spot"),
+    (["-c", "interchange=any"], "error: context interchange='any': allowed same-accelerator, same-count"),
+    (["-c", "profile=multi-node-training", "-c", "capacity_reservation=cr-0123456789abcdef0"],
+     "error: context capacity_reservation=cr-0123456789abcdef0 with spot"),
+    (["-c", "profile=multi-node-training", "-c", "region=us-east-2", "-c", "market=on-demand"],
+     "error: p6-b200.48xlarge has no on-demand price on record in us-east-2: pass -c max_price=USD/h"),
 ])
 def test_bad_context_is_one_line_and_no_stack(tmp_path, args, expected):
     r = cli("synth", *args, "-o", str(tmp_path))
     assert r.returncode != 0
     assert expected in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert not list(tmp_path.glob("*.template.json"))
+
+
+# ---- what it costs: the summary and the outputs ---------------------------------------------------
+def _worst_line(text: str) -> str:
+    (line,) = [x for x in text.splitlines() if x.startswith("  worst case, whole cluster: ")]
+    return line
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_summary_worst_case_holds_the_ceiling(profile):
+    s = from_context({"profile": profile})
+    sel = select(s)
+    w, ceiling, alone = sel.worst_case(s.nodes), sel.ceiling, sel.pick_cost(s.nodes)
+    line = _worst_line(summary(s, sel))
+    assert line.startswith(f"  worst case, whole cluster: {money(w.market)} {s.market} ")
+    assert f"<= {s.nodes} x ceiling = {money(s.nodes * ceiling)}" in line
+    assert w.market <= s.nodes * ceiling + 1e-9
+    assert w.market == pytest.approx(alone), "by default the worst case is the pick's own cluster price"
+    assert w.market / alone <= 1.0 + 1e-9
+
+
+def test_summary_shows_ceiling_options_and_rejected_reasons():
+    s = from_context({"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "interchange": "same-count"})
+    text = summary(s, select(s))
+    assert "market: spot; ceiling $8.00/h per node, spot (p4d.24xlarge's spot price in us-east-1, on record)" in text
+    assert "-c max_price=USD/h sets it" in text
+    assert "    p4d.24xlarge $8.00/h spot (on record; on-demand $21.96/h)" in text
+    assert "all on-demand" in _worst_line(text) and "all spot" in _worst_line(text)
+    assert "  not taken (" in text and "p6-b200.48xlarge: price $21.01/h spot is above the ceiling $8.00/h" in text
+    capped = from_context({"profile": "multi-node-training", "max_price": "30"})
+    assert "ceiling $30.00/h per node, spot (max_price, as you set it)" in summary(capped, select(capped))
+
+
+def test_summary_truncates_the_rejected_list_with_a_count():
+    s = from_context({"profile": "single-gpu-training"})
+    sel = select(s)
+    text = summary(s, sel)
+    assert len(sel.rejected) > 3
+    assert f"  not taken ({len(sel.rejected)}):" in text and f"... and {len(sel.rejected) - 3} more" in text
+
+
+def test_summary_names_the_capacity_block():
+    s = from_context({"profile": "multi-node-training", "region": "us-east-2", "instance_type": "p5e.48xlarge",
+                      "market": "capacity-block", "capacity_reservation": "cr-0123456789abcdef0", "max_price": "40"})
+    text = summary(s, select(s))
+    assert "market: capacity-block into cr-0123456789abcdef0; ceiling $40.00/h per node" in text
+    assert "$80.00/h capacity-block" in _worst_line(text)
+
+
+@pytest.mark.parametrize("profile", ["multi-node-training", "single-gpu-training", "dev-prototyping"])
+def test_cost_outputs_say_the_worst_case_and_the_alternates(all_profiles, profile):
+    stack, t = all_profiles[profile]
+    sel, n = stack.selection, stack.settings.nodes
+    outputs = t.to_json()["Outputs"]
+    assert outputs["Alternates"]["Value"] == (",".join(c.instance_type for c in sel.alternates) or "none")
+    assert f"rule {sel.interchange}" in outputs["Alternates"]["Description"]
+    if sel.rejected:
+        assert f"{len(sel.rejected)} other candidates not taken" in outputs["Alternates"]["Description"]
+    cost = outputs["ClusterCostPerHour"]["Value"]
+    assert cost.startswith(f"{n} x {sel.pick.instance_type} or an alternate: at most "
+                           f"{money(sel.worst_case(n).market)} {sel.market}")
+    assert f"ceiling {money(sel.ceiling)}" in cost
+    assert "ceiling:" in outputs["ClusterCostPerHour"]["Description"]

@@ -18,8 +18,15 @@ def test_local_deploy_of_multi_node_training():
     out = r.stdout
     assert r.returncode == 0, out[-4000:] + r.stderr[-2000:]
     assert "stack dl-multi-node-training: CREATE_COMPLETE" in out
+    # the controller's own code, with the spec the stack gave its Lambda: the whole cluster at once,
+    # then a lost node replaced by the same type
+    assert '"kind": "launched", "instance_type": "p6-b200.48xlarge", "reason": "2 x p6-b200.48xlarge (spot)' in out
+    assert "cluster dl-multi-node-training: 2 of 2 running, types ['p6-b200.48xlarge']\n" in out
+    assert '"kind": "replaced", "instance_type": "p6-b200.48xlarge"' in out
+    assert "2 of 2 running, types ['p6-b200.48xlarge']; replaced i-" in out and out.count(": True\n") >= 1
     assert "instances (2):" in out, "two nodes, both tagged with the cluster id"
-    assert out.count("cluster=dl-multi-node-training-multi-node-training") == 2
+    assert out.count("cluster=dl-multi-node-training") == 2
+    assert '"kind": "torn-down"' in out
     lt_lines = [line for line in out.splitlines() if line.strip().startswith("LaunchTemplate_")]
     assert lt_lines and all("IMDS tokens required" in line for line in lt_lines)
     assert any("8 EFA interfaces on cards [0, 1, 2, 3, 4, 5, 6, 7]" in line for line in lt_lines)

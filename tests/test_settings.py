@@ -4,6 +4,8 @@ from __future__ import annotations
 import pytest
 
 from selector.errors import UserError
+from selector.prices import load_prices
+from selector.profiles import builtin_profiles
 from stacks.selection import select
 from stacks.settings import DEFAULT_PROFILE, from_context
 
@@ -60,3 +62,191 @@ def test_alternates_are_interchangeable_with_the_pick():
     for c in sel.alternates:
         assert c.facts.processes_per_node == sel.facts.processes_per_node
         assert c.facts.architecture == sel.facts.architecture
+
+
+# ---- the new keys: market, capacity_reservation, interchange -------------------------------------
+CR = "cr-0123456789abcdef0"
+
+
+@pytest.mark.parametrize("ctx,expected", [
+    ({"market": "spt"}, "context market='spt': allowed spot, on-demand, capacity-block; closest: spot"),
+    ({"markt": "spot"}, "unknown context key 'markt'; closest: market"),
+    ({"interchange": "any"}, "context interchange='any': allowed same-accelerator, same-count"),
+    ({"interchange": "same-acc"}, "closest: same-accelerator"),
+    ({"interchang": "same-count"}, "closest: interchange"),
+    ({"capacity_reservation": "cr-123", "market": "on-demand"}, "expected a reservation id like cr-0123456789abcdef0"),
+    ({"capacity_reservation": "arn:aws:resource-groups:us-west-2:123456789012:group/blocks", "market": "on-demand"},
+     "is a resource group in us-west-2, the stack deploys to us-east-1"),
+    ({"capacity_reservation": "arn:aws:ec2:us-east-1:123456789012:capacity-reservation/" + CR, "market": "on-demand"},
+     "or a resource group arn:aws:resource-groups:us-east-1:ACCOUNT:group/NAME"),
+    ({"market": "capacity-block"}, "context market=capacity-block needs capacity_reservation"),
+    ({"market": "spot", "capacity_reservation": CR}, "with spot: reservations are on-demand capacity"),
+    ({"spot": "true", "capacity_reservation": CR}, "with spot: reservations are on-demand capacity"),
+    ({"profile": "multi-node-training", "capacity_reservation": CR},
+     "(profile multi-node-training launches on spot by default): reservations are on-demand capacity"),
+    ({"spot": "true", "market": "on-demand"}, "context spot=true contradicts market=on-demand"),
+    ({"spot": "false", "market": "spot"}, "context spot=false contradicts market=spot"),
+])
+def test_bad_market_context(ctx, expected):
+    with pytest.raises(UserError) as e:
+        from_context(ctx)
+    assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("ctx,market", [
+    ({}, "on-demand"),
+    ({"profile": "multi-node-training"}, "spot"),
+    ({"profile": "multi-node-training", "spot": "false"}, "on-demand"),
+    ({"profile": "inference", "spot": "true"}, "spot"),
+    ({"profile": "multi-node-training", "market": "on-demand"}, "on-demand"),
+    ({"profile": "multi-node-training", "market": "on-demand", "spot": "false"}, "on-demand"),
+    ({"capacity_reservation": CR}, "on-demand"),  # inference/dev profiles launch on-demand anyway
+    ({"market": "capacity-block", "capacity_reservation": CR}, "capacity-block"),
+    ({"market": "on-demand", "capacity_reservation": "arn:aws:resource-groups:us-east-1:123456789012:group/my-blocks"},
+     "on-demand"),
+])
+def test_market_and_spot(ctx, market):
+    s = from_context(ctx)
+    assert s.market == market and s.spot == (market == "spot")
+
+
+def test_interchange_defaults_to_same_accelerator():
+    assert from_context({}).interchange == "same-accelerator"
+    assert from_context({"interchange": "same-count"}).interchange == "same-count"
+
+
+# ---- alternates and the cost ceiling (stacks/selection.py) ---------------------------------------
+# Expected prices come from the cited price table (selector/data/prices.csv), not from the selection.
+PRICES = load_prices()
+
+
+def price(instance_type: str, market: str = "spot", region: str = "us-east-1"):
+    p = PRICES[instance_type][region]
+    return p.spot if market == "spot" else p.on_demand
+
+
+def taken(sel) -> list[str]:
+    return [c.instance_type for c in sel.alternates]
+
+
+def reason(sel, instance_type: str) -> str:
+    return dict(sel.rejected)[instance_type]
+
+
+def test_issue_multi_node_b200_never_gets_a100_or_b300_behind_it():
+    sel = select(from_context({"profile": "multi-node-training"}))
+    assert sel.pick.instance_type == "p6-b200.48xlarge"
+    assert not {"p4d.24xlarge", "p4de.24xlarge", "p6-b300.48xlarge"} & set(taken(sel))
+    for c in sel.alternates:  # whatever else comes, it is the same accelerator
+        assert (c.facts.accelerator, c.facts.accelerator_memory_gib) == ("B200", sel.facts.accelerator_memory_gib)
+    assert reason(sel, "p4d.24xlarge").startswith("not interchangeable: 8 x A100 40 GiB")
+    assert reason(sel, "p6-b300.48xlarge").startswith("not interchangeable: 8 x B300")
+
+
+@pytest.mark.parametrize("interchange", ["same-accelerator", "same-count"])
+def test_issue_pinned_p4d_gets_no_alternate_dearer_than_p4d(interchange):
+    sel = select(from_context({"profile": "multi-node-training", "instance_type": "p4d.24xlarge",
+                               "interchange": interchange}))
+    assert sel.market == "spot" and sel.ceiling == price("p4d.24xlarge")
+    for c in sel.alternates:
+        assert price(c.instance_type) <= price("p4d.24xlarge"), c.instance_type
+    assert "p6-b200.48xlarge" not in taken(sel) and "p6-b300.48xlarge" not in taken(sel)
+    if interchange == "same-count":
+        assert "above the ceiling $8.00/h" in reason(sel, "p6-b200.48xlarge")
+        assert reason(sel, "p6-b300.48xlarge") == "no price on record in us-east-1 for spot"
+
+
+@pytest.mark.parametrize("market", ["spot", "on-demand"])
+def test_issue_single_g6e_never_falls_back_to_p5(market):
+    sel = select(from_context({"profile": "single-gpu-training", "instance_type": "g6e.xlarge", "market": market}))
+    assert "p5.4xlarge" not in taken(sel)
+    assert all(price(c.instance_type, market) <= price("g6e.xlarge", market) for c in sel.alternates)
+    assert "p5.4xlarge" in dict(sel.rejected)
+
+
+def test_p5_and_p5en_are_not_interchangeable_unless_widened():
+    ctx = {"profile": "multi-node-training", "instance_type": "p5.48xlarge", "max_price": "100"}
+    sel = select(from_context(ctx))
+    assert "p5en.48xlarge" not in taken(sel) and "p4de.24xlarge" not in taken(sel)
+    assert "H200 141 GiB" in reason(sel, "p5en.48xlarge")
+    wide = select(from_context({**ctx, "interchange": "same-count"}))
+    assert "p5en.48xlarge" in taken(wide)
+    assert {c.facts.accelerator_count for c in wide.alternates} == {8}
+    assert len({c.facts.accelerator for c in wide.alternates}) > 1, "same-count lets the model change"
+
+
+def test_unpriced_alternates_are_rejected_with_their_reason_whatever_the_ceiling():
+    assert price("p6-b300.48xlarge") is None  # the cited table has no us-east-1 spot quote for it
+    sel = select(from_context({"profile": "multi-gpu-training", "max_price": "1000"}))
+    assert "p6-b300.48xlarge" not in taken(sel)
+    assert reason(sel, "p6-b300.48xlarge") == "no price on record in us-east-1 for spot"
+    offered = {c.instance_type for c in sel.recommendation.candidates}
+    assert offered == {sel.pick.instance_type, *taken(sel), *dict(sel.rejected)}, "every candidate is accounted for"
+
+
+def test_max_price_raises_the_ceiling():
+    base = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "interchange": "same-count"}
+    low, high = select(from_context(base)), select(from_context({**base, "max_price": "30"}))
+    assert high.ceiling == 30 and high.ceiling_source.startswith("max_price")
+    assert len(high.alternates) > len(low.alternates)
+    assert any(price(t) > price("p4d.24xlarge") for t in taken(high))
+    assert all(price(t) <= 30 for t in taken(high))
+    assert high.worst_case(2).market <= 2 * 30
+
+
+def test_max_price_lowers_the_ceiling_and_spot_keeps_the_pick_at_it():
+    base = {"profile": "cost-efficient-training"}
+    sel = select(from_context({**base, "max_price": "0.45"}))
+    assert sel.pick.instance_type == select(from_context(base)).pick.instance_type
+    assert taken(sel) and all(price(t) <= 0.45 for t in taken(sel))
+    assert "above the ceiling $0.45/h" in reason(sel, "g5.2xlarge")
+    # EC2 enforces max_price on spot, so the pick (dearer on record) costs at most that too
+    assert sel.worst_case(1).market == pytest.approx(0.45)
+    assert "above max_price" in sel.describe_price(sel.pick.instance_type)
+
+
+def test_on_demand_max_price_below_the_pick_is_refused():
+    with pytest.raises(UserError, match=r"max_price \$0.30/h is below g4dn.xlarge's on-demand price \$0.53/h"):
+        select(from_context({"max_price": "0.3"}))
+    sel = select(from_context({"max_price": "1"}))  # on-demand: max_price is simply the ceiling
+    assert sel.ceiling == 1 and all(price(t, "on-demand") <= 1 for t in taken(sel)) and taken(sel)
+
+
+def test_a_pick_without_a_price_in_its_market_needs_max_price():
+    ctx = {"profile": "multi-node-training", "region": "us-east-2", "market": "on-demand"}
+    with pytest.raises(UserError) as e:
+        select(from_context(ctx))
+    assert "has no on-demand price on record in us-east-2: pass -c max_price=USD/h" in str(e.value)
+    assert "\n" not in str(e.value)
+    sel = select(from_context({**ctx, "max_price": "120"}))
+    assert sel.ceiling == 120 and sel.alternates == ()  # nothing is priced there: nothing is used silently
+    assert all(r == "no price on record in us-east-2 for on-demand" or r.startswith("not interchangeable")
+               for _, r in sel.rejected)
+
+
+def test_capacity_block_only_types():
+    p5e = {"profile": "multi-node-training", "region": "us-east-2", "instance_type": "p5e.48xlarge"}
+    with pytest.raises(UserError, match="p5e.48xlarge is sold only as Capacity Blocks for ML .*market=capacity-block"):
+        select(from_context({**p5e, "market": "on-demand"}))
+    with pytest.raises(UserError, match="not sold as spot: sold only as Capacity Blocks for ML"):
+        select(from_context(p5e))
+    block = {**p5e, "market": "capacity-block", "capacity_reservation": CR}
+    with pytest.raises(UserError, match="no Capacity Block prices; pass -c max_price"):
+        select(from_context(block))
+    sel = select(from_context({**block, "max_price": "40"}))
+    assert sel.pick.instance_type == "p5e.48xlarge" and sel.market == "capacity-block" and sel.ceiling == 40
+    assert sel.alternates == () and sel.worst_case(2).market == 80
+    assert reason(sel, "p5en.48xlarge") == "no price on record in us-east-2 for capacity-block"  # same H200s
+
+
+@pytest.mark.parametrize("profile", sorted(builtin_profiles()))
+def test_every_alternate_is_interchangeable_priced_and_under_the_ceiling(profile):
+    from selector.interchange import interchangeable
+    s = from_context({"profile": profile})
+    sel = select(s)
+    assert len(sel.alternates) <= 4
+    for c in sel.alternates:
+        assert interchangeable(sel.facts, c.facts, multi_node=s.multi_node, rule=s.interchange) is None
+        assert price(c.instance_type, sel.market) is not None
+        assert price(c.instance_type, sel.market) <= sel.ceiling
+    assert all(r for _, r in sel.rejected)

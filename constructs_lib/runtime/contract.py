@@ -25,8 +25,10 @@ TAG_CHECKPOINT_PREFIX = "dl-launcher:checkpoint-prefix"
 # can never join a new one, and a restarted master never waits for its old socket to close.
 RENDEZVOUS_PORT_BASE = 29500
 RENDEZVOUS_PORT_SPAN = 400
-# Cluster state lives beside the checkpoints, under <checkpoint prefix>/CLUSTER_DIR/.
+# Cluster state lives beside the checkpoints, under <checkpoint prefix>/CLUSTER_DIR/; the capacity
+# controller's (which type, when a node was lost, every transition) at <prefix>/CAPACITY_STATE.
 CLUSTER_DIR = "_cluster"
+CAPACITY_STATE = "_capacity/state.json"
 
 # ---- directories ----------------------------------------------------------------------------------
 DIR_DEFAULTS = {

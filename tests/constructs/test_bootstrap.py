@@ -17,7 +17,7 @@ import aws_cdk as cdk
 import aws_cdk.aws_ec2 as ec2
 import pytest
 
-from constructs_lib import CheckpointBucket, SpotCapacity
+from constructs_lib import CheckpointBucket, GpuLaunchTemplate
 from constructs_lib.bundle import unit_texts
 from constructs_lib.runtime import contract
 from tests.constructs.userdata_text import evaluate, user_data_text
@@ -38,9 +38,9 @@ def deployed(tmp_path_factory):
     stack = cdk.Stack(app, "Boot", env=cdk.Environment(region="us-east-1"))
     vpc = ec2.Vpc(stack, "Vpc", max_azs=1, nat_gateways=0, subnet_configuration=[
         ec2.SubnetConfiguration(name="nodes", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
-    cap = SpotCapacity(stack, "Cap", vpc=vpc, instance_types=["p5.48xlarge"], nodes=2)
-    cap.enable_checkpoints(CheckpointBucket(stack, "Ckpt"), "jobs/boot")
-    cap.configure_job(cluster="boot", command=COMMAND)
+    node = GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type="p5.48xlarge", multi_node=True)
+    node.enable_checkpoints(CheckpointBucket(stack, "Ckpt"), "jobs/boot")
+    node.enable_job(cluster="boot", command=COMMAND)
     template = app.synth().get_stack_by_name("Boot").template
     (lt,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
     manifest = json.loads((out / "Boot.assets.json").read_text())

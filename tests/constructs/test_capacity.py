@@ -1,5 +1,5 @@
-"""CheckpointBucket, SpotCapacity and InterruptionAlerts: what gets deployed, and that it is
-cdk-nag and cfn-lint clean."""
+"""CheckpointBucket, ClusterCapacity (with its controller) and InterruptionAlerts: what gets
+deployed, and that it is cdk-nag and cfn-lint clean."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +10,9 @@ import aws_cdk.aws_sns as sns
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from constructs_lib import CheckpointBucket, ConfigurationError, InterruptionAlerts, SpotCapacity
+import json
+
+from constructs_lib import CheckpointBucket, ClusterCapacity, ConfigurationError, InstanceOption, InterruptionAlerts
 from tests.cdk_checks import cfn_lint, synth_with_nag
 from tests.constructs.userdata_text import user_data_text
 
@@ -29,14 +31,19 @@ def cluster(tmp_path_factory):
     app = cdk.App(outdir=str(out))
     stack = cdk.Stack(app, "Spot", env=cdk.Environment(region="us-east-1"))
     vpc = _vpc(stack)
-    cap = SpotCapacity(stack, "Cap", vpc=vpc, instance_types=["p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"],
-                       nodes=3, on_demand_base=1, max_price=40.0)
     bucket = CheckpointBucket(stack, "Ckpt", noncurrent_version_days=14)
-    cap.enable_checkpoints(bucket, "jobs/llm")
-    cap.configure_job(cluster="llm", command=COMMAND)
     topic = sns.Topic(stack, "Ops", enforce_ssl=True, master_key=None)
     cdk.Validations.of(topic).acknowledge(cdk.Acknowledgment(id="AwsSolutions-SNS2", reason="test topic"))
-    InterruptionAlerts(stack, "Alerts", group=cap.auto_scaling_group, topic=topic)
+    alerts = InterruptionAlerts(stack, "Alerts", topic=topic)
+    # Same count, architecture and SDK: interchangeable under "same-count"; p5en is priced above
+    # the ceiling and must never be used.
+    cap = ClusterCapacity(stack, "Cap", vpc=vpc, cluster="llm", nodes=3, max_price=32.0, interchange="same-count",
+                          options=[InstanceOption("p5.48xlarge", 30.0), InstanceOption("p5en.48xlarge", 35.0),
+                                   InstanceOption("p4d.24xlarge", 20.0)],
+                          state_bucket=bucket.bucket, state_key="jobs/llm/_capacity/state.json",
+                          log_group=alerts.log_group)
+    cap.enable_checkpoints(bucket, "jobs/llm")
+    cap.configure_job(command=COMMAND)
     assembly = synth_with_nag(app)
     cfn_lint([Path(out) / "Spot.template.json"])
     return cap, Template.from_json(assembly.get_stack_by_name("Spot").template)
@@ -68,8 +75,8 @@ def test_grant_is_scoped_to_the_job_prefix(cluster):
     s3 = [s for s in statements if any(str(a).startswith("s3:") for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
     bundle = [s for s in s3 if s["Action"] == "s3:GetObject" and "cdk-hnb659fds-assets" in str(s["Resource"])]
     assert len(bundle) == 1, "the node bundle, granted once to the shared role"
-    s3 = [s for s in s3 if s not in bundle]
-    assert len(s3) == 2
+    s3 = [s for s in s3 if s not in bundle and "state.json" not in json.dumps(s)]
+    assert len(s3) == 2, "the nodes: the job prefix (the controller: its state object, tested below)"
     listing = next(s for s in s3 if s["Action"] == "s3:ListBucket")
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["jobs/llm/*", "jobs/llm/"]}}
     objects = next(s for s in s3 if s is not listing)
@@ -77,23 +84,24 @@ def test_grant_is_scoped_to_the_job_prefix(cluster):
     assert "s3:*" not in str(s3) and "s3:DeleteBucket" not in str(s3)
 
 
-def test_capacity_optimized_spot_across_alternates_with_their_own_templates(cluster):
+def _spec(t: Template) -> str:
+    (fn,) = t.find_resources("AWS::Lambda::Function").values()
+    return json.dumps(fn["Properties"]["Environment"]["Variables"]["DL_CLUSTER_SPEC"])
+
+
+def test_one_type_at_a_time_launched_by_the_controller_never_a_mixed_group(cluster):
     cap, t = cluster
-    (asg,) = t.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
-    p = asg["Properties"]
-    assert (p["MinSize"], p["MaxSize"], p["DesiredCapacity"]) == ("3", "3", "3")
-    mip = p["MixedInstancesPolicy"]
-    d = mip["InstancesDistribution"]
-    assert d["SpotAllocationStrategy"] == "capacity-optimized-prioritized"
-    assert (d["OnDemandBaseCapacity"], d["OnDemandPercentageAboveBaseCapacity"], d["SpotMaxPrice"]) == (1, 0, "40.0000")
-    overrides = mip["LaunchTemplate"]["Overrides"]
-    assert [o["InstanceType"] for o in overrides] == ["p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"]
-    assert "LaunchTemplateSpecification" not in overrides[0]
-    assert all("LaunchTemplateSpecification" in o for o in overrides[1:]), "EFA layouts differ per type"
-    assert "PlacementGroup" in p and len(p["VPCZoneIdentifier"]) == 1, "one AZ, one placement group"
+    for mixed in ("AWS::AutoScaling::AutoScalingGroup", "AWS::EC2::EC2Fleet", "AWS::EC2::SpotFleet"):
+        t.resource_count_is(mixed, 0)
+    assert cap.unused == {"p5en.48xlarge": "$35.00/h is above the ceiling $32.00/h"}
+    spec = _spec(t)
+    for part in ('\\"cluster\\":\\"llm\\"', '\\"nodes\\":3', '\\"market\\":\\"spot\\"',
+                 '\\"max_price\\":32', '\\"replace_within_seconds\\":600'):
+        assert part in spec, part
+    assert spec.index("p5.48xlarge") < spec.index("p4d.24xlarge") and "p5en" not in spec, "pick first; never p5en"
     templates = t.find_resources("AWS::EC2::LaunchTemplate")
     counts = sorted(len(lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) for lt in templates.values())
-    assert counts == [5, 17, 33]
+    assert counts == [5, 33], "each type its own EFA layout; nothing for the unused p5en"
     t.resource_count_is("AWS::EC2::PlacementGroup", 1)
     node_roles = t.find_resources("AWS::IAM::Role", {"Properties": {"AssumeRolePolicyDocument": {"Statement": [
         Match.object_like({"Principal": {"Service": "ec2.amazonaws.com"}})]}}})
@@ -102,10 +110,53 @@ def test_capacity_optimized_spot_across_alternates_with_their_own_templates(clus
     t.resource_count_is("AWS::EC2::SecurityGroup", 1)
 
 
+def test_the_controller_may_launch_and_terminate_only_its_cluster(cluster):
+    _, t = cluster
+    (role,) = t.find_resources("AWS::IAM::Role", {"Properties": {"AssumeRolePolicyDocument": {"Statement": [
+        Match.object_like({"Principal": {"Service": "lambda.amazonaws.com"}})]}}})
+    statements = [s for pol in t.find_resources("AWS::IAM::Policy").values()
+                  if pol["Properties"]["Roles"] == [{"Ref": role}] for s in pol["Properties"]["PolicyDocument"]["Statement"]]
+    by_action = {}
+    for s in statements:
+        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]):
+            by_action.setdefault(a, []).append(s)
+    (terminate,) = by_action["ec2:TerminateInstances"]
+    assert terminate["Condition"] == {"StringEquals": {"ec2:ResourceTag/dl-launcher:cluster": "llm"}}
+    (deny,) = [s for s in by_action["ec2:RunInstances"] if s["Effect"] == "Deny"]
+    assert deny["Condition"] == {"StringNotEquals": {"aws:RequestTag/dl-launcher:cluster": "llm"}}
+    assert "instance/*" in json.dumps(deny["Resource"])
+    assert all(s.get("Condition") for a in by_action for s in by_action[a] if s["Resource"] == "*"), \
+        "every wildcard resource is bound by a condition"
+    (passrole,) = by_action["iam:PassRole"]
+    assert "Role" in json.dumps(passrole["Resource"]) and "*" not in json.dumps(passrole["Resource"])
+    s3 = [a for a in by_action if a.startswith("s3:")]
+    assert sorted(s3) == ["s3:GetObject", "s3:ListBucket", "s3:PutObject"]
+    assert all(json.dumps(s["Resource"]).endswith('/jobs/llm/_capacity/state.json"]]}')
+               for a in ("s3:GetObject", "s3:PutObject") for s in by_action[a])
+    (listing,) = by_action["s3:ListBucket"]
+    assert listing["Condition"] == {"StringEquals": {"s3:prefix": "jobs/llm/_capacity/state.json"}}
+    assert "ec2:*" not in by_action and "*" not in by_action
+
+
+def test_the_cluster_is_terminated_before_what_it_runs_on_is_deleted(cluster):
+    _, t = cluster
+    (teardown,) = t.find_resources("Custom::DlLauncherClusterTeardown").values()
+    needs = set(teardown["DependsOn"])
+    for kind in ("AWS::EC2::LaunchTemplate", "AWS::EC2::SecurityGroup", "AWS::EC2::PlacementGroup"):
+        assert set(t.find_resources(kind)) <= needs, kind
+    (fn,) = t.find_resources("AWS::Lambda::Function").values()
+    assert fn["Properties"]["Runtime"] == "python3.14"
+    assert fn["Properties"]["Handler"] == "constructs_lib.fleet.handler.handle"
+    rules = [r for r in t.find_resources("AWS::Events::Rule").values()
+             if any("Lambda" in json.dumps(tg["Arn"]) or "Function" in json.dumps(tg["Arn"]) for tg in r["Properties"]["Targets"])]
+    kinds = sorted("ScheduleExpression" in r["Properties"] for r in rules)
+    assert kinds == [False, True], "EC2 state changes and a one-minute schedule wake the controller"
+
+
 def test_every_node_type_runs_the_agent_and_the_job(cluster):
     cap, t = cluster
     templates = t.find_resources("AWS::EC2::LaunchTemplate")
-    assert len(templates) == 3
+    assert len(templates) == 2
     for lt in templates.values():
         data = lt["Properties"]["LaunchTemplateData"]
         ud = user_data_text(data)
@@ -141,7 +192,8 @@ def test_the_runtime_on_the_node_is_the_package_and_runs(cluster, tmp_path):
     cap, _ = cluster
     out = Path(cdk.Stage.of(cap).outdir)
     manifest = json.loads((out / "Spot.assets.json").read_text())
-    (asset,) = [a for a in manifest["files"].values() if a["source"]["packaging"] == "zip"]
+    (asset,) = [a for a in manifest["files"].values() if a["source"]["packaging"] == "zip"
+                and (out / a["source"]["path"] / "install.sh").exists()]  # the other zip is the controller's
     python = tmp_path / "python"
     shutil.copytree(out / asset["source"]["path"] / "python", python)
     runtime = sorted(p.name for p in (python / "constructs_lib" / "runtime").glob("*.py"))
@@ -152,31 +204,41 @@ def test_the_runtime_on_the_node_is_the_package_and_runs(cluster, tmp_path):
     assert r.returncode == 0 and "checkpoint" in r.stdout and "agent" in r.stdout, r.stderr
 
 
-def test_alerts_route_spot_warnings_and_group_events(cluster):
+def test_alerts_route_spot_warnings_to_the_log_group_and_the_topic(cluster):
     _, t = cluster
-    t.has_resource_properties("AWS::Events::Rule", {"EventPattern": {
+    (spot,) = t.find_resources("AWS::Events::Rule", {"Properties": {"EventPattern": {
         "source": ["aws.ec2"],
-        "detail-type": ["EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]}})
-    t.has_resource_properties("AWS::Events::Rule", {"EventPattern": {
-        "source": ["aws.autoscaling"], "detail": {"AutoScalingGroupName": [Match.any_value()]}}})
-    for rule in t.find_resources("AWS::Events::Rule").values():
-        assert len(rule["Properties"]["Targets"]) == 2, "log group and SNS topic"
-    t.resource_count_is("AWS::Lambda::Function", 0)
+        "detail-type": ["EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]}}}).values()
+    assert len(spot["Properties"]["Targets"]) == 2, "log group and SNS topic"
     t.has_resource_properties("AWS::Logs::ResourcePolicy", Match.any_value())
+    (fn,) = t.find_resources("AWS::Lambda::Function").values()
+    assert "LoggingConfig" in fn["Properties"], "the controller logs its transitions to the alerts log group"
+
+
+def _options(*pairs):
+    return [InstanceOption(t, p) for t, p in pairs]
 
 
 @pytest.mark.parametrize("kwargs,expected", [
-    ({"instance_types": ["p5.48xlarge", "trn1.32xlarge"]}, "not interchangeable"),
-    ({"instance_types": ["g6e.8xlarge", "g6.xlarge"], "nodes": 2}, "needs EFA on every type; not on g6.xlarge$"),
-    ({"instance_types": ["p4d.24xlarge"], "nodes": 2, "on_demand_base": 3}, "on_demand_base between 0 and nodes"),
-    ({"instance_types": ["p4d.24xlarge"], "max_price": 0}, "max_price must be above zero"),
-    ({"instance_types": []}, "at least one instance type"),
+    ({"options": _options(("p5.48xlarge", 30), ("p5en.48xlarge", 29)), "nodes": 2}, "p5en.48xlarge cannot replace"),
+    ({"options": _options(("p5.48xlarge", 30), ("trn1.32xlarge", 10)), "interchange": "same-count"}, "cannot replace"),
+    ({"options": _options(("g6e.8xlarge", 3), ("g6.xlarge", 1)), "nodes": 2}, "cannot replace|needs EFA on every type"),
+    ({"options": _options(("g6.xlarge", 1)), "nodes": 2}, "needs EFA on every type; not on g6.xlarge$"),
+    ({"options": _options(("p4d.24xlarge", 10)), "max_price": 0}, "max_price must be above zero"),
+    ({"options": _options(("p4d.24xlarge", None))}, "no spot price on record: pass max_price"),
+    ({"options": _options(("p4d.24xlarge", 10)), "market": "capacity-block"}, "needs capacity_reservation"),
+    ({"options": _options(("p4d.24xlarge", 10)), "capacity_reservation": "cr-0123456789abcdef0"}, "on-demand capacity"),
+    ({"options": _options(("p4d.24xlarge", 10)), "market": "reserved"}, "allowed spot, on-demand, capacity-block"),
+    ({"options": []}, "at least one instance type"),
 ])
 def test_capacity_refuses_wrong_combinations(kwargs, expected):
     app = cdk.App()
     stack = cdk.Stack(app, "S", env=cdk.Environment(region="us-east-1"))
+    bucket = CheckpointBucket(stack, "B")
+    alerts = InterruptionAlerts(stack, "A")
     with pytest.raises(ConfigurationError, match=expected):
-        SpotCapacity(stack, "Cap", vpc=_vpc(stack), **kwargs)
+        ClusterCapacity(stack, "Cap", vpc=_vpc(stack), cluster="c", state_bucket=bucket.bucket, state_key="k",
+                        log_group=alerts.log_group, **kwargs)
 
 
 @pytest.mark.parametrize("prefix", ["", "../x", "a//b", "sp ace", "jobs/{x}"])
@@ -190,10 +252,24 @@ def test_bad_prefix(prefix):
         bucket.grant_read_write(role, prefix)
 
 
-def test_on_demand_only():
+@pytest.mark.parametrize("market,reservation,expected", [
+    ("on-demand", "cr-0123456789abcdef0", {"CapacityReservationSpecification": {
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}}}),
+    ("on-demand", "arn:aws:resource-groups:us-east-1:123456789012:group/p5-blocks", {
+        "CapacityReservationSpecification": {"CapacityReservationTarget": {
+            "CapacityReservationResourceGroupArn": "arn:aws:resource-groups:us-east-1:123456789012:group/p5-blocks"}}}),
+    ("capacity-block", "cr-0123456789abcdef0", {"InstanceMarketOptions": {"MarketType": "capacity-block"}}),
+])
+def test_reservations_and_capacity_blocks_are_targeted_by_every_template(market, reservation, expected):
     app = cdk.App()
     stack = cdk.Stack(app, "S", env=cdk.Environment(region="us-east-1"))
-    SpotCapacity(stack, "Cap", vpc=_vpc(stack), instance_types=["g6e.xlarge"], spot=False)
-    (asg,) = Template.from_stack(stack).find_resources("AWS::AutoScaling::AutoScalingGroup").values()
-    d = asg["Properties"]["MixedInstancesPolicy"]["InstancesDistribution"]
-    assert (d["OnDemandBaseCapacity"], d["OnDemandPercentageAboveBaseCapacity"]) == (1, 100)
+    bucket = CheckpointBucket(stack, "B")
+    alerts = InterruptionAlerts(stack, "A")
+    ClusterCapacity(stack, "Cap", vpc=_vpc(stack), cluster="c", nodes=2, market=market, capacity_reservation=reservation,
+                    options=_options(("p5e.48xlarge", None)), max_price=40.0, state_bucket=bucket.bucket,
+                    state_key="k", log_group=alerts.log_group)
+    t = Template.from_stack(stack)
+    (lt,) = t.find_resources("AWS::EC2::LaunchTemplate").values()
+    for key, value in expected.items():
+        assert lt["Properties"]["LaunchTemplateData"][key] == value
+    assert f'\\"market\\":\\"{market}\\"' in _spec(t)

@@ -14,7 +14,7 @@ import aws_cdk as cdk
 import aws_cdk.aws_ec2 as ec2
 import pytest
 
-from constructs_lib import GpuLaunchTemplate, SpotCapacity
+from constructs_lib import GpuLaunchTemplate
 from constructs_lib.bundle import build_bundle, unit_texts
 from constructs_lib.runtime import contract
 
@@ -73,7 +73,8 @@ def _app(out: Path) -> cdk.App:
     for name, types in (("A", ["p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"]), ("B", ["g6e.xlarge"])):
         stack = cdk.Stack(app, name, env=cdk.Environment(region="us-east-1"))
         vpc = ec2.Vpc(stack, "Vpc", max_azs=1)
-        SpotCapacity(stack, "Cap", vpc=vpc, instance_types=types, nodes=2 if name == "A" else 1)
+        for i, t in enumerate(types):
+            GpuLaunchTemplate(stack, f"Node{i}", vpc=vpc, instance_type=t, multi_node=name == "A")
         GpuLaunchTemplate(stack, "Extra", vpc=vpc, instance_type="g5.xlarge")
     app.synth()
     return app

@@ -1,0 +1,56 @@
+"""Spot interruption warnings and rebalance recommendations, visible to operators."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+import aws_cdk as cdk
+import aws_cdk.aws_events as events
+import aws_cdk.aws_logs as logs
+import jsii
+from constructs import Construct
+
+if TYPE_CHECKING:
+    import aws_cdk.aws_sns as sns
+
+SPOT_EVENTS = ["EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]
+
+
+class InterruptionAlerts(Construct):
+    """Every spot interruption warning and rebalance recommendation to a log group (and an SNS
+    topic if given). The capacity controller writes its transitions (launches, replacements,
+    moves, with their reasons and instance ids) to the same log group: pass `log_group` to it.
+
+    EventBridge cannot filter spot warnings by tag, so the log group receives those for the whole
+    account and region; each carries its instance id, and the controller's lines say which ids
+    are this cluster's.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, topic: Optional["sns.ITopic"] = None,
+                 retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS) -> None:
+        super().__init__(scope, construct_id)
+        self.log_group = logs.LogGroup(self, "Log", retention=retention, removal_policy=cdk.RemovalPolicy.DESTROY)
+        # The L2 log-group target installs its resource policy with a Lambda-backed custom
+        # resource; a plain resource policy does the same with nothing to run.
+        logs.CfnResourcePolicy(self, "EventsMayWrite", policy_name=f"{cdk.Names.unique_id(self)[-200:]}-events",
+                               policy_document=cdk.Stack.of(self).to_json_string({
+                                   "Version": "2012-10-17",
+                                   "Statement": [{
+                                       "Effect": "Allow",
+                                       "Principal": {"Service": ["events.amazonaws.com", "delivery.logs.amazonaws.com"]},
+                                       "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+                                       "Resource": self.log_group.log_group_arn}]}))
+        self.spot_rule = events.Rule(self, "Spot", description="EC2 spot interruption warnings and rebalance recommendations",
+                                     event_pattern=events.EventPattern(source=["aws.ec2"], detail_type=SPOT_EVENTS))
+        self.spot_rule.add_target(_LogGroupTarget(self.log_group))
+        if topic is not None:
+            import aws_cdk.aws_events_targets as targets
+            self.spot_rule.add_target(targets.SnsTopic(topic))
+
+
+@jsii.implements(events.IRuleTarget)
+class _LogGroupTarget:
+    def __init__(self, log_group: logs.ILogGroup) -> None:
+        self.log_group = log_group
+
+    def bind(self, rule: events.IRule, id: Optional[str] = None) -> events.RuleTargetConfig:
+        return events.RuleTargetConfig(arn=self.log_group.log_group_arn)

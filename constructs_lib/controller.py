@@ -1,0 +1,127 @@
+"""The capacity controller's deployment: a Lambda function running constructs_lib.fleet (plain
+Python, the decisions tested against moto), woken by EC2 state changes, spot warnings, a
+one-minute schedule, and, on stack delete, a custom resource that terminates the cluster."""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import aws_cdk as cdk
+import aws_cdk.aws_events as events
+import aws_cdk.aws_events_targets as targets
+import aws_cdk.aws_iam as iam
+import aws_cdk.aws_lambda as lambda_
+import aws_cdk.aws_logs as logs
+import aws_cdk.aws_s3 as s3
+from constructs import Construct, IConstruct
+
+from .bundle import PACKAGE, _copy, staged
+from .runtime import contract
+
+HANDLER = "constructs_lib.fleet.handler.handle"
+# EC2 states after which a node no longer counts, and the launch that may fill a gap.
+STATE_EVENTS = ["pending", "running", "stopping", "stopped", "shutting-down", "terminated"]
+
+
+def build_controller_code(dest_dir: str) -> None:
+    """The Lambda package: constructs_lib/__init__.py, runtime/ (the contract) and fleet/."""
+    for sub in ("runtime", "fleet"):
+        src = os.path.join(PACKAGE, sub)
+        for name in sorted(os.listdir(src)):
+            if name.endswith(".py"):
+                _copy(os.path.join(src, name), os.path.join(dest_dir, "constructs_lib", sub, name))
+    _copy(os.path.join(PACKAGE, "__init__.py"), os.path.join(dest_dir, "constructs_lib", "__init__.py"))
+
+
+class CapacityController(Construct):
+    """Keyword-only props:
+      spec: the cluster spec (constructs_lib.fleet.spec.ClusterSpec's JSON fields; tokens allowed).
+      cluster: the cluster id (tag dl-launcher:cluster) it may launch and terminate.
+      node_role: the nodes' role, which the fleet passes to the instances.
+      state_bucket, state_key: where the controller keeps its state (one JSON object).
+      log_group: where every transition is logged (the stack's alerts log group).
+      teardown [True]: terminate the cluster when the stack is deleted (a custom resource that
+        runs this function; off for emulators that cannot run Lambda).
+      protect [()]: constructs the instances use (launch templates, security and placement
+        groups): deleted only after the teardown.
+    Attributes: function, role, schedule, state_rule.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, spec: dict[str, Any], cluster: str,
+                 node_role: iam.IRole, state_bucket: s3.IBucket, state_key: str, log_group: logs.ILogGroup,
+                 teardown: bool = True, protect: Sequence[IConstruct] = ()) -> None:
+        super().__init__(scope, construct_id)
+        stack = cdk.Stack.of(self)
+        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                             description=f"dl-launcher capacity controller for {cluster}: fleets of its nodes only")
+        self._grant(cluster, node_role, state_bucket, state_key, log_group)
+        self.function = lambda_.Function(
+            self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler=HANDLER,
+            code=lambda_.Code.from_asset(staged(build_controller_code)), role=self.role, log_group=log_group,
+            timeout=cdk.Duration.minutes(5), memory_size=256,
+            description=f"dl-launcher: gang launch, replacement and whole-cluster fallback for {cluster}",
+            environment={"DL_CLUSTER_SPEC": stack.to_json_string(spec)})
+        # aws-cdk-lib's Function declares a DependsOn on its role that its GetAtt already implies;
+        # cfn-lint warns (W3005) about CDK's code, not ours.
+        self.function.node.default_child.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
+        target = targets.LambdaFunction(self.function)
+        self.schedule = events.Rule(self, "Every minute", schedule=events.Schedule.rate(cdk.Duration.minutes(1)),
+                                    description=f"reconcile {cluster}: launch, replace or move the cluster")
+        self.state_rule = events.Rule(
+            self, "Instances", description="EC2 state changes and spot warnings (the function keeps its cluster's)",
+            event_pattern=events.EventPattern(source=["aws.ec2"], detail_type=[
+                "EC2 Instance State-change Notification", "EC2 Spot Instance Interruption Warning"]))
+        for rule in (self.schedule, self.state_rule):
+            rule.add_target(target)
+        if teardown:
+            cr = cdk.CustomResource(self, "Teardown", service_token=self.function.function_arn,
+                                    resource_type="Custom::DlLauncherClusterTeardown",
+                                    properties={"Cluster": cluster})
+            # Created after the role's policy, so the first call may launch; deleted first, so the
+            # instances go before what they run on.
+            for c in (self.role, *protect):
+                cr.node.add_dependency(c)
+
+    def _grant(self, cluster: str, node_role: iam.IRole, bucket: s3.IBucket, key: str, log_group: logs.ILogGroup) -> None:
+        stack = cdk.Stack.of(self)
+        tag = contract.TAG_CLUSTER
+        here = {"StringEquals": {"aws:RequestedRegion": stack.region}}
+        statements = [
+            # A fleet touches resources whose ids only EC2 knows (instances, interfaces, volumes,
+            # the fleet itself) beside the templates, subnets, groups and images: this region only...
+            iam.PolicyStatement(actions=["ec2:CreateFleet", "ec2:RunInstances"], resources=["*"], conditions=here),
+            # ...and never an instance that is not tagged as this cluster's.
+            iam.PolicyStatement(effect=iam.Effect.DENY, actions=["ec2:CreateFleet", "ec2:RunInstances"],
+                                resources=[f"arn:{stack.partition}:ec2:*:*:instance/*"],
+                                conditions={"StringNotEquals": {f"aws:RequestTag/{tag}": cluster}}),
+            iam.PolicyStatement(actions=["ec2:CreateTags"], resources=["*"],
+                                conditions={"StringEquals": {"ec2:CreateAction": ["CreateFleet", "RunInstances"],
+                                                             "aws:RequestedRegion": stack.region}}),
+            iam.PolicyStatement(actions=["ec2:TerminateInstances"], resources=["*"],
+                                conditions={"StringEquals": {f"ec2:ResourceTag/{tag}": cluster}}),
+            # Describe calls support no resource-level permissions.
+            iam.PolicyStatement(actions=["ec2:DescribeInstances", "ec2:DescribeFleets",
+                                         "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeCapacityReservations"],
+                                resources=["*"], conditions=here),
+            iam.PolicyStatement(actions=["iam:PassRole"], resources=[node_role.role_arn],
+                                conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}),
+            # EC2 Fleet and spot launch through their service-linked roles, made on first use.
+            iam.PolicyStatement(actions=["iam:CreateServiceLinkedRole"], resources=["*"],
+                                conditions={"StringEquals": {"iam:AWSServiceName": ["ec2fleet.amazonaws.com",
+                                                                                     "spot.amazonaws.com"]}}),
+            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[bucket.arn_for_objects(key)]),
+            # Without it S3 answers a read of the not-yet-written state with 403, not 404.
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+                                conditions={"StringEquals": {"s3:prefix": key}}),
+            # A log group's Arn attribute already ends in ":*", which covers its streams.
+            iam.PolicyStatement(actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                                resources=[log_group.log_group_arn]),
+        ]
+        for st in statements:
+            self.role.add_to_principal_policy(st)
+        cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::*]", reason=(
+                "EC2 assigns the ids of the instances, interfaces, volumes and fleets a launch creates, describe "
+                "calls support no resource-level permissions, and service-linked roles have fixed names: every "
+                f"'*' is bound by a condition: this region, instances tagged {tag}={cluster} only (an explicit "
+                "deny otherwise), tags only while launching, the two EC2 launch services")))
