@@ -438,3 +438,16 @@ def test_logical_ids_are_those_from_before_the_split(synthesized, name):
            if k.startswith("Node") and r["Type"] in ("AWS::IAM::Role", "AWS::IAM::Policy", "AWS::IAM::InstanceProfile",
                             "AWS::EC2::SecurityGroup", "AWS::EC2::PlacementGroup", "AWS::EC2::LaunchTemplate")}
     assert ids == BEFORE_THE_SPLIT[name]
+
+
+def test_a_profile_is_ranked_for_the_stacks_own_region():
+    # multi-node-training picks p6-b200 in us-east-1 but p4d in eu-west-1 (no p6 offered there in
+    # the catalog): a template in eu-west-1 must not launch a type chosen for us-east-1.
+    app = cdk.App()
+    stack = cdk.Stack(app, "Eu", env=cdk.Environment(region="eu-west-1"))
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=1)
+    node = GpuLaunchTemplate(stack, "Node", vpc=vpc, profile="multi-node-training", multi_node=True)
+    assert node.facts.instance_type == "p4d.24xlarge"
+    assert "eu-west-1" in node.facts.regions
+    (lt,) = Template.from_stack(stack).find_resources("AWS::EC2::LaunchTemplate").values()
+    assert lt["Properties"]["LaunchTemplateData"]["InstanceType"] == "p4d.24xlarge"
