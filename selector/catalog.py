@@ -5,13 +5,13 @@ that a recommendation costs milliseconds and no AWS account.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Iterable, Optional
 
 from .errors import UserError, unknown
 from .facts import InstanceFacts
-from .prices import PriceTable
+from .prices import MAX_USD_PER_HOUR, MIN_USD_PER_HOUR, PriceTable
+from .validate import clean, finite_number, parse_json, read_text
 
 from .paths import data_file
 
@@ -63,9 +63,13 @@ class Catalog:
 
     def with_prices(self, table: PriceTable) -> "Catalog":
         """The user's own prices replace the catalog's for the (type, region) pairs they name."""
-        for name in table:
+        for name, by_region in table.items():
             if name not in self.types:
                 raise UserError(str(unknown("instance type in price file", name, self.types)))
+            # A price for a region the catalog does not know would be stored and never read.
+            for region in by_region:
+                if region not in self.regions:
+                    raise unknown(f"region for {name} in price file", region, self.regions)
         types = dict(self.types)
         for name, by_region in table.items():
             facts = types[name]
@@ -103,17 +107,97 @@ def load_catalog(path: Optional[str] = None) -> Catalog:
     if path is None and _default is not None:
         return _default
     p = str(path) if path else DEFAULT_PATH
+    shown = clean(p)
+    data = parse_json(read_text(p, "catalog"), p, "catalog")
     try:
-        with open(p) as f:
-            data = json.load(f)
-    except OSError as e:
-        raise UserError(f"cannot read catalog file {p}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"catalog file {p} is not valid JSON (line {e.lineno}): write one with 'catalog refresh --out FILE'") from None
-    try:
+        _check_catalog(data)
         catalog = Catalog.from_dict(data)
-    except (KeyError, TypeError) as e:
-        raise UserError(f"catalog file {p} is not a dl-launcher catalog (missing or bad field {e}); write one with 'catalog refresh --out FILE'") from None
+        if path is not None:
+            # The throughput model looks each accelerator up in the cited table; a user's catalog
+            # naming one it lacks would fail mid-ranking. The embedded catalog is built from it.
+            from .accelerators import load_accelerators
+            table = load_accelerators()
+            for f in catalog:
+                if f.accelerator not in table:
+                    raise unknown(f"accelerator in {f.instance_type!r}", f.accelerator, table)
+    except UserError as e:
+        raise UserError(f"catalog file {shown}: {e}; write one with 'catalog refresh --out FILE'") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise UserError(f"catalog file {shown} is not a dl-launcher catalog (missing or bad field {clean(str(e))[:120]}); "
+                        "write one with 'catalog refresh --out FILE'") from None
     if path is None:
         _default = catalog
     return catalog
+
+
+# Sanity bounds for a catalog's numbers: a NaN or 1e308 from a hand-edited file would otherwise
+# reach the ranking and --json (which must stay strict JSON).
+_MAX_COUNT = 1_000_000
+_MAX_AMOUNT = 1e9
+
+
+def _check_catalog(d: object) -> None:
+    """Raise UserError (without the file name) at the first field of the wrong type or range."""
+    if not isinstance(d, dict):
+        raise UserError(f"expected a JSON object with as_of, specs_source, regions, types; got a {type(d).__name__}")
+    for key, kind in (("as_of", str), ("specs_source", str), ("regions", list), ("types", list)):
+        if not isinstance(d.get(key), kind):
+            raise UserError(f"{key} must be a {'string' if kind is str else 'list'}")
+    _strings(d["regions"], "regions")
+    _strings(d.get("notes", []), "notes")
+    seen: set[str] = set()
+    for i, t in enumerate(d["types"]):
+        if not isinstance(t, dict):
+            raise UserError(f"types[{i}] must be an object")
+        name = t.get("instance_type")
+        if not isinstance(name, str) or not name:
+            raise UserError(f"types[{i}].instance_type must be a non-empty string")
+        if name in seen:
+            raise UserError(f"{name!r} appears twice in types")
+        seen.add(name)
+        _check_facts(t, f"types[{i}] ({name!r})")
+
+
+def _strings(v: object, where: str) -> None:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise UserError(f"{where} must be a list of strings")
+
+
+def _check_facts(t: dict, where: str) -> None:
+    for f in fields(InstanceFacts):
+        if f.name not in t:
+            continue  # a missing required field is reported by from_dict's TypeError
+        v, kind, what = t[f.name], f.type, f"{where}.{f.name}"
+        if kind == "int":
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise UserError(f"{what} must be a whole number, got {clean(repr(v))[:40]}")
+            finite_number(v, what, 0, _MAX_COUNT, integer=True)
+        elif kind == "float":
+            if f.name == "accelerator_fraction":
+                finite_number(v, what, 0, 1, above=True)
+            else:
+                finite_number(v, what, 0, _MAX_AMOUNT)
+        elif kind == "bool" and not isinstance(v, bool):
+            raise UserError(f"{what} must be true or false")
+        elif kind == "str" and not isinstance(v, str):
+            raise UserError(f"{what} must be a string")
+        elif kind.startswith("tuple"):
+            _strings(v, what)
+    nvme = t.get("nvme")
+    if nvme is not None:
+        if not isinstance(nvme, dict) or set(nvme) != {"count", "size_gb"}:
+            raise UserError(f"{where}.nvme must be null or {{count, size_gb}}")
+        for k in ("count", "size_gb"):
+            finite_number(nvme[k], f"{where}.nvme.{k}", 0, _MAX_COUNT, integer=True)
+    prices = t.get("prices", {})
+    if not isinstance(prices, dict):
+        raise UserError(f"{where}.prices must be an object of region -> price")
+    for region, p in prices.items():
+        if not isinstance(p, dict):
+            raise UserError(f"{where}.prices[{region!r}] must be an object")
+        for k in ("on_demand", "spot"):
+            if p.get(k) is not None:
+                finite_number(p[k], f"{where}.prices[{region!r}].{k}", MIN_USD_PER_HOUR, MAX_USD_PER_HOUR)
+        for k in ("as_of", "source", "note"):
+            if k in p and not isinstance(p[k], str):
+                raise UserError(f"{where}.prices[{region!r}].{k} must be a string")

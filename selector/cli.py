@@ -1,4 +1,11 @@
-"""python -m selector: profiles | recommend | show | catalog refresh (a contract: keep the names)."""
+"""python -m selector: profiles | recommend | show | catalog refresh (a contract: keep the names).
+
+Bad input exits 2 with one line on stderr: what was wrong, what is allowed, the closest valid
+value. Names are matched exactly, case included: regions, instance types and families are AWS's
+lower-case names and profile names are whatever their file says, so `--region US-EAST-1`,
+`show P4D.24XLARGE`, `--families P5` and `--profile Multi-Node-Training` are refused with the
+exact spelling as the closest match rather than guessed at. Everything printed passes through
+validate.clean, so control characters from user files reach the terminal escaped."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +13,7 @@ import sys
 from typing import Optional
 
 from .errors import UserError
+from .validate import clean, finite_number
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--profile", required=True)
     s.add_argument("--region", default="us-east-1")
     s.add_argument("--spot", action="store_true", help="rank with spot prices")
-    s.add_argument("--top", type=int, metavar="N")
+    s.add_argument("--top", metavar="N", help="show the best N (1 to the catalog's size)")
     s.add_argument("--families", metavar="a,b", help="only these families (names retired ones too)")
     s.add_argument("--throughput", metavar="FILE", help="measured samples/s (CSV or JSON) that replace the model")
     s.add_argument("--catalog", metavar="FILE", help="a catalog written by 'catalog refresh --out'")
@@ -54,18 +62,30 @@ def _recommend(a: argparse.Namespace) -> str:
     from .recommend import recommend
     from .throughput import load_measurements
 
-    if a.top is not None and a.top < 1:
-        raise UserError(f"--top must be at least 1, got {a.top}")
     catalog = load_catalog(a.catalog)
+    # More rows than the catalog has types is a typo, not a wish; say so rather than clamp.
+    top = None if a.top is None else int(finite_number(a.top, "--top", 1, max(len(catalog), 1), integer=True))
     if a.prices:
         from .prices import load_prices
         catalog = catalog.with_prices(load_prices(a.prices))
     profile = get_profile(a.profile, load_profiles(a.profiles))
     measured = load_measurements(a.throughput, catalog.types) if a.throughput else None
-    families = a.families.split(",") if a.families else None
-    rec = recommend(profile, region=a.region, spot=a.spot, top=a.top, families=families,
+    families = _families(a.families)
+    rec = recommend(profile, region=a.region, spot=a.spot, top=top, families=families,
                     measured=measured, catalog=catalog)
     return render.dumps(rec.to_dict()) if a.json else render.recommendation_text(rec)
+
+
+def _families(value: Optional[str]) -> Optional[list[str]]:
+    """--families a,b as a list; an empty name ('', ',', 'p5,,g6') is refused, not read as 'all'."""
+    if value is None:
+        return None
+    names = [f.strip() for f in value.split(",")]
+    if not any(names):
+        raise UserError("--families needs at least one family name, e.g. --families p5,g6 (leave it out for all)")
+    if not all(names):
+        raise UserError(f"--families {clean(value)!r} has an empty name; closest: {','.join(n for n in names if n)}")
+    return names
 
 
 def _show(a: argparse.Namespace) -> str:
@@ -87,10 +107,12 @@ def _profiles(a: argparse.Namespace) -> str:
 
 def _refresh(a: argparse.Namespace) -> str:
     try:
-        from .refresh import refresh, write_catalog
+        from .refresh import check_writable, refresh, write_catalog
         import botocore.exceptions as bx
     except ImportError:
         raise UserError("catalog refresh needs boto3: pip install 'dl-launcher[refresh]'") from None
+    if a.out:
+        check_writable(a.out)  # before minutes of AWS calls, not after
     try:
         catalog = refresh(regions=a.region, live_prices=not a.no_live_prices)
     except bx.NoCredentialsError:
@@ -98,7 +120,7 @@ def _refresh(a: argparse.Namespace) -> str:
     except (bx.ClientError, bx.BotoCoreError) as e:
         raise UserError(f"catalog refresh failed talking to AWS: {e}") from None
     if a.out:
-        write_catalog(catalog, a.out)
+        write_catalog(catalog, a.out)  # all or nothing: no partial file on error
     return (f"{len(catalog)} types, {len(catalog.regions)} regions, as of {catalog.as_of}"
             + (f"; written to {a.out}" if a.out else "; pass --out FILE to write it"))
 
@@ -107,10 +129,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         a = _parser().parse_args(argv)
         handler = {"profiles": _profiles, "recommend": _recommend, "show": _show}.get(a.command, _refresh)
-        print(handler(a))
+        out = handler(a)
+        # Line by line so that the table's own newlines stay; JSON output is already escaped.
+        print("\n".join(clean(line) for line in out.split("\n")))
         return 0
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        # clean: a path or name with a newline or ESC in it must not split or colour the line.
+        print(f"error: {clean(str(e))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

@@ -10,8 +10,13 @@ class UserError(Exception):
 
 
 def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
-    choices = list(choices)
-    found = difflib.get_close_matches(name, choices, n=n, cutoff=0.5)
+    choices = [str(c) for c in choices]
+    name = str(name)
+    # Names are case-sensitive (AWS spells regions, types and families in lower case); a
+    # case-only miss such as US-EAST-1 gets its exact spelling first, which difflib would miss.
+    folded = [c for c in choices if c.lower() == name.lower()]
+    found = folded + [c for c in difflib.get_close_matches(name, choices, n=n, cutoff=0.5) if c not in folded]
+    found = found[:n]
     if not found:
         # Prefix matches catch "p5" -> "p5.48xlarge" where the ratio is too low.
         found = [c for c in choices if c.startswith(name)][:n]
@@ -21,7 +26,7 @@ def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
 def unknown(kind: str, name: str, choices: Iterable[str], show_all_up_to: int = 40,
             hint: str = "") -> UserError:
     """'unknown profile 'multi-node'; closest: multi-node-training; allowed: ...'"""
-    choices = sorted(choices)
+    choices = sorted(str(c) for c in choices)
     near = closest(name, choices)
     parts = [f"unknown {kind} {name!r}"]
     if near:

@@ -1,11 +1,11 @@
 """Price tables: the embedded, cited one and the user's own (private pricing, discounts)."""
 from __future__ import annotations
 
-import csv
 from typing import Optional
 
 from .errors import UserError
 from .facts import Price
+from .validate import clean, csv_rows, finite_number, read_text
 
 from .paths import data_file
 COLUMNS = ("instance_type", "region", "on_demand_usd_per_hour", "spot_usd_per_hour", "as_of", "source")
@@ -13,44 +13,43 @@ COLUMNS = ("instance_type", "region", "on_demand_usd_per_hour", "spot_usd_per_ho
 PriceTable = dict[str, dict[str, Price]]
 
 
-def _money(value: str, where: str) -> Optional[float]:
+# Sanity bounds shared with --throughput: they keep samples per dollar finite and catch unit slips.
+MIN_USD_PER_HOUR = 1e-4
+MAX_USD_PER_HOUR = 1e5
+
+
+def _money(value: Optional[str], where: str) -> Optional[float]:
     value = (value or "").strip()
     if not value:
         return None
-    try:
-        v = float(value)
-    except ValueError:
-        raise UserError(f"{where}: {value!r} is not a price in USD per hour (a number such as 3.06)") from None
-    if v <= 0:
-        raise UserError(f"{where}: price must be above zero, got {value}")
-    return v
+    return finite_number(value, f"{where}: price in USD per hour", MIN_USD_PER_HOUR, MAX_USD_PER_HOUR)
 
 
 def load_prices(path: str = data_file("prices.csv")) -> PriceTable:
     """Read a price CSV; columns: instance_type, region, on_demand_usd_per_hour, spot_usd_per_hour,
-    and optionally as_of, source, note. Returns {instance_type: {region: Price}}."""
+    and optionally as_of, source, note. Returns {instance_type: {region: Price}}.
+
+    Refuses (one line each) what read_text and csv_rows refuse, blank names, prices that are not
+    finite and within the bounds above, and a (type, region) priced twice: the later row would
+    silently win. Regions and types are checked against the catalog by Catalog.with_prices."""
     path = str(path)
-    try:
-        f = open(path, newline="")
-    except OSError as e:
-        raise UserError(f"cannot read price file {path}: {e.strerror}") from None
+    shown = clean(path)
+    text = read_text(path, "price")
     table: PriceTable = {}
-    with f:
-        reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS[:3] if c not in (reader.fieldnames or [])]
-        if missing:
-            raise UserError(
-                f"price file {path}: missing column(s) {', '.join(missing)}; expected {', '.join(COLUMNS)}"
-            )
-        for n, row in enumerate(reader, start=2):
-            where = f"price file {path} line {n}"
-            od = _money(row["on_demand_usd_per_hour"], where)
-            spot = _money(row.get("spot_usd_per_hour", ""), where)
-            table.setdefault(row["instance_type"].strip(), {})[row["region"].strip()] = Price(
-                on_demand=od,
-                spot=spot,
-                as_of=(row.get("as_of") or "").strip() or "unknown",
-                source=(row.get("source") or "").strip() or str(path),
-                note=(row.get("note") or "").strip(),
-            )
+    seen: dict[tuple[str, str], int] = {}
+    for n, row in csv_rows(text, path, "price", COLUMNS[:3], COLUMNS[3:] + ("note",)):
+        where = f"price file {shown} line {n}"
+        name, region = row["instance_type"].strip(), row["region"].strip()
+        if not name or not region:
+            raise UserError(f"{where}: missing {'instance_type' if not name else 'region'}")
+        if (name, region) in seen:
+            raise UserError(f"{where}: {name} in {region} is priced twice (lines {seen[name, region]} and {n}); keep one row")
+        seen[name, region] = n
+        table.setdefault(name, {})[region] = Price(
+            on_demand=_money(row["on_demand_usd_per_hour"], where),
+            spot=_money(row.get("spot_usd_per_hour", ""), where),
+            as_of=(row.get("as_of") or "").strip() or "unknown",
+            source=(row.get("source") or "").strip() or path,
+            note=(row.get("note") or "").strip(),
+        )
     return table

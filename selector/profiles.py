@@ -11,6 +11,7 @@ import os
 from typing import Any, Optional
 
 from .errors import UserError, closest, unknown
+from .validate import range_text, clean, finite_number, read_text
 
 from .paths import data_file
 OBJECTIVES = ("max_throughput", "max_samples_per_dollar", "min_price", "max_accelerator_memory")
@@ -66,6 +67,20 @@ _CHOICES = {
 }
 
 
+# Sanity bounds, not physics: they refuse NaN, infinities and typos (1e9 GiB) that would
+# otherwise filter out everything silently or put non-finite numbers into --json.
+_MAX_COUNT = 1_000_000
+_MAX_AMOUNT = 1e9
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "min_accelerators": (0, 1024), "max_accelerators": (1, 1024), "nodes": (1, 10_000),
+    "root_volume_gib": (8, 65_536),  # EBS: a root volume of at least the AMI's size, at most 64 TiB
+    "min_accelerator_memory_gib": (0, 1_000_000), "min_relative_throughput": (0, 1_000_000),
+    "reference_samples_per_second": (0, 1e12),
+}
+# A zero here would make every modelled samples/s zero and the ranking meaningless.
+_ABOVE_ZERO = {"reference_samples_per_second"}
+
+
 def _check_value(where: str, key: str, value: Any) -> Any:
     kind = _FIELDS[key].type
     if key in _TUPLE_FIELDS:
@@ -90,13 +105,21 @@ def _check_value(where: str, key: str, value: Any) -> Any:
             raise UserError(f"{where}: {key} must be true or false, got {value!r}")
         return value
     if "int" in kind and "float" not in kind:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise UserError(f"{where}: {key} must be a whole number >= 0, got {value!r}")
-        return value
+        lo, hi = _BOUNDS.get(key, (0, _MAX_COUNT))
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float):
+                # finite_number refuses NaN/inf and rounds a fraction to the closest whole number.
+                finite_number(value, f"{where}: {key}", lo, hi, integer=True)
+            near = f"; closest: {int(value)}" if isinstance(value, float) else ""
+            raise UserError(f"{where}: {key} must be a whole number ({range_text(lo, hi, False, False)}), "
+                            f"got {clean(repr(value))[:80]}{near}")
+        return int(finite_number(value, f"{where}: {key}", lo, hi, integer=True))
     if "float" in kind:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise UserError(f"{where}: {key} must be a number >= 0, got {value!r}")
-        return float(value)
+        lo, hi = _BOUNDS.get(key, (0, _MAX_AMOUNT))
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise UserError(f"{where}: {key} must be a number ({range_text(lo, hi, lo == 0 and key in _ABOVE_ZERO, False)}), "
+                            f"got {clean(repr(value))[:80]}")
+        return finite_number(value, f"{where}: {key}", lo, hi, above=key in _ABOVE_ZERO)
     if not isinstance(value, str):
         raise UserError(f"{where}: {key} must be a string, got {value!r}")
     return value
@@ -108,6 +131,8 @@ def profile_from_mapping(name: str, data: dict[str, Any], base: Optional[Profile
         raise UserError(f"{where}: must be a table of settings")
     values: dict[str, Any] = {}
     for key, value in data.items():
+        if not isinstance(key, str):  # YAML allows `1: x`; settings are names
+            raise UserError(f"{where}: setting names must be strings, got {clean(repr(key))[:40]}")
         if key == "extends":
             continue
         if key not in _FIELDS or key in ("name", "source"):
@@ -132,27 +157,32 @@ def profile_from_mapping(name: str, data: dict[str, Any], base: Optional[Profile
 
 
 def _read_file(path: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise UserError(f"cannot read profile file {path}: {e.strerror}") from None
+    shown = clean(path)
+    raw = read_text(path, "profile")
     if os.path.splitext(path)[1] in (".yaml", ".yml"):
         try:
             import yaml  # optional: only platform teams that prefer YAML need it
         except ImportError:
-            raise UserError(f"{path}: YAML profiles need PyYAML (pip install 'dl-launcher[yaml]'), or write TOML") from None
+            raise UserError(f"{shown}: YAML profiles need PyYAML (pip install 'dl-launcher[yaml]'), or write TOML") from None
         try:
             data = yaml.safe_load(raw) or {}
         except yaml.YAMLError as e:
-            raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+            raise UserError(f"{shown}: not valid YAML ({clean(str(e).splitlines()[0])})") from None
+        except RecursionError:
+            raise UserError(f"{shown}: YAML nested too deeply to be a profile file") from None
+        except ValueError as e:  # e.g. an integer past Python's 4300-digit limit
+            raise UserError(f"{shown}: not valid YAML ({clean(str(e))[:120]})") from None
     else:
         try:
-            data = tomllib.loads(raw.decode())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"{path}: not valid TOML ({e})") from None
+            data = tomllib.loads(raw)
+        except tomllib.TOMLDecodeError as e:
+            raise UserError(f"{shown}: not valid TOML ({clean(str(e))})") from None
+        except RecursionError:
+            raise UserError(f"{shown}: TOML nested too deeply to be a profile file") from None
+        except ValueError as e:
+            raise UserError(f"{shown}: not valid TOML ({clean(str(e))[:120]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
-        raise UserError(f"{path}: expected a 'profiles' table, e.g. [profiles.my-training] with description = \"...\"")
+        raise UserError(f"{shown}: expected a 'profiles' table, e.g. [profiles.my-training] with description = \"...\"")
     return data["profiles"]
 
 
@@ -175,9 +205,14 @@ def load_profiles(extra: Optional[str] = None) -> dict[str, Profile]:
         return profiles
     path = str(extra)
     for name, data in _read_file(path).items():
+        if not isinstance(name, str) or not name.strip():  # YAML allows `1:` or `null:` keys
+            raise UserError(f"{clean(path)}: profile names must be non-empty strings, got {clean(repr(name))[:40]}")
         base_name = data.get("extends") if isinstance(data, dict) else None
+        if base_name is not None and not isinstance(base_name, str):
+            raise UserError(f"{clean(path)}: profile {name!r}: extends must be the name of one profile (a string), "
+                            f"got {clean(repr(base_name))[:80]}")
         if base_name is not None and base_name not in profiles:
-            raise unknown(f"profile to extend in {path}:", str(base_name), profiles)
+            raise unknown(f"profile to extend in {clean(path)}:", base_name, profiles)
         base = profiles.get(base_name) if base_name else profiles.get(name)
         profiles[name] = profile_from_mapping(name, data, base, str(path))
     return profiles

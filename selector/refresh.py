@@ -9,6 +9,7 @@ Prices the live APIs do not give keep the cited figure from data/prices.csv.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import statistics
 import sys
 from typing import Any, Callable, Iterable, Optional
@@ -166,8 +167,43 @@ def refresh(
     )
 
 
+def check_writable(out: str) -> None:
+    """Refuse an --out that cannot be written (a directory, a missing or read-only folder)."""
+    from .errors import UserError
+    from .validate import clean
+    out = str(out)
+    folder = os.path.dirname(os.path.abspath(out))
+    if os.path.isdir(out):
+        raise UserError(f"--out {clean(out)} is a directory; pass a file name such as {clean(os.path.join(out, 'catalog.json'))}")
+    if not os.path.isdir(folder):
+        raise UserError(f"--out {clean(out)}: folder {clean(folder)} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UserError(f"--out {clean(out)}: folder {clean(folder)} is not writable")
+
+
 def write_catalog(catalog: Catalog, out) -> None:
+    """Write all or nothing: serialise first (strict JSON, no NaN), then rename a temporary file
+    over `out`, so that an error never leaves a half-written or empty catalog behind."""
     import json
-    with open(out, "w") as f:
-        json.dump(catalog.to_dict(), f, indent=1, sort_keys=False)
-        f.write("\n")
+    import tempfile
+    from .errors import UserError
+    from .validate import clean
+    out = str(out)
+    check_writable(out)
+    try:
+        text = json.dumps(catalog.to_dict(), indent=1, sort_keys=False, allow_nan=False) + "\n"
+    except ValueError as e:
+        raise UserError(f"catalog refresh produced a non-finite number ({e}); nothing written to {clean(out)}") from None
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".json", dir=os.path.dirname(os.path.abspath(out)))
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the catalog private to its writer
+        os.replace(tmp, out)
+    except OSError as e:
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise UserError(f"cannot write {clean(out)}: {e.strerror or e}; nothing written") from None

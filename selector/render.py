@@ -8,6 +8,7 @@ from .catalog import Catalog
 from .facts import InstanceFacts
 from .profiles import Profile
 from .recommend import CAPACITY_BLOCK_ONLY, Candidate, Recommendation
+from .validate import clean
 
 
 def _money(v: Optional[float]) -> str:
@@ -26,6 +27,8 @@ def _price_cells(c: Candidate) -> list[str]:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
+    # Escape first so that the widths are those of what the terminal shows.
+    rows = [[clean(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
@@ -126,4 +129,5 @@ def show_text(f: InstanceFacts, catalog: Catalog) -> str:
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2)
+    # allow_nan=False: --json is strict JSON; a NaN here is a bug upstream, never valid output.
+    return json.dumps(obj, indent=2, allow_nan=False)

@@ -12,8 +12,6 @@ Scaling efficiency (documented assumptions, not measurements; replace with --thr
 """
 from __future__ import annotations
 
-import csv
-import json
 from dataclasses import dataclass
 import os
 from typing import Optional
@@ -22,6 +20,7 @@ from .accelerators import AcceleratorSpec
 from .errors import UserError, unknown
 from .facts import InstanceFacts
 from .profiles import Profile
+from .validate import clean, csv_rows, finite_number, parse_json, read_text
 
 V100 = "V100"
 FAST_FABRIC_EFFICIENCY = 0.95
@@ -76,59 +75,69 @@ def model(facts: InstanceFacts, profile: Profile, accelerators: dict[str, Accele
     )
 
 
+# Sanity bounds, not physics: they keep samples per dollar (samples/s x 3600 / price) finite in
+# --json output and catch unit slips (a price in cents, samples per day).
+MAX_SAMPLES_PER_SECOND = 1e12
+MIN_PRICE_PER_HOUR = 1e-4
+MAX_PRICE_PER_HOUR = 1e5
+_COLUMNS = ("instance_type", "samples_per_second")
+_OPTIONAL = ("price_per_hour", "spot_price_per_hour")
+
+
 def load_measurements(path: str, known: dict[str, InstanceFacts]) -> dict[str, Measurement]:
-    """Rows of instance_type, samples_per_second [, price_per_hour, spot_price_per_hour] (CSV or JSON)."""
+    """Rows of instance_type, samples_per_second [, price_per_hour, spot_price_per_hour] (CSV or JSON).
+
+    Refuses (one line each) unreadable or non-UTF-8 files, the wrong JSON shape, short or long CSV
+    rows, unknown types, a type measured twice (which row should win is the user's call, not ours),
+    and numbers that are not finite and positive within the sanity bounds above."""
     path = str(path)
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError as e:
-        raise UserError(f"cannot read throughput file {path}: {e.strerror}") from None
+    shown = clean(path)
+    text = read_text(path, "throughput")
+    rows: list[tuple[int, dict]]
     if path.endswith(".json") or text.lstrip().startswith(("[", "{")):
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise UserError(f"throughput file {path}: not valid JSON (line {e.lineno}: {e.msg})") from None
-        if isinstance(rows, dict):
-            rows = rows.get("measurements", rows.get("rows"))
-        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise UserError(f"throughput file {path}: expected a JSON list of objects with instance_type and samples_per_second")
-        first_line = 1
+        data = parse_json(text, path, "throughput")
+        if isinstance(data, dict):
+            data = data.get("measurements", data.get("rows"))
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise UserError(f"throughput file {shown}: expected a JSON list of objects with instance_type and samples_per_second")
+        rows = list(enumerate(data, start=1))
+        label = "row"
     else:
-        reader = csv.DictReader(text.splitlines())
-        rows = list(reader)
-        if not reader.fieldnames or "instance_type" not in reader.fieldnames or "samples_per_second" not in reader.fieldnames:
-            raise UserError(f"throughput file {path}: needs CSV columns instance_type,samples_per_second "
-                            "[,price_per_hour,spot_price_per_hour]")
-        first_line = 2
+        rows = csv_rows(text, path, "throughput", _COLUMNS, _OPTIONAL)
+        label = "line"
     out: dict[str, Measurement] = {}
-    for i, row in enumerate(rows, start=first_line):
-        where = f"throughput file {path} {'row' if first_line == 1 else 'line'} {i}"
-        name = str(row.get("instance_type") or "").strip()
+    first_seen: dict[str, int] = {}
+    for i, row in rows:
+        where = f"throughput file {shown} {label} {i}"
+        raw_name = row.get("instance_type")
+        if raw_name is not None and not isinstance(raw_name, str):
+            raise UserError(f"{where}: instance_type must be a string, got {clean(repr(raw_name))[:80]}")
+        name = (raw_name or "").strip()
         if not name:
             raise UserError(f"{where}: missing instance_type")
         if name not in known:
             raise UserError(f"{where}: {unknown('instance type', name, known)}")
+        if name in first_seen:
+            raise UserError(f"{where}: {name} is measured twice ({label}s {first_seen[name]} and {i}); keep one row")
+        first_seen[name] = i
         out[name] = Measurement(
-            samples_per_second=_positive(row.get("samples_per_second"), where, "samples_per_second", required=True),
-            price_per_hour=_positive(row.get("price_per_hour"), where, "price_per_hour"),
-            spot_price_per_hour=_positive(row.get("spot_price_per_hour"), where, "spot_price_per_hour"),
+            samples_per_second=_positive(row.get("samples_per_second"), where, "samples_per_second", required=True,
+                                         hi=MAX_SAMPLES_PER_SECOND),
+            price_per_hour=_positive(row.get("price_per_hour"), where, "price_per_hour", lo=MIN_PRICE_PER_HOUR),
+            spot_price_per_hour=_positive(row.get("spot_price_per_hour"), where, "spot_price_per_hour",
+                                          lo=MIN_PRICE_PER_HOUR),
             source=f"measured ({os.path.basename(path)})",
         )
     if not out:
-        raise UserError(f"throughput file {path}: no rows")
+        raise UserError(f"throughput file {shown}: no rows")
     return out
 
 
-def _positive(value, where: str, key: str, required: bool = False) -> Optional[float]:
+def _positive(value: object, where: str, key: str, required: bool = False, lo: float = 0.0,
+              hi: float = MAX_PRICE_PER_HOUR) -> Optional[float]:
     if value is None or (isinstance(value, str) and not value.strip()):
         if required:
             raise UserError(f"{where}: missing {key}")
         return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{where}: {key} = {value!r} is not a number") from None
-    if not v > 0:
-        raise UserError(f"{where}: {key} must be above zero, got {value!r}")
-    return v
+    # lo 0 is exclusive (a throughput must be above zero); a price floor is inclusive.
+    return finite_number(value, f"{where}: {key}", lo, hi, above=lo == 0.0)

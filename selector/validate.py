@@ -1,0 +1,165 @@
+"""Checks shared by every place the selector reads a number or a file the user gave it.
+
+Each failure is a UserError: one line that says what was wrong, what is allowed and, where one
+exists, the closest valid value. Standard library only (the CLI must stay fast to start).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from typing import Any, Optional
+
+from .errors import UserError
+
+
+def clean(text: str) -> str:
+    """`text` with every control or otherwise unprintable character escaped repr-style.
+
+    Names and descriptions come from user files; an ESC, CR or BEL echoed raw would recolour,
+    overwrite or beep the user's terminal, and a newline would split a one-line error."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def finite_number(value: Any, what: str, lo: Optional[float] = None, hi: Optional[float] = None, *,
+                  above: bool = False, integer: bool = False) -> float:
+    """`value` (a number, or a string as read from CSV or the command line) as a float, or a UserError.
+
+    Refuses booleans (JSON true is not 1), NaN and infinities (1e999 parses to inf), values below
+    `lo` (or at `lo` when `above`) or above `hi`, and, with `integer`, fractions. The message names
+    the range and, where there is one, the closest valid value."""
+    allowed = range_text(lo, hi, above, integer)
+    try:
+        shown = clean(str(value).strip())[:80]
+    except ValueError:  # an int past Python's 4300-digit str() limit
+        shown = "a number of over 4300 digits"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UserError(f"{what} must be {allowed}, got {clean(repr(value))[:80]}")
+    try:
+        v = float(value)
+    except OverflowError:  # an integer too large for a float (JSON and YAML allow them)
+        near = f"; closest: {_fmt(hi, integer)}" if hi is not None and value > 0 else ""
+        raise UserError(f"{what} = {shown} is out of range; allowed: {allowed}{near}") from None
+    except ValueError:
+        raise UserError(f"{what} = {clean(repr(value))[:80]} is not a number; allowed: {allowed}") from None
+    if not math.isfinite(v):
+        # Only +inf (or 1e999) has a closest valid value: the top of the range.
+        near = f"; closest: {_fmt(hi, integer)}" if hi is not None and v > 0 else ""
+        raise UserError(f"{what} = {shown} is not a finite number; allowed: {allowed}{near}")
+    if integer and not v.is_integer():
+        near_int = max(round(v), math.ceil(lo)) if lo is not None else round(v)
+        raise UserError(f"{what} = {shown} is not a whole number; allowed: {allowed}; closest: {near_int}")
+    if lo is not None and (v < lo or (above and v <= lo)):
+        # "above zero" has no closest value; "at least 1" does.
+        near = "" if above else f"; closest: {_fmt(lo, integer)}"
+        raise UserError(f"{what} must be {allowed}, got {shown}{near}")
+    if hi is not None and v > hi:
+        raise UserError(f"{what} must be {allowed}, got {shown}; closest: {_fmt(hi, integer)}")
+    return v
+
+
+def _fmt(v: float, integer: bool = False) -> str:
+    return str(int(v)) if integer else f"{v:g}"
+
+
+def range_text(lo: Optional[float], hi: Optional[float], above: bool, integer: bool) -> str:
+    parts = []
+    if lo is not None:
+        parts.append("above zero" if above and lo == 0 else f"above {_fmt(lo)}" if above else f"at least {_fmt(lo, integer)}")
+    if hi is not None:
+        parts.append(f"at most {_fmt(hi, integer)}")
+    text = " and ".join(parts) or "finite"
+    return text + (" (a whole number)" if integer else "")
+
+
+# The embedded catalog is ~0.2 MiB; no selector input comes near this.
+MAX_FILE_BYTES = 64 << 20
+
+
+def read_text(path: str, what: str) -> str:
+    """The UTF-8 text of the user's `what` file, or a UserError saying why it cannot be read.
+
+    One place for missing paths, directories, unreadable files, empty files, binary data and
+    other encodings, so that every loader refuses them in the same words."""
+    shown = clean(str(path))
+    if os.path.isdir(path):
+        raise UserError(f"cannot read {what} file {shown}: it is a directory; pass a file")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)  # bounded: /dev/zero or a disk image must not hang us
+    except OSError as e:
+        raise UserError(f"cannot read {what} file {shown}: {e.strerror or e}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise UserError(f"{what} file {shown} is larger than {MAX_FILE_BYTES >> 20} MiB; is it the right file?")
+    if not raw.strip():
+        raise UserError(f"{what} file {shown} is empty")
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise UserError(f"{what} file {shown} is UTF-16; save it as UTF-8")
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise UserError(f"{what} file {shown} holds binary data (a NUL byte at offset {nul}); "
+                        "expected UTF-8 text")
+    try:
+        return raw.decode("utf-8-sig")  # -sig: a BOM from Excel's "CSV UTF-8" is harmless
+    except UnicodeDecodeError as e:
+        raise UserError(f"{what} file {shown} is not UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                        "save it as UTF-8") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed (numbers must be finite)")
+
+
+def parse_json(text: str, path: str, what: str) -> Any:
+    """json.loads, with NaN/Infinity refused and every parse failure (deep nesting included) one line."""
+    shown = clean(str(path))
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{what} file {shown}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    except RecursionError:
+        raise UserError(f"{what} file {shown}: JSON nested too deeply to be a {what} file") from None
+    except ValueError as e:  # NaN/Infinity, or an integer longer than Python will convert
+        raise UserError(f"{what} file {shown}: not valid JSON ({clean(str(e))[:120]})") from None
+
+
+def csv_rows(text: str, path: str, what: str, required: tuple[str, ...],
+             optional: tuple[str, ...] = ()) -> list[tuple[int, dict[str, str]]]:
+    """(line number, row) for each data row of a CSV that has every `required` column.
+
+    Refuses rows with more cells than the header or that end before a required column (a
+    truncated or shifted row would otherwise read as blanks or lose cells silently), and anything
+    the csv module chokes on. Trailing optional cells may be left off: they read as ''."""
+    shown = clean(str(path))
+    expected = ",".join(required) + (f" [,{','.join(optional)}]" if optional else "")
+    # StringIO(newline=""), not splitlines(): a quoted cell may hold a newline, and splitlines
+    # would also break rows at form feeds and other separators the csv module keeps in a cell.
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = [h.strip() for h in next(reader, [])]
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise UserError(f"{what} file {shown}: needs CSV columns {expected}; missing {', '.join(missing)}")
+        dupes = sorted({h for h in header if header.count(h) > 1 and h})
+        if dupes:
+            raise UserError(f"{what} file {shown}: column {dupes[0]} appears twice")
+        rows: list[tuple[int, dict[str, str]]] = []
+        for cells in reader:
+            line = reader.line_num
+            if not cells or not any(c.strip() for c in cells):
+                continue  # blank lines are layout, not data
+            if len(cells) > len(header):
+                raise UserError(f"{what} file {shown} line {line}: {len(cells)} cells for {len(header)} columns "
+                                f"({', '.join(header)}); remove the extra cells or quote a value with a comma")
+            cut = [h for h in header[len(cells):] if h in required]
+            if cut:  # trailing optional cells may be left off; a required one may not
+                raise UserError(f"{what} file {shown} line {line}: row ends after {len(cells)} cell(s), "
+                                f"missing {', '.join(cut)} (truncated?); expected {expected}")
+            rows.append((line, dict(zip(header, cells + [""] * (len(header) - len(cells))))))
+    except csv.Error as e:
+        raise UserError(f"{what} file {shown}: not valid CSV ({clean(str(e))})") from None
+    return rows
