@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any, Mapping, Optional
 
 # The project's baseline is Node 20 (what CI and a fresh machine have); jsii prints a 12-line
 # end-of-life banner on every synth for it. Node 22/24 print nothing either way.
@@ -12,22 +13,54 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 from selector.errors import UserError
 from stacks.settings import from_context
 
+_MESSAGE_LIMIT = 2000
 
-def main() -> None:
+
+def main(context: Optional[Mapping[str, Any]] = None, outdir: Optional[str] = None) -> int:
+    """Synthesize, or print what was wrong as one line on stderr and return 2 before any stack
+    exists (so nothing is written to the cloud assembly). `context` is added to what the CDK CLI
+    passed (cdk.json, -c), as -c would; tests call main(context, outdir) in-process."""
     import aws_cdk as cdk
     from cdk_nag import AwsSolutionsChecks
 
-    app = cdk.App()
+    app = cdk.App(outdir=outdir) if outdir else cdk.App()
     try:
-        settings = from_context(_context(app))
+        settings = from_context({**_context(app), **(context or {})})
         from stacks.training_stack import TrainingStack
         TrainingStack.for_settings(app, settings, synthesizer=_synthesizer(settings))
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        print(f"error: {one_line(str(e))}", file=sys.stderr)
+        return 2
     # Every synth is checked: cdk-nag's AwsSolutions pack, through CDK's policy validation.
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    app.synth()
+    try:
+        app.synth()
+    except Exception as e:  # a construct's own check, e.g. user data over EC2's 16 KB, raised through jsii
+        first = _validation_error(str(e))
+        if first is None:
+            raise
+        print(f"error: {one_line(first)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _validation_error(message: str) -> Optional[str]:
+    """The first of CDK's "Validation failed with the following errors:" as one line (they are
+    found before any template is written), or None for anything else."""
+    if "ValidationFailedWithErrors" not in message:
+        return None
+    errors = [x.strip() for x in message.splitlines() if x.strip().startswith("[")]
+    if not errors:
+        return None
+    path, _, text = errors[0][1:].partition("] ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{text} ({path}){more}"
+
+
+def one_line(message: str) -> str:
+    """Whatever a message holds, it prints as one line: control characters escaped, cut short."""
+    text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message)
+    return text if len(text) <= _MESSAGE_LIMIT else text[:_MESSAGE_LIMIT] + f"... ({len(text)} characters)"
 
 
 def _synthesizer(settings):
@@ -45,4 +78,4 @@ def _context(app) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

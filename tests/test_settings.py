@@ -250,3 +250,26 @@ def test_every_alternate_is_interchangeable_priced_and_under_the_ceiling(profile
         assert price(c.instance_type, sel.market) is not None
         assert price(c.instance_type, sel.market) <= sel.ceiling
     assert all(r for _, r in sel.rejected)
+
+
+# ---- values as cdk.json carries them, and the job command ----------------------------------------
+def test_cdk_json_types_are_taken_as_the_keys_own():
+    s = from_context({"profile": "multi-node-training", "nodes": 4, "max_price": 30, "spot": True, "local": False})
+    assert (s.nodes, s.max_price, s.spot, s.local) == (4, 30.0, True, False)
+    assert from_context({"nodes": 2.0, "max_price": 12.5}).nodes == 2
+    assert from_context({"nodes": " 3 ", "max_price": " 1.5 "}).max_price == 1.5
+
+
+def test_command_is_kept_as_written_and_command_file_is_read_verbatim(tmp_path, monkeypatch):
+    command = 'python train.py --lr $LR "quoted" `x` \\ back \'single\''
+    assert from_context({"command": command}).command == command
+    script = "#!/bin/bash\nset -e\nfor i in 1 2; do\n  echo \"$i\" \\\n    done\ndone\n"
+    (tmp_path / "train.sh").write_text(script)
+    monkeypatch.chdir(tmp_path)
+    assert from_context({"command_file": "train.sh"}).command == script  # relative to where cdk runs
+    assert from_context({}).command == ""
+
+
+def test_settings_docstring_says_multi_line_commands_go_through_command_file():
+    import stacks.settings
+    assert "multi-line commands go here" in stacks.settings.__doc__ and "command_file" in stacks.settings.__doc__
