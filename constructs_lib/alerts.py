@@ -29,18 +29,31 @@ class InterruptionAlerts(Construct):
                  retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS) -> None:
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(self, "Log", retention=retention, removal_policy=cdk.RemovalPolicy.DESTROY)
-        # The L2 log-group target installs its resource policy with a Lambda-backed custom
-        # resource; a plain resource policy does the same with nothing to run.
-        logs.CfnResourcePolicy(self, "EventsMayWrite", policy_name=f"{cdk.Names.unique_id(self)[-200:]}-events",
-                               policy_document=cdk.Stack.of(self).to_json_string({
-                                   "Version": "2012-10-17",
-                                   "Statement": [{
-                                       "Effect": "Allow",
-                                       "Principal": {"Service": ["events.amazonaws.com", "delivery.logs.amazonaws.com"]},
-                                       "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-                                       "Resource": self.log_group.log_group_arn}]}))
         self.spot_rule = events.Rule(self, "Spot", description="EC2 spot interruption warnings and rebalance recommendations",
                                      event_pattern=events.EventPattern(source=["aws.ec2"], detail_type=SPOT_EVENTS))
+        # The L2 log-group target installs its resource policy with a Lambda-backed custom
+        # resource; a plain resource policy does the same with nothing to run. Only EventBridge,
+        # only for this account, and log events only from this rule (EventBridge creates the
+        # stream without a source ARN, so that statement is held to the account alone). The
+        # policy names the rule, the rule names the log group: no cycle.
+        stack = cdk.Stack.of(self)
+        events_principal = {"Service": "events.amazonaws.com"}
+        this_account = {"aws:SourceAccount": stack.account}
+        logs.CfnResourcePolicy(self, "EventsMayWrite", policy_name=f"{cdk.Names.unique_id(self)[-200:]}-events",
+                               policy_document=stack.to_json_string({
+                                   "Version": "2012-10-17",
+                                   "Statement": [{
+                                       "Sid": "EventBridgeCreatesStreams",
+                                       "Effect": "Allow", "Principal": events_principal,
+                                       "Action": "logs:CreateLogStream",
+                                       "Resource": self.log_group.log_group_arn,
+                                       "Condition": {"StringEquals": this_account}}, {
+                                       "Sid": "SpotRulePutsEvents",
+                                       "Effect": "Allow", "Principal": events_principal,
+                                       "Action": "logs:PutLogEvents",
+                                       "Resource": self.log_group.log_group_arn,
+                                       "Condition": {"StringEquals": this_account,
+                                                     "ArnEquals": {"aws:SourceArn": self.spot_rule.rule_arn}}}]}))
         self.spot_rule.add_target(_LogGroupTarget(self.log_group))
         if topic is not None:
             import aws_cdk.aws_events_targets as targets

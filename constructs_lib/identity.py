@@ -10,6 +10,15 @@ import aws_cdk.aws_iam as iam
 import jsii
 from constructs import Construct
 
+# What the SSM Agent calls for Session Manager (ssmmessages, ssm) and for its message polling
+# (ec2messages), each named: no wildcard actions.
+SESSION_MANAGER_ACTIONS = [
+    "ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel",
+    "ssm:UpdateInstanceInformation",
+    "ec2messages:AcknowledgeMessage", "ec2messages:DeleteMessage", "ec2messages:FailMessage",
+    "ec2messages:GetEndpoint", "ec2messages:GetMessages", "ec2messages:SendReply",
+]
 HTTPS_OUT = "AWS APIs (SSM, S3, EC2), container and package mirrors"
 EFA_WITHIN = "EFA and NCCL between nodes"
 
@@ -61,13 +70,19 @@ class NodeIdentity(Construct):
         return grant
 
     def _ssm_role(self, label: Optional[str]) -> iam.Role:
+        # Exactly what the SSM Agent needs for Session Manager (AWS's own AWSCloud9SSMInstanceProfile:
+        # ssmmessages channels and ssm:UpdateInstanceInformation) and for its ec2messages polling.
+        # Not AmazonSSMManagedInstanceCore: that also grants ssm:GetParameter* on every parameter
+        # of the account (and documents, associations, inventory), which no node needs.
         role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-                        description=f"dl-launcher node{f' ({label})' if label else ''}: SSM Session Manager")
-        role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore"))
+                        description=f"dl-launcher node{f' ({label})' if label else ''}: SSM Session Manager",
+                        inline_policies={"SessionManager": iam.PolicyDocument(statements=[iam.PolicyStatement(
+                            actions=SESSION_MANAGER_ACTIONS, resources=["*"])])})
         cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(
-            id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
-            reason="AmazonSSMManagedInstanceCore is AWS's maintained minimum for SSM Session Manager, which "
-                   "replaces SSH; a copy would silently miss the changes AWS makes to the agent's needs"))
+            id="AwsSolutions-IAM5[Resource::*]",
+            reason="the SSM Agent's ssmmessages and ec2messages actions support no resource-level permissions, and "
+                   "AWS documents Resource * for ssm:UpdateInstanceInformation from an instance profile; "
+                   "ec2:DescribeInstances (grant_find_peers) likewise has no resource-level permissions"))
         return role
 
     def _security_group(self, vpc: ec2.IVpc, efa: bool, label: Optional[str]) -> ec2.SecurityGroup:

@@ -8,12 +8,39 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
 from typing import Optional
 
 from . import contract
 from .errors import RuntimeUserError
+
+
+MAX_STEP = 10**12
+MAX_POLL_SECONDS = 60.0  # a spot notice gives two minutes; a slower poll would miss most of them
+_DIGITS = re.compile(r"^[0-9]{1,12}$")
+
+
+def step_arg(text: str) -> int:
+    """--step: a whole number 0 <= N < 10**12, in ASCII digits (no sign, exponent, nan or inf)."""
+    t = text.strip()
+    if not _DIGITS.match(t):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a step: a whole number 0 <= N < {MAX_STEP:,}")
+    return int(t)
+
+
+def poll_arg(text: str, what: str = "--poll") -> float:
+    """Seconds between IMDS polls: finite, more than 0, at most MAX_POLL_SECONDS."""
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not math.isfinite(v) or not 0 < v <= MAX_POLL_SECONDS:
+        raise argparse.ArgumentTypeError(f"{what} {text!r}: seconds between IMDS polls, more than 0 and at most "
+                                         f"{MAX_POLL_SECONDS:g}")
+    return v
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,17 +64,17 @@ def parser() -> argparse.ArgumentParser:
     push = cks.add_parser("push", help="upload a checkpoint directory (manifest last)")
     _common(push)
     push.add_argument("path", nargs="?", help="a step-N directory (default: the newest complete one in --dir)")
-    push.add_argument("--step", type=int, help="step number (default: from the directory name step-N)")
+    push.add_argument("--step", type=step_arg, help="step number (default: from the directory name step-N)")
     pull = cks.add_parser("pull", help="restore the newest complete checkpoint into --dir")
     _common(pull)
-    pull.add_argument("--step", type=int)
+    pull.add_argument("--step", type=step_arg)
     ls = cks.add_parser("list", help="every step in S3 and whether it is complete")
     _common(ls)
     ls.add_argument("--json", action="store_true")
     ag = sub.add_parser("agent", help="the node agent: spot notices from IMDS, checkpoint uploads (run by systemd)")
     _common(ag)
-    ag.add_argument("--poll", type=float, default=float(os.environ.get("DL_AGENT_POLL_SECONDS", "2")),
-                    help="seconds between IMDS polls [2]")
+    ag.add_argument("--poll", type=poll_arg, default=None,
+                    help="seconds between IMDS polls [$DL_AGENT_POLL_SECONDS or 2]")
     jb = sub.add_parser("job", help="the job supervisor: rendezvous, restore, run the command (run by systemd)")
     _common(jb)
     st = sub.add_parser("status", help="the cluster's generations, members, resume step and this node's health")
@@ -59,6 +86,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> int:
     try:
         a = parser().parse_args(argv)
+        if a.command == "agent" and a.poll is None:
+            try:
+                a.poll = poll_arg(os.environ.get("DL_AGENT_POLL_SECONDS", "2"), "DL_AGENT_POLL_SECONDS")
+            except argparse.ArgumentTypeError as e:
+                raise RuntimeUserError(str(e)) from None
         from .config import resolve_config
         from .store import CheckpointStore
 
@@ -74,7 +106,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             return _job(store, cfg.local_dir)
         return _status(store, a.json)
     except RuntimeUserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return contract.EXIT_USAGE
     except KeyboardInterrupt:
         return 130
@@ -85,9 +117,13 @@ def main(argv: Optional[list[str]] = None) -> int:
                   file=sys.stderr)
             return contract.EXIT_USAGE
         if name in ("EndpointConnectionError", "ConnectTimeoutError"):
-            print(f"error: cannot reach AWS ({e})", file=sys.stderr)
+            print(f"error: cannot reach AWS ({_one_line(e)})", file=sys.stderr)
             return contract.EXIT_USAGE
         raise
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
 
 
 def _logger(name: str):

@@ -2,6 +2,7 @@
 is loaded into it by the units), then the instance's tags and metadata through IMDS."""
 from __future__ import annotations
 
+import http.client
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -28,20 +29,33 @@ def resolve_config(bucket: Optional[str] = None, prefix: Optional[str] = None, l
     """Arguments win, then DL_CHECKPOINT_* environment, then the instance's tags (IMDS)."""
     bucket = bucket or os.environ.get("DL_CHECKPOINT_BUCKET")
     prefix = prefix or os.environ.get("DL_CHECKPOINT_PREFIX")
+    off_ec2: Optional[str] = None  # why IMDS could not be asked, when it could not
     if (not bucket or not prefix) and use_imds:
+        imds = _imds()
         try:
-            imds = _imds()
             bucket = bucket or imds.tag(contract.TAG_CHECKPOINT_BUCKET)
             prefix = prefix or imds.tag(contract.TAG_CHECKPOINT_PREFIX)
-        except OSError:
-            pass  # not on EC2 (or IMDS off): fall through to the error below
-    if not bucket:
-        raise RuntimeUserError("no checkpoint bucket: pass --bucket, set DL_CHECKPOINT_BUCKET, or run on a "
-                               f"dl-launcher node (instance tag {contract.TAG_CHECKPOINT_BUCKET})")
-    if not prefix:
-        raise RuntimeUserError("no checkpoint prefix: pass --prefix or set DL_CHECKPOINT_PREFIX (e.g. jobs/my-job)")
+        except (OSError, http.client.HTTPException) as e:  # not on EC2, or IMDS off
+            off_ec2 = f"no instance metadata (IMDSv2) at {imds.endpoint}: {_reason(e)}"
+    if not bucket or not prefix:
+        what = "bucket" if not bucket else "prefix"
+        how = ("pass --bucket and --prefix or set DL_CHECKPOINT_BUCKET and DL_CHECKPOINT_PREFIX"
+               if not bucket else "pass --prefix or set DL_CHECKPOINT_PREFIX (e.g. jobs/my-job)")
+        if off_ec2:
+            where = f"this is not a dl-launcher node ({off_ec2})"
+        elif use_imds:
+            tag = contract.TAG_CHECKPOINT_BUCKET if not bucket else contract.TAG_CHECKPOINT_PREFIX
+            where = f"this instance has no tag {tag}, so it is not a dl-launcher node with checkpoints"
+        else:
+            where = "none given"
+        raise RuntimeUserError(f"no checkpoint {what}: {where}; {how}")
     return RuntimeConfig(bucket=bucket, prefix=prefix, local_dir=local_dir or contract.checkpoint_dir(),
                          region=region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
+
+
+def _reason(e: BaseException) -> str:
+    reason = getattr(e, "reason", None) or e
+    return " ".join(str(reason).split()) or type(e).__name__
 
 
 @dataclass(frozen=True)
@@ -65,8 +79,10 @@ def node_identity() -> NodeIdentity:
         node = imds.instance_id()
         addr = imds.get("meta-data/local-ipv4")
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or imds.get("meta-data/placement/region")
-    except OSError as e:
-        raise RuntimeUserError(f"cannot reach instance metadata (IMDSv2) to find this node's identity: {e}") from None
+    except (OSError, http.client.HTTPException) as e:
+        raise RuntimeUserError(f"this is not a dl-launcher node: no instance metadata (IMDSv2) at {imds.endpoint} "
+                               f"({_reason(e)}); the job supervisor runs only on a node, which IMDS tells its "
+                               "instance id and address") from None
     if not cluster:
         raise RuntimeUserError(f"no cluster id: set DL_CLUSTER or tag the instance {contract.TAG_CLUSTER}")
     try:

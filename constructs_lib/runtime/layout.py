@@ -13,16 +13,18 @@ from typing import Optional
 MANIFEST = "MANIFEST.json"
 FORMAT = 1
 _NAME = re.compile(r"^step-(\d{12})$")
-_PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*$")
+# No IAM wildcards (* ?) and no quote: the prefix goes verbatim into the grant's resource ARN
+# and s3:prefix condition, where a '*' would widen the grant to other jobs' checkpoints.
+_PREFIX = re.compile(r"^[A-Za-z0-9!_.()-]+(/[A-Za-z0-9!_.()-]+)*$", re.ASCII)
 
 
 def prefix_problem(prefix: str) -> Optional[str]:
     """Why `prefix` cannot name a job's checkpoints, or None. One rule for the bucket grant
     (constructs_lib.checkpoints) and for the runtime that writes under it."""
-    p = prefix.strip("/")
-    if not p or len(p) > 512 or not _PREFIX.match(p) or ".." in p.split("/"):
+    p = prefix.strip("/") if isinstance(prefix, str) else ""
+    if not p or len(p) > 512 or not _PREFIX.match(p) or any(seg in (".", "..") for seg in p.split("/")):
         return (f"bad checkpoint prefix {prefix!r}: use a path like 'jobs/llama-7b' "
-                "(letters, digits, - _ . ! * ' ( ), segments separated by '/', no '..')")
+                "(letters, digits, - _ . ! ( ), segments separated by '/'; no wildcards * ?, no '.' or '..' segments)")
     return None
 
 

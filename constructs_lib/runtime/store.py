@@ -57,6 +57,67 @@ def local_checksum(path: str, checksum_type: str, part_size: int) -> str:
     return _b64sha256(digests)
 
 
+_CHECKSUM_TYPES = ("FULL_OBJECT", "COMPOSITE")
+_MAX_PART = 5 * 1024 * MiB  # S3's largest part
+
+
+def _whole(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _path_problem(path: Any) -> Optional[str]:
+    if not isinstance(path, str) or not path or len(path) > 1024:
+        return "not a non-empty string"
+    if path.startswith("/") or "\\" in path or "\x00" in path:
+        return "absolute, or with a backslash or NUL"
+    if any(seg in ("", ".", "..") for seg in path.split("/")):
+        return "with an empty, '.' or '..' segment"
+    if path == MANIFEST:
+        return f"named {MANIFEST}"
+    return None
+
+
+def manifest_problem(m: Any, name: str) -> Optional[str]:
+    """Why the parsed MANIFEST.json of checkpoint `name` cannot be trusted, or None. A manifest
+    that fails is treated like a missing one: the step is incomplete, never restored."""
+    if not isinstance(m, dict):
+        return "not a JSON object"
+    if m.get("format") != FORMAT:
+        return f"format {m.get('format')!r}, expected {FORMAT}"
+    if not _whole(m.get("step")) or m["step"] != step_of(name):
+        return f"step {m.get('step')!r} does not match {name}"
+    files = m.get("files")
+    if not isinstance(files, list) or not files:
+        return "no list of files"
+    paths: set[str] = set()
+    for f in files:
+        if not isinstance(f, dict):
+            return "a file entry that is not an object"
+        why = _path_problem(f.get("path"))
+        if why:
+            return f"file path {f.get('path')!r} {why}"
+        size, part = f.get("size"), f.get("part_size")
+        if not _whole(size) or size < 0:
+            return f"{f['path']}: size {size!r} is not a whole number >= 0"
+        if not isinstance(f.get("sha256"), str) or not f["sha256"]:
+            return f"{f['path']}: no sha256"
+        kind = f.get("checksum_type", "FULL_OBJECT")
+        if kind not in _CHECKSUM_TYPES:
+            return f"{f['path']}: checksum_type {kind!r}"
+        if part is not None and (not _whole(part) or part < 0 or part > _MAX_PART):
+            return f"{f['path']}: part_size {part!r}"
+        if kind == "COMPOSITE" and not part:
+            return f"{f['path']}: a COMPOSITE checksum without a part_size"
+        paths.add(f["path"])
+    if len(paths) != len(files):
+        return "a file listed twice"
+    for p in paths:  # a file cannot also be a directory of another
+        segs = p.split("/")
+        if any("/".join(segs[:i]) in paths for i in range(1, len(segs))):
+            return f"file path {p!r} lies under another file"
+    return None
+
+
 def check_prefix(prefix: str) -> str:
     problem = prefix_problem(prefix)
     if problem:
@@ -70,8 +131,13 @@ def s3_client(region: Optional[str] = None, max_pool: int = 32):
 
     # Standard retries back off on throttling (SlowDown, 503) and 5xx; adaptive mode would
     # also rate-limit the client, which a two-minute deadline cannot afford.
-    return boto3.client("s3", region_name=region, config=Config(
-        retries={"mode": "standard", "max_attempts": 10}, max_pool_connections=max_pool))
+    from botocore.exceptions import InvalidRegionError
+
+    try:
+        return boto3.client("s3", region_name=region, config=Config(
+            retries={"mode": "standard", "max_attempts": 10}, max_pool_connections=max_pool))
+    except InvalidRegionError:
+        raise RuntimeUserError(f"bad region {region!r}: use a region name like us-east-1") from None
 
 
 class CheckpointStore:
@@ -122,12 +188,9 @@ class CheckpointStore:
         from s3transfer.utils import ChunksizeAdjuster
 
         if not os.path.isdir(local_dir):
-            raise RuntimeUserError(f"checkpoint directory {local_dir!r} does not exist")
-        files = []
-        for root, _dirs, names in os.walk(local_dir):
-            for n in sorted(names):
-                full = os.path.join(root, n)
-                files.append((os.path.relpath(full, local_dir).replace(os.sep, "/"), full))
+            raise RuntimeUserError(f"checkpoint directory {local_dir!r} does not exist"
+                                   + (" as a directory" if os.path.lexists(local_dir) else ""))
+        files = self._local_files(local_dir)
         if not files:
             raise RuntimeUserError(f"checkpoint directory {local_dir!r} is empty: nothing to push")
         name = name_for(step)
@@ -164,6 +227,30 @@ class CheckpointStore:
         emit("manifest", self._key(name, MANIFEST))
         return RemoteCheckpoint(step, name, manifest)
 
+    @staticmethod
+    def _local_files(local_dir: str) -> list[tuple[str, str]]:
+        """(relative path, full path) of every file to upload. A symlink is refused unless it
+        names a regular file inside the checkpoint: a save must never carry /etc/passwd to S3."""
+        real_root = os.path.realpath(local_dir)
+        files = []
+        for root, dirs, names in os.walk(local_dir):
+            for n in sorted(dirs + names):
+                full = os.path.join(root, n)
+                rel = os.path.relpath(full, local_dir).replace(os.sep, "/")
+                if os.path.islink(full):
+                    target = os.path.realpath(full)
+                    if os.path.commonpath([real_root, target]) != real_root or not os.path.isfile(target):
+                        raise RuntimeUserError(f"refusing to push {local_dir!r}: {rel} is a symlink to {target!r}, "
+                                               "not to a file inside the checkpoint")
+                if n in names:
+                    if not os.path.isfile(full):
+                        raise RuntimeUserError(f"refusing to push {local_dir!r}: {rel} is not a regular file")
+                    if rel == MANIFEST:
+                        raise RuntimeUserError(f"refusing to push {local_dir!r}: {MANIFEST} at its top is the "
+                                               "name the protocol keeps for itself")
+                    files.append((rel, full))
+        return files
+
     # ---- list / latest ------------------------------------------------------------------------
     def _step_names(self) -> list[str]:
         names = []
@@ -186,9 +273,9 @@ class CheckpointStore:
             raise
         try:
             m = json.loads(body)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or absurdly nested
             return None
-        return m if m.get("format") == FORMAT and isinstance(m.get("files"), list) else None
+        return None if manifest_problem(m, name) else m
 
     def list(self) -> list[tuple[str, Optional[RemoteCheckpoint]]]:
         """Every step under the prefix, oldest first, with its checkpoint if complete."""
@@ -212,7 +299,12 @@ class CheckpointStore:
     # ---- pull ------------------------------------------------------------------------------
     def pull(self, dest_root: str, step: Optional[int] = None) -> Optional[tuple[int, str]]:
         """Restore the newest complete checkpoint (or `step`) as dest_root/step-...; None if none."""
-        os.makedirs(dest_root, exist_ok=True)
+        if step is not None and (not _whole(step) or not 0 <= step < 10**12):
+            raise RuntimeUserError(f"bad step {step!r}: a whole number 0 <= step < 10**12")
+        try:
+            os.makedirs(dest_root, exist_ok=True)
+        except OSError as e:
+            raise RuntimeUserError(f"cannot use checkpoint directory {dest_root!r}: {e.strerror or e}") from None
         names = [name_for(step)] if step is not None else list(reversed(self._step_names()))
         for n in names:
             m = self._manifest(n)
@@ -221,13 +313,21 @@ class CheckpointStore:
             final = os.path.join(dest_root, n)
             if os.path.isdir(final) and self._verify_local(final, m):
                 return step_of(n), final
-            tmp = tempfile.mkdtemp(prefix=f".tmp-{n}-", dir=dest_root)
-            if self._download(n, m, tmp) and self._verify_local(tmp, m):
-                if os.path.isdir(final):
-                    shutil.rmtree(final)
-                os.rename(tmp, final)
-                return step_of(n), final
-            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                tmp = tempfile.mkdtemp(prefix=f".tmp-{n}-", dir=dest_root)
+            except OSError as e:
+                raise RuntimeUserError(f"cannot write in checkpoint directory {dest_root!r}: {e.strerror or e}") from None
+            try:
+                if self._download(n, m, tmp) and self._verify_local(tmp, m):
+                    if os.path.isdir(final):
+                        shutil.rmtree(final)
+                    os.rename(tmp, final)
+                    return step_of(n), final
+            finally:
+                # Every way out but the rename above (a failed check, an S3 error, an interrupt)
+                # leaves no half-restored .tmp-step-* behind.
+                if os.path.lexists(tmp):
+                    shutil.rmtree(tmp, ignore_errors=True)
         return None
 
     def _download(self, name: str, manifest: dict, dest: str) -> bool:
@@ -242,7 +342,10 @@ class CheckpointStore:
                 target = os.path.join(dest, *f["path"].split("/"))
                 if not os.path.abspath(target).startswith(os.path.abspath(dest) + os.sep):
                     return False  # a manifest must not write outside its checkpoint
-                os.makedirs(os.path.dirname(target), exist_ok=True)
+                try:
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                except OSError:
+                    return False  # a path in the way (validated manifests never do this)
                 futures.append(manager.download(self.bucket, self._key(name, f["path"]), target))
             try:
                 for fut in futures:
@@ -257,10 +360,17 @@ class CheckpointStore:
 
     @staticmethod
     def _verify_local(path: str, manifest: dict) -> bool:
-        for f in manifest["files"]:
-            p = os.path.join(path, *f["path"].split("/"))
-            if not os.path.isfile(p) or os.path.getsize(p) != f["size"]:
-                return False
-            if local_checksum(p, f.get("checksum_type", "FULL_OBJECT"), f.get("part_size") or f["size"]) != f["sha256"]:
-                return False
+        step = manifest.get("step") if isinstance(manifest, dict) else None
+        if not _whole(step) or not 0 <= step < 10**12 or manifest_problem(manifest, name_for(step)):
+            return False
+        try:
+            for f in manifest["files"]:
+                p = os.path.join(path, *f["path"].split("/"))
+                if os.path.islink(p) or not os.path.isfile(p) or os.path.getsize(p) != f["size"]:
+                    return False
+                kind = f.get("checksum_type", "FULL_OBJECT")
+                if local_checksum(p, kind, f.get("part_size") or f["size"] or 1) != f["sha256"]:
+                    return False
+        except OSError:
+            return False
         return True

@@ -27,9 +27,12 @@ health() {  # LEVEL MESSAGE (contract.HEALTH_LEVELS)
 }
 
 # dl_put PATH < CONTENT: replace PATH whole (readers never see half a file). Used by dl_settings.
+# Files under DL_ETC_DIR (node.env, the job command, the units' env files) may hold secrets the
+# deployer passed: root only (0600), from the first byte (mktemp creates 0600). Others: 0644.
 dl_put() {
-  local tmp=""
-  if mkdir -p "$(dirname "$1")" && tmp=$(mktemp "$1.XXXXXX") && cat > "$tmp" && chmod 0644 "$tmp" \
+  local tmp="" mode=0644
+  case "$1" in "$DL_ETC_DIR"/*) mode=0600 ;; esac
+  if mkdir -p "$(dirname "$1")" && tmp=$(mktemp "$1.XXXXXX") && cat > "$tmp" && chmod "$mode" "$tmp" \
       && mv -f "$tmp" "$1"; then
     log "wrote $1"
   else

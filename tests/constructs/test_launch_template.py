@@ -125,8 +125,12 @@ def test_imdsv2_encrypted_root_ssm_no_ssh(synthesized, name):
     (bdm,) = data["BlockDeviceMappings"]
     assert bdm["Ebs"] == {"DeleteOnTermination": True, "Encrypted": True, "VolumeSize": 200, "VolumeType": "gp3"}
     assert "KeyName" not in data
-    t.has_resource_properties("AWS::IAM::Role", {"ManagedPolicyArns": Match.array_with([
-        Match.object_like({"Fn::Join": Match.array_with([Match.array_with([":iam::aws:policy/AmazonSSMManagedInstanceCore"])])})])})
+    # Session Manager instead of SSH, through its own named actions: no managed policy that would
+    # also allow reading every SSM parameter (test_least_privilege.py checks the list).
+    t.has_resource_properties("AWS::IAM::Role", {"Policies": Match.array_with([
+        Match.object_like({"PolicyName": "SessionManager"})])})
+    for role in t.find_resources("AWS::IAM::Role").values():
+        assert "AmazonSSMManagedInstanceCore" not in str(role["Properties"].get("ManagedPolicyArns", ""))
 
 
 @pytest.mark.parametrize("name", CASES)
