@@ -185,8 +185,16 @@ def show_bundle(stack: str, region: str) -> bool:
             f"{sum(n.startswith('python/') for n in names)} Python files)")
     iam = boto3.client("iam", region_name=region)
     for role in [r for r in iam.list_roles()["Roles"] if "NodeRole" in r["RoleName"]]:
-        statements = [st for name in iam.list_role_policies(RoleName=role["RoleName"])["PolicyNames"]
-                      for st in iam.get_role_policy(RoleName=role["RoleName"], PolicyName=name)["PolicyDocument"]["Statement"]]
+        statements = []
+        for name in iam.list_role_policies(RoleName=role["RoleName"])["PolicyNames"]:
+            doc = iam.get_role_policy(RoleName=role["RoleName"], PolicyName=name)["PolicyDocument"]
+            # moto returns a role's own Policies (from CloudFormation) as Python's repr of the
+            # document, not JSON; and one statement may stand alone.
+            if isinstance(doc, str):
+                import ast
+                doc = ast.literal_eval(doc)
+            found_st = doc["Statement"]
+            statements += found_st if isinstance(found_st, list) else [found_st]
         for bucket in set(buckets.values()):
             on_bucket = [st for st in statements if f":::{bucket}" in json.dumps(st["Resource"])]
             rights = ", ".join(f"{st['Action']} on {st['Resource']}" for st in on_bucket) or "nothing"
