@@ -9,6 +9,7 @@ rebuild model, optimizer and DDP from a saved state at those steps, exactly as a
 Every rank appends one JSON line per event to --events: start, step, save, stop, end.
 """
 import argparse
+import gc
 import io
 import json
 import os
@@ -99,4 +100,9 @@ else:
     if rank == 0:
         torch.save(model.state_dict(), a.final)
     event("end", step=a.steps - 1)
+# DDP holds the process group: a group still referenced after destroy_process_group aborts the
+# interpreter at exit now and then ("terminate called without an active exception"), which
+# the supervisor would count as a failed run. Let go of it first.
+del model, ddp, opt
+gc.collect()
 dist.destroy_process_group()
