@@ -2,9 +2,10 @@
 selection (stacks/selection.py) and meant for the constructs too.
 
 A job that falls back to an alternate moves whole: a multi-node cluster runs every node on one
-type (shared/DOMAIN.md, Spot: a job runs at its slowest node, memory and EFA layouts differ, and
-a cluster is never mixed), and a single node is the whole job. So the question is never "can
-these two types work side by side" but "does the job stay the same job on the other type":
+type (AWS recommends one instance type per cluster placement group; a job runs at its slowest
+node, memory and EFA layouts differ, and a cluster is never mixed), and a single node is the
+whole job. So the question is never "can these two types work side by side" but "does the job
+stay the same job on the other type":
 
 - always: the same CPU architecture and SDK, so the AMI (x86_64/arm64, CUDA/Neuron DLAMI) and the
   job's software stay valid; and the same processes per node (GPUs or NeuronCores), so the job's

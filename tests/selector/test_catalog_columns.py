@@ -1,5 +1,5 @@
 """The catalog's explicit columns: the accelerator fabric and scaling class (no matching words in a
-description), and the types AWS sells only as Capacity Blocks for ML (shared/DOMAIN.md: p5e, trn2)."""
+description), and the types AWS sells only as Capacity Blocks for ML (AWS EC2 User Guide, "Capacity Blocks for ML": p5e, trn2)."""
 from __future__ import annotations
 
 import csv

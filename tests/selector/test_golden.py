@@ -1,5 +1,5 @@
 """The guides' picks, reproduced from data: on the families the guides knew and the prices they
-saw, each profile's top pick is the one shared/DOMAIN.md recommends. With the full, current
+saw, each profile's top pick is the one the AWS GPU buying guides recommend (the guide_pick column of selector/data/profiles.toml). With the full, current
 catalog a newer type may win, but every candidate must still meet every hard requirement."""
 from __future__ import annotations
 
