@@ -9,6 +9,7 @@ from constructs_lib.runtime import contract, notice
 from constructs_lib.runtime.agent import NodeAgent, pushed_step, upload_lock
 from constructs_lib.runtime.imds import Imds
 from constructs_lib.runtime.resume import restore
+from tests.runtime.s3_faults import s3_error
 from tests.runtime.test_store import make_checkpoint
 
 
@@ -101,12 +102,7 @@ def test_upload_failures_are_reported_and_retried(store, imds, tmp_path):
 
     def deny(request, **kw):
         if denied["on"] and request.method == "PUT":
-            from botocore.awsrequest import AWSResponse
-
-            class Raw:
-                def stream(self, **_):
-                    yield b"<Error><Code>AccessDenied</Code><Message>no</Message></Error>"
-            return AWSResponse(request.url, 403, {}, Raw())
+            return s3_error(request, 403, "AccessDenied")
         return None
     store.client.meta.events.register_first("before-send.s3.*", deny)
     agent = _agent(store, local, imds)

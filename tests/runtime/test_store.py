@@ -14,6 +14,7 @@ import pytest
 
 from constructs_lib.runtime.errors import RuntimeUserError
 from constructs_lib.runtime.store import CheckpointStore
+from tests.runtime.s3_faults import s3_error
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,7 +114,6 @@ def test_process_killed_mid_upload_leaves_the_previous_checkpoint(store, s3env, 
 
 @pytest.mark.parametrize("code,status", [("SlowDown", 503), ("InternalError", 500), ("ServiceUnavailable", 503)])
 def test_throttling_and_5xx_are_retried_and_nothing_is_lost(store, tmp_path, code, status):
-    from botocore.awsrequest import AWSResponse
 
     failures = {"left": 6}
 
@@ -121,12 +121,7 @@ def test_throttling_and_5xx_are_retried_and_nothing_is_lost(store, tmp_path, cod
         # Fail a share of writes, parts and reads alike, the way an overloaded prefix does.
         if failures["left"] > 0 and request.method in ("PUT", "POST", "GET"):
             failures["left"] -= 1
-            body = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
-
-            class Raw:
-                def stream(self, **_):
-                    yield body
-            return AWSResponse(request.url, status, {"Content-Type": "application/xml"}, Raw())
+            return s3_error(request, status, code)
         return None
 
     store.client.meta.events.register_first("before-send.s3.*", inject)

@@ -12,6 +12,7 @@ import pytest
 from constructs_lib.runtime import contract
 from constructs_lib.runtime.resume import restore
 from tests.runtime.drill import Drill
+from tests.runtime.s3_faults import s3_error
 from tests.runtime.test_store import make_checkpoint
 
 
@@ -89,7 +90,6 @@ def test_a_job_command_with_shell_syntax_runs_as_written(drill, tmp_path):
 
 def test_restore_rides_out_s3_errors_with_backoff(store, tmp_path):
     """First boot (or any round) with S3 failing for a while: the restore is retried, not abandoned."""
-    from botocore.awsrequest import AWSResponse
 
     store.push(str(make_checkpoint(tmp_path / "src", 12, sizes=(100, 6 * 1024 * 1024))), 12)
     failures = {"left": 25}  # more than botocore's own 10 attempts
@@ -97,11 +97,7 @@ def test_restore_rides_out_s3_errors_with_backoff(store, tmp_path):
     def flaky(request, **kw):
         if failures["left"] > 0 and request.method == "GET":
             failures["left"] -= 1
-
-            class Raw:
-                def stream(self, **_):
-                    yield b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
-            return AWSResponse(request.url, 500, {}, Raw())
+            return s3_error(request, 500, "InternalError")
         return None
     store.client.meta.events.register_first("before-send.s3.*", flaky)
     logs = []
