@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -338,5 +337,3 @@ def generations(events: list[dict]) -> dict[str, dict]:
             g["stops"].append((e["rank"], e["step"]))
     return out
 
-
-_ADDR = re.compile(r"^127\.0\.0\.\d+$")
