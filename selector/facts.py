@@ -7,11 +7,30 @@ from typing import Any, Optional
 
 @dataclass(frozen=True)
 class Price:
+    """One type's prices in one region. On-demand and spot come from different sources at different
+    times, so spot carries its own date, source and spread; "" / 0 / None mean "not recorded"."""
     on_demand: Optional[float]
-    spot: Optional[float]
-    as_of: str
+    spot: Optional[float]  # the median across the AZs quoted
+    as_of: str  # when the on-demand figure (and spot, unless spot_as_of says otherwise) was taken
     source: str
     note: str = ""
+    spot_min: Optional[float] = None
+    spot_max: Optional[float] = None
+    spot_azs: int = 0  # AZs behind the spot figure; 1 is flagged: one AZ is not a market
+    spot_as_of: str = ""
+    spot_source: str = ""
+
+    @property
+    def spot_date(self) -> str:
+        return self.spot_as_of or self.as_of
+
+
+@dataclass(frozen=True)
+class CapacityBlockPrice:
+    """AWS's published Capacity Block for ML rate: USD per instance-hour, reserved in advance."""
+    usd_per_hour: float
+    as_of: str
+    source: str
 
 
 @dataclass(frozen=True)
@@ -60,6 +79,13 @@ class InstanceFacts:
     # on-demand or spot price anywhere, and launches only into a reserved block.
     capacity_block_only: bool = False
     capacity_block_source: str = ""
+    # Published Capacity Block rates by region (data/capacity_blocks.toml), for every type that has one.
+    capacity_block_prices: dict[str, CapacityBlockPrice] = field(default_factory=dict)
+    # AWS's published bandwidth where it states EFA and ENA separately (data/network.toml);
+    # network_gbps is the instance figure AWS publishes (DescribeInstanceTypes NetworkPerformance).
+    efa_gbps: Optional[float] = None
+    ena_gbps: Optional[float] = None
+    network_source: str = ""
 
     @property
     def accelerator_memory_total_gib(self) -> float:
@@ -90,6 +116,7 @@ class InstanceFacts:
         d["successors"] = list(self.successors)
         d["nvme"] = asdict(self.nvme) if self.nvme else None
         d["prices"] = {r: asdict(p) for r, p in sorted(self.prices.items())}
+        d["capacity_block_prices"] = {r: asdict(p) for r, p in sorted(self.capacity_block_prices.items())}
         return d
 
     @classmethod
@@ -101,4 +128,5 @@ class InstanceFacts:
         d["successors"] = tuple(d.get("successors", ()))
         d["nvme"] = NvmeDisks(**d["nvme"]) if d.get("nvme") else None
         d["prices"] = {r: Price(**p) for r, p in d.get("prices", {}).items()}
+        d["capacity_block_prices"] = {r: CapacityBlockPrice(**p) for r, p in d.get("capacity_block_prices", {}).items()}
         return cls(**d)

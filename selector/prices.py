@@ -18,6 +18,29 @@ MIN_USD_PER_HOUR = 1e-4
 MAX_USD_PER_HOUR = 1e5
 
 
+# A spot price below this share of on-demand is not a market price: it is a placeholder (moto
+# answers with fixed figures), a unit slip or a stale quote. The deepest discounts AWS shows on
+# its Spot Instance Advisor are "up to 90%", so 5% leaves a wide margin.
+MIN_SPOT_SHARE_OF_ON_DEMAND = 0.05
+
+
+def implausible(price: Optional[float], on_demand: Optional[float] = None, kind: str = "spot") -> Optional[str]:
+    """Why a price must not be used, or None. Shared by the price builder and live refresh."""
+    if price is None:
+        return "no figure"
+    if not price == price or price in (float("inf"), float("-inf")):
+        return f"{kind} price {price} is not a number"
+    if price <= 0:
+        return f"{kind} price {price:g} is zero or negative"
+    if price < MIN_USD_PER_HOUR or price > MAX_USD_PER_HOUR:
+        return f"{kind} price {price:g} is outside {MIN_USD_PER_HOUR:g}-{MAX_USD_PER_HOUR:g} USD/h"
+    if kind == "spot" and on_demand:
+        if price < MIN_SPOT_SHARE_OF_ON_DEMAND * on_demand:
+            return (f"spot price {price:g} is below {MIN_SPOT_SHARE_OF_ON_DEMAND:.0%} of on-demand {on_demand:g}: "
+                    "a placeholder or unit slip, not a market price")
+    return None
+
+
 def _money(value: Optional[str], where: str) -> Optional[float]:
     value = (value or "").strip()
     if not value:
