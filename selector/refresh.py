@@ -2,25 +2,23 @@
 
 - specs: DescribeInstanceTypes (every accelerated type the accelerator table knows);
 - where each type is offered: DescribeInstanceTypeOfferings per region;
-- spot: DescribeSpotPriceHistory, the median of the latest price in each AZ;
-- on-demand: the Price List API (pricing, us-east-1) where reachable.
-Prices the live APIs do not give keep the cited figure from data/prices.csv.
+- prices: live_prices (DescribeSpotPriceHistory per AZ, the Price List API once per region),
+  each figure checked by prices.implausible().
+Prices the live APIs do not give, or give implausibly, keep the cited figure from data/prices.csv.
 """
 from __future__ import annotations
 
 import datetime as dt
 import os
-import statistics
 import sys
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Optional
 
 from .accelerators import load_accelerators
 from .build import accelerator_of, facts_from_record, legacy_facts, load_capacity_blocks, load_legacy
 from .catalog import Catalog
-from .facts import Price
+from .live_prices import PRICED_REGIONS
 from .prices import PriceTable, load_prices
 
-PRICED_REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "ap-northeast-2")
 Log = Callable[[str], None]
 
 
@@ -52,41 +50,6 @@ def offered_in(ec2, names: list[str]) -> set[str]:
     return found
 
 
-def spot_medians(ec2, names: list[str], now: dt.datetime) -> dict[str, float]:
-    latest: dict[tuple[str, str], tuple[dt.datetime, float]] = {}
-    pages = ec2.get_paginator("describe_spot_price_history").paginate(
-        InstanceTypes=names, ProductDescriptions=["Linux/UNIX"], StartTime=now - dt.timedelta(days=1))
-    for page in pages:
-        for h in page["SpotPriceHistory"]:
-            key = (h["InstanceType"], h["AvailabilityZone"])
-            ts = h.get("Timestamp") or now
-            price = float(h["SpotPrice"])
-            if price > 0 and (key not in latest or ts > latest[key][0]):
-                latest[key] = (ts, price)
-    by_type: dict[str, list[float]] = {}
-    for (name, _az), (_ts, price) in latest.items():
-        by_type.setdefault(name, []).append(price)
-    return {n: round(statistics.median(v), 6) for n, v in by_type.items()}
-
-
-def on_demand_prices(pricing, names: Iterable[str], region: str) -> dict[str, float]:
-    import json
-    out = {}
-    for name in names:
-        resp = pricing.get_products(ServiceCode="AmazonEC2", Filters=[
-            {"Type": "TERM_MATCH", "Field": f, "Value": v} for f, v in (
-                ("instanceType", name), ("regionCode", region), ("operatingSystem", "Linux"),
-                ("tenancy", "Shared"), ("preInstalledSw", "NA"), ("capacitystatus", "Used"))])
-        for item in resp.get("PriceList", []):
-            product = json.loads(item) if isinstance(item, str) else item
-            for term in product.get("terms", {}).get("OnDemand", {}).values():
-                for dim in term.get("priceDimensions", {}).values():
-                    usd = float(dim.get("pricePerUnit", {}).get("USD", 0) or 0)
-                    if usd > 0:
-                        out[name] = usd
-    return out
-
-
 def refresh(
     *,
     regions: Optional[list[str]] = None,
@@ -98,7 +61,6 @@ def refresh(
     log: Log = _stderr,
 ) -> Catalog:
     import boto3  # only the refresh path pays for boto3
-    from botocore.exceptions import BotoCoreError, ClientError
 
     session = session or boto3.session.Session()
     home = session.region_name or "us-east-1"
@@ -118,38 +80,21 @@ def refresh(
         for n in offered_in(session.client("ec2", region_name=region), names):
             offered[n].add(region)
 
-    prices: dict[str, dict[str, Price]] = {n: dict(price_table.get(n, {})) for n in names}
+    prices: PriceTable = {n: dict(price_table.get(n, {})) for n in names}
     notes = ["prices without a live source are cited from selector/data/prices.csv"]
+    blocks = load_capacity_blocks()
     if live_prices:
-        stamp = today.isoformat()
-        pricing = session.client("pricing", region_name="us-east-1")
-        for region in [r for r in regions if r in PRICED_REGIONS or len(regions) <= 4]:
-            here = [n for n in names if region in offered[n]]
-            try:
-                spot = spot_medians(session.client("ec2", region_name=region), here, dt.datetime.now(dt.timezone.utc))
-            except (BotoCoreError, ClientError) as e:
-                log(f"warning: spot price history unavailable in {region} ({e}); keeping cited spot prices")
-                spot = {}
-            try:
-                od = on_demand_prices(pricing, here, region)
-            except (BotoCoreError, ClientError) as e:
-                log(f"warning: Price List API unavailable ({type(e).__name__}); keeping cited on-demand prices")
-                od = {}
-            for n in here:
-                old = prices[n].get(region)
-                if n not in spot and n not in od:
-                    continue
-                prices[n][region] = Price(
-                    on_demand=od.get(n, old.on_demand if old else None),
-                    spot=spot.get(n, old.spot if old else None),
-                    as_of=stamp,
-                    source=" + ".join(s for s, ok in (("Price List API", n in od),
-                                                      ("DescribeSpotPriceHistory median of AZs", n in spot)) if ok)
-                    + ("; rest cited: " + old.source if old and not (n in od and n in spot) else ""),
-                )
+        from .live_prices import live_table
+        priced = [r for r in regions if r in PRICED_REGIONS or len(regions) <= 4]
+        # Capacity-Block-only types have no on-demand or spot market to quote.
+        table, summaries = live_table(prices, {r: [n for n in names if r in offered[n] and n not in blocks]
+                                               for r in priced},
+                                      session=session, max_age_minutes=0, require_some=False, log=log)
+        for n, by_region in table.items():
+            prices[n].update(by_region)
+        notes.append("live prices: " + " | ".join(s.line() for s in summaries))
 
     legacy = load_legacy()
-    blocks = load_capacity_blocks()
     source = specs_source or f"EC2 DescribeInstanceTypes via {ec2.meta.endpoint_url} on {today.isoformat()}"
     types = {r["InstanceType"]: facts_from_record(r, accelerators, offered[r["InstanceType"]],
                                                    prices[r["InstanceType"]], legacy["retired"], source, blocks)

@@ -23,15 +23,19 @@ def test_refresh_rebuilds_the_embedded_specs(aws):
     assert logs == []
 
 
-def test_refresh_with_live_prices_uses_spot_history_and_survives_no_price_list(aws):
+def test_refresh_with_live_prices_rejects_moto_spot_placeholders_and_survives_no_price_list(aws):
     logs: list[str] = []
     fresh = refresh(regions=["us-west-2"], live_prices=True,
                     session=boto3.session.Session(region_name="us-east-1"), log=logs.append)
     p = fresh.get("p4d.24xlarge").price("us-west-2")
-    # moto's spot history quotes a placeholder price in every AZ; the median of it is taken.
-    assert p.spot == 0.00001 and "DescribeSpotPriceHistory" in p.source
+    cited = load_catalog().get("p4d.24xlarge").price("us-west-2")
+    # moto's spot history quotes a placeholder (0.00001) in every AZ: not a market price. It is
+    # refused, the cited figure stays, and both the price's source and the log say why.
+    assert (p.spot, p.spot_date) == (cited.spot, cited.spot_date)
+    assert "embedded figure kept" in p.spot_source and "1e-05" in p.spot_source
+    assert any("rejected implausible live prices" in line and "1e-05" in line for line in logs)
     # moto has no Price List API: the cited on-demand price stays, and the log says so.
-    assert p.on_demand == load_catalog().get("p4d.24xlarge").price("us-west-2").on_demand
+    assert p.on_demand == cited.on_demand and "Price List API unavailable" in p.source
     assert any("Price List API unavailable" in line for line in logs)
 
 
