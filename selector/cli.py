@@ -15,6 +15,10 @@ from typing import Optional
 from .errors import UserError
 from .validate import clean, finite_number
 
+# recommend --live: cached live prices younger than this many minutes are used without calling AWS.
+DEFAULT_MAX_AGE = 60
+MAX_AGE_LIMIT = 7 * 24 * 60
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line and exit 2, not a usage dump
@@ -39,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--catalog", metavar="FILE", help="a catalog written by 'catalog refresh --out'")
     s.add_argument("--prices", metavar="FILE", help="your own price CSV (private pricing, discounts)")
     s.add_argument("--profiles", metavar="FILE", help="extra or overriding profiles (TOML or YAML)")
+    s.add_argument("--live", action="store_true",
+                   help="current spot (per AZ) and on-demand prices from AWS (needs credentials; cached)")
+    s.add_argument("--max-age", metavar="MINUTES",
+                   help=f"with --live: use cached prices younger than this (default {DEFAULT_MAX_AGE}; 0 refetches)")
+    s.add_argument("--az", metavar="a,b", help="with --live: only these Availability Zones count for spot")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("show", help="one instance type's full catalog entry")
@@ -52,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--region", action="append", metavar="R", help="regions to check offerings in (repeatable; default: all)")
     r.add_argument("--out", metavar="FILE", help="where to write (default: print a summary and write nothing)")
     r.add_argument("--no-live-prices", action="store_true", help="keep the cited price table, skip price APIs")
+    r.add_argument("--prices", action="store_true",
+                   help="prices only: keep the embedded specs, fetch live spot and on-demand prices "
+                        "(default regions: the four the embedded prices cover)")
     return p
 
 
@@ -65,15 +77,60 @@ def _recommend(a: argparse.Namespace) -> str:
     catalog = load_catalog(a.catalog)
     # More rows than the catalog has types is a typo, not a wish; say so rather than clamp.
     top = None if a.top is None else int(finite_number(a.top, "--top", 1, max(len(catalog), 1), integer=True))
+    if not a.live and (a.max_age is not None or a.az is not None):
+        raise UserError(f"{'--max-age' if a.max_age is not None else '--az'} only applies with --live")
+    user_prices = None
     if a.prices:
         from .prices import load_prices
-        catalog = catalog.with_prices(load_prices(a.prices))
+        user_prices = load_prices(a.prices)
+        catalog.with_prices(user_prices)  # refuse an unknown type or region now, before any AWS call
     profile = get_profile(a.profile, load_profiles(a.profiles))
     measured = load_measurements(a.throughput, catalog.types) if a.throughput else None
     families = _families(a.families)
+    if a.live:  # after the local checks: a typo must not cost a round of AWS calls
+        catalog = _live_catalog(a, catalog)
+    if user_prices is not None:  # the user's own prices (private pricing, discounts) win over list prices
+        catalog = catalog.with_prices(user_prices)
     rec = recommend(profile, region=a.region, spot=a.spot, top=top, families=families,
                     measured=measured, catalog=catalog)
     return render.dumps(rec.to_dict()) if a.json else render.recommendation_text(rec)
+
+
+def _warn(message: str) -> None:
+    print(clean(message), file=sys.stderr)
+
+
+def _aws(what: str, call):
+    """Run call() (which talks to AWS); any botocore error becomes one line and exit 2."""
+    try:
+        import botocore.exceptions as bx
+    except ImportError:
+        raise UserError(f"{what} needs boto3: pip install 'dl-launcher[refresh]'") from None
+    try:
+        return call()
+    except (bx.NoCredentialsError, bx.PartialCredentialsError):
+        raise UserError(f"{what} needs AWS credentials (AWS_PROFILE or AWS_ACCESS_KEY_ID); none found") from None
+    except (bx.ClientError, bx.BotoCoreError) as e:
+        raise UserError(f"{what} failed talking to AWS: {' '.join(str(e).split())}") from None
+
+
+def _live_catalog(a: argparse.Namespace, catalog):
+    """The catalog with live prices for --region (recommend --live)."""
+    from . import live_prices
+
+    max_age = DEFAULT_MAX_AGE if a.max_age is None else finite_number(a.max_age, "--max-age", 0, MAX_AGE_LIMIT)
+    catalog.check_region(a.region)
+    azs = None
+    if a.az is not None:
+        names = [z.strip() for z in a.az.split(",")]
+        if not all(names):
+            raise UserError(f"--az {clean(repr(a.az))} has an empty name; pass AZ names such as {a.region}a,{a.region}b")
+        azs = live_prices.check_azs(names, [a.region])
+    table, summaries = _aws("recommend --live", lambda: live_prices.for_catalog(
+        catalog, [a.region], azs=azs, max_age_minutes=max_age, log=_warn))
+    for s in summaries:
+        _warn("live prices: " + s.line())
+    return catalog.with_prices(table)
 
 
 def _families(value: Optional[str]) -> Optional[list[str]]:
@@ -105,7 +162,40 @@ def _profiles(a: argparse.Namespace) -> str:
     return render.dumps(render.profiles_json(profiles)) if a.json else render.profiles_text(profiles)
 
 
+def _refresh_prices(a: argparse.Namespace) -> str:
+    """catalog refresh --prices: the embedded catalog with live prices; no DescribeInstanceTypes."""
+    from dataclasses import replace
+
+    from . import live_prices
+    from .catalog import load_catalog
+    from .refresh import check_writable, write_catalog
+
+    if a.no_live_prices:
+        raise UserError("--prices fetches live prices; --no-live-prices skips them: pass one of the two")
+    catalog = load_catalog()
+    regions = list(dict.fromkeys(a.region)) if a.region else list(live_prices.PRICED_REGIONS)
+    for r in regions:
+        catalog.check_region(r)
+    if a.out:
+        check_writable(a.out)  # before the AWS calls, not after
+    now = live_prices.utcnow()
+    table, summaries = _aws("catalog refresh", lambda: live_prices.for_catalog(
+        catalog, regions, max_age_minutes=0, now=now, log=_warn))
+    fresh = catalog.with_prices(table)
+    fresh = replace(fresh, notes=fresh.notes + (
+        f"live prices for {', '.join(regions)} fetched {live_prices.iso_minute(now)} "
+        "(DescribeSpotPriceHistory, Price List API); specs as embedded",))
+    if a.out:
+        write_catalog(fresh, a.out)  # all or nothing
+    lines = [s.line() for s in summaries]
+    lines.append(f"cached in {live_prices.cache_dir()}; "
+                 + (f"written to {a.out}" if a.out else "pass --out FILE to write a catalog with them"))
+    return "\n".join(lines)
+
+
 def _refresh(a: argparse.Namespace) -> str:
+    if a.prices:
+        return _refresh_prices(a)
     try:
         from .refresh import check_writable, refresh, write_catalog
         import botocore.exceptions as bx

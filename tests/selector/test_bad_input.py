@@ -237,8 +237,31 @@ REFRESH: list[Row] = [
     ("refresh-no-credentials", {}, ["catalog", "refresh", "--out", "{tmp}/c.json"], "needs AWS credentials"),
 ]
 
+LIVE: list[Row] = [
+    ("recommend-live-no-credentials", {}, REC + ["--live"], "recommend --live needs AWS credentials"),
+    ("recommend-live-spot-no-credentials", {}, REC + ["--live", "--spot", "--az", "us-east-1a"], "needs AWS credentials"),
+    ("recommend-az-without-live", {}, REC + ["--az", "us-east-1a"], "--az only applies with --live"),
+    ("recommend-max-age-without-live", {}, REC + ["--max-age", "5"], "--max-age only applies with --live"),
+    ("recommend-live-az-other-region", {}, REC + ["--live", "--az", "us-west-2a"],
+     "'us-west-2a' is not an Availability Zone of us-east-1"),
+    ("recommend-live-az-empty", {}, REC + ["--live", "--az", "us-east-1a,"], "has an empty name"),
+    ("recommend-live-az-esc", {}, REC + ["--live", "--az", "us-east-1\x1b[2Ja"], r"us-east-1\x1b[2Ja"),
+    ("recommend-live-max-age-negative", {}, REC + ["--live", "--max-age", "-5"], "--max-age must be at least 0"),
+    ("recommend-live-max-age-nan", {}, REC + ["--live", "--max-age", "nan"], "--max-age = nan is not a finite"),
+    ("recommend-live-unknown-region", {}, REC + ["--live", "--region", "us-east-9"], "unknown region 'us-east-9'"),
+    ("recommend-live-unknown-profile", {}, ["recommend", "--profile", "nope", "--live"], "unknown profile 'nope'"),
+    ("refresh-prices-no-credentials", {}, ["catalog", "refresh", "--prices", "--out", "{tmp}/c.json"],
+     "catalog refresh needs AWS credentials"),
+    ("refresh-prices-and-no-live-prices", {}, ["catalog", "refresh", "--prices", "--no-live-prices"],
+     "pass one of the two"),
+    ("refresh-prices-unknown-region", {}, ["catalog", "refresh", "--prices", "--region", "US-EAST-1"],
+     "closest: us-east-1"),
+    ("refresh-prices-out-directory", {"out": DIR}, ["catalog", "refresh", "--prices", "--out", "{tmp}/out"],
+     "is a directory"),
+]
+
 CLASSES = {"numbers": NUMBERS, "malformed": MALFORMED, "ignored": IGNORED_SETTINGS, "case": CASE,
-           "terminal": TERMINAL, "refresh": REFRESH}
+           "terminal": TERMINAL, "refresh": REFRESH, "live": LIVE}
 ROWS = [pytest.param(files, argv, expected, id=f"{cls}:{name}")
         for cls, rows in CLASSES.items() for name, files, argv, expected in rows]
 

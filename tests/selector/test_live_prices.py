@@ -355,3 +355,107 @@ def test_an_unwritable_cache_folder_is_a_warning_not_a_failure(monkeypatch, tmp_
 def test_az_region(az, region):
     assert live_prices.az_region(az, ["us-east-1", "us-west-2"]) == region
 
+
+# ---- the CLI -----------------------------------------------------------------------------------
+
+def run(capsys, *argv):
+    from selector.cli import main
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def no_aws(*a, **kw):
+    raise AssertionError("boto3 Session created: an AWS call was about to be made")
+
+
+def test_recommend_live_ranks_with_cached_live_prices_without_calling_aws(capsys, monkeypatch):
+    live(us_east_1_session(), now=live_prices.utcnow())  # the cache a run minutes ago left
+    monkeypatch.setattr(boto3.session, "Session", no_aws)
+    code, out, err = run(capsys, "recommend", "--profile", "multi-node-training", "--live", "--spot", "--json")
+    assert code == 0, err
+    p5 = next(c for c in json.loads(out)["candidates"] if c["instance_type"] == "p5.48xlarge")
+    assert p5["spot_price_per_hour"] == 20.48385  # the live median, not the embedded 20.2037
+    assert err.startswith("live prices: us-east-1:") and "cached" in err and "warning" not in err
+
+
+def test_recommend_live_with_az_counts_only_those(capsys, monkeypatch):
+    live(us_east_1_session(), now=live_prices.utcnow())
+    monkeypatch.setattr(boto3.session, "Session", no_aws)
+    code, out, err = run(capsys, "recommend", "--profile", "multi-node-training", "--live", "--spot", "--json",
+                         "--az", "us-east-1a,us-east-1d")
+    assert code == 0, err
+    p5 = next(c for c in json.loads(out)["candidates"] if c["instance_type"] == "p5.48xlarge")
+    assert p5["spot_price_per_hour"] == 21.60955
+
+
+def test_recommend_without_live_uses_the_embedded_figures(capsys, monkeypatch):
+    live(us_east_1_session(), now=live_prices.utcnow())  # a cache is there, and must not be read
+    monkeypatch.setattr(boto3.session, "Session", no_aws)
+    code, out, err = run(capsys, "recommend", "--profile", "multi-node-training", "--spot", "--json")
+    assert code == 0 and err == ""
+    p5 = next(c for c in json.loads(out)["candidates"] if c["instance_type"] == "p5.48xlarge")
+    assert p5["spot_price_per_hour"] == embedded("p5.48xlarge", "us-east-1").spot
+
+
+def test_recommend_live_without_credentials_is_one_line_and_caches_nothing(capsys, monkeypatch, price_cache):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    code, out, err = run(capsys, "recommend", "--profile", "multi-node-training", "--live")
+    assert code == 2 and out == ""
+    assert err == "error: recommend --live needs AWS credentials (AWS_PROFILE or AWS_ACCESS_KEY_ID); none found\n"
+    assert list(price_cache.iterdir()) == []
+
+
+def test_recommend_live_when_aws_cannot_be_reached_is_one_line_exit_2(capsys, monkeypatch, price_cache):
+    # conftest's fake credentials and dead endpoint: every call fails to connect.
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    code, out, err = run(capsys, "recommend", "--profile", "multi-node-training", "--live")
+    assert code == 2 and out == ""
+    assert err.startswith("error: no live prices could be fetched") and err.count("\n") == 1, err
+    assert "Traceback" not in err and list(price_cache.iterdir()) == []
+
+
+def test_recommend_live_botocore_error_outside_a_fetch_is_one_line(capsys, monkeypatch):
+    from botocore.exceptions import ProfileNotFound
+
+    def broken(*a, **kw):
+        raise ProfileNotFound(profile="nope")
+    monkeypatch.setattr(boto3.session, "Session", broken)
+    code, out, err = run(capsys, "recommend", "--profile", "multi-node-training", "--live")
+    assert code == 2 and err.startswith("error: recommend --live failed talking to AWS:") and err.count("\n") == 1
+
+
+def test_catalog_refresh_prices_writes_live_figures_and_keeps_the_specs(capsys, monkeypatch, tmp_path, price_cache):
+    import selector.refresh
+    s = us_east_1_session()
+    monkeypatch.setattr(boto3.session, "Session", lambda *a, **kw: s)
+    monkeypatch.setattr(selector.refresh, "describe_accelerated_types", no_aws)  # prices only: no specs call
+    out = tmp_path / "cat.json"
+    code, text, err = run(capsys, "catalog", "refresh", "--prices", "--region", "us-east-1", "--out", str(out))
+    assert code == 0, err
+    s.done()
+    first, *_rest, last = text.splitlines()
+    assert first.startswith("us-east-1: ") and "on-demand 4 live" in first and "spot 3 live" in first
+    assert last.endswith(f"written to {out}") and str(price_cache) in last
+    written = load_catalog(str(out))
+    assert written.specs_source == EMBEDDED.specs_source and written.as_of == EMBEDDED.as_of
+    p5 = written.get("p5.48xlarge").price("us-east-1")
+    assert (p5.on_demand, p5.spot, p5.spot_azs) == (55.04, 20.48385, 4)
+    assert p5.as_of == p5.spot_as_of and len(p5.as_of) == len("2026-11-22T10:31Z") and p5.as_of.endswith("Z")
+    assert written.get("p5.48xlarge").price("us-west-2") == embedded("p5.48xlarge", "us-west-2")  # not asked for
+    assert (price_cache / "us-east-1.json").is_file()
+    # The file round-trips through the CLI as a --catalog.
+    code, out_json, err = run(capsys, "recommend", "--profile", "multi-node-training", "--spot", "--json",
+                              "--catalog", str(out))
+    assert code == 0 and any(c["spot_price_per_hour"] == 20.48385 for c in json.loads(out_json)["candidates"])
+
+
+def test_catalog_refresh_prices_against_moto_rejects_placeholders(aws, capsys, tmp_path):
+    out = tmp_path / "cat.json"
+    code, text, err = run(capsys, "catalog", "refresh", "--prices", "--region", "us-west-2", "--out", str(out))
+    assert code == 0, err
+    assert text.startswith("us-west-2: ") and "spot 0 live" in text
+    assert "Price List API unavailable" in err and "rejected implausible live prices" in err
+    p = load_catalog(str(out)).get("p4d.24xlarge").price("us-west-2")
+    assert p.spot == embedded("p4d.24xlarge", "us-west-2").spot and "1e-05" in p.spot_source
