@@ -139,7 +139,7 @@ def on_demand_from_price_list(items: Iterable[Any], region: str) -> OnDemand:
     Only positive hourly USD dimensions of OnDemand terms count. $0.00 rows are real (a Capacity
     Block product carries one, marketoption CapacityBlock; reserved terms carry them too) and never
     a price; so are products outside the filters, checked again here."""
-    wanted = dict((("regionCode", region),) + PRICE_LIST_FILTERS[1:])
+    wanted = {"regionCode": region, **{k: v for k, v in PRICE_LIST_FILTERS if k != "productFamily"}}
     rates: dict[str, set[float]] = {}
     zero: set[str] = set()
     publication = ""
@@ -147,7 +147,10 @@ def on_demand_from_price_list(items: Iterable[Any], region: str) -> OnDemand:
         try:
             product = json.loads(item) if isinstance(item, str) else item
             attrs = product["product"]["attributes"]
-        except (ValueError, TypeError, KeyError):
+            family = product["product"].get("productFamily", "Compute Instance")
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+        if family != "Compute Instance":
             continue
         name = attrs.get("instanceType")
         if not isinstance(name, str) or not name:
@@ -538,7 +541,8 @@ def live_table(
     summaries = []
     for region, names in regions_types.items():
         q = quotes[region]
-        region_azs = {a for a in wanted_azs if az_region(a, [region])} if wanted_azs else None
+        # AZs named for other regions leave this one's spot figure across all its AZs.
+        region_azs = ({a for a in wanted_azs if az_region(a, [region])} or None) if wanted_azs else None
         if wanted_azs is not None and q.spot is not None:
             seen = {az for by in q.spot.values() for az in by}
             for az in sorted((region_azs or set()) - seen):

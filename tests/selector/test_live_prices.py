@@ -143,6 +143,47 @@ def test_a_zero_only_product_is_not_a_price():
     assert od.prices == {} and "$0.00" in od.unpriced["p5.48xlarge"]
 
 
+def _p4d_variant(**attrs) -> str:
+    """The recorded us-east-1 p4d.24xlarge product with some attributes and its rate changed."""
+    item = json.loads(recorded("get_products_us-east-1_page1.json")["PriceList"][0])
+    usd = attrs.pop("usd", None)
+    family = attrs.pop("productFamily", None)
+    item["product"]["attributes"].update(attrs)
+    if family:
+        item["product"]["productFamily"] = family
+    if usd:
+        (term,) = item["terms"]["OnDemand"].values()
+        (dim,) = term["priceDimensions"].values()
+        dim["pricePerUnit"]["USD"] = usd
+    return json.dumps(item)
+
+
+def test_products_outside_the_filters_are_not_read_even_if_the_api_returned_them():
+    items = [_p4d_variant(),
+             _p4d_variant(tenancy="Dedicated", usd="24.1534100000"),
+             _p4d_variant(operatingSystem="Windows", usd="25.8136420000"),
+             _p4d_variant(preInstalledSw="SQL Std", usd="28.0000000000"),
+             _p4d_variant(capacitystatus="UnusedCapacityReservation", usd="21.9576420000"),
+             _p4d_variant(regionCode="us-west-2", usd="21.9576400000"),
+             _p4d_variant(productFamily="Compute Instance (bare metal)", usd="30.0000000000")]
+    od = live_prices.on_demand_from_price_list(items, "us-east-1")
+    assert od.prices == {"p4d.24xlarge": 21.957642} and od.unpriced == {}
+
+
+def test_two_different_rates_for_one_type_are_not_guessed_between():
+    s = StubSession()
+    ec2 = s.stub("ec2", "us-east-1")
+    for n in (1, 2):
+        ec2.add_response("describe_spot_price_history", spot_page(n))
+    s.stub("pricing", "us-east-1").add_response("get_products", {
+        "FormatVersion": "aws_v1", "PriceList": [_p4d_variant(), _p4d_variant(usd="23.0000000000")]})
+    table, (summary,) = live(s)
+    p4d = table["p4d.24xlarge"]["us-east-1"]
+    assert p4d.on_demand == embedded("p4d.24xlarge", "us-east-1").on_demand
+    assert "2 different Linux on-demand rates (21.9576, 23)" in p4d.source
+    assert p4d.spot == 8.13555  # spot is judged against the embedded on-demand figure instead
+
+
 # ---- spot history ----------------------------------------------------------------------------
 
 def test_spot_is_the_median_of_the_latest_quote_in_each_az_and_on_demand_is_live():
@@ -187,6 +228,20 @@ def test_only_the_azs_asked_for_count():
     assert g6.spot == embedded("g6.xlarge", "us-east-1").spot
     assert "no spot quote in us-east-1a, us-east-1d" in g6.spot_source
     assert not any("no spot quote at all" in line for line in logs)
+
+
+def test_azs_named_for_one_region_leave_another_region_whole():
+    s = us_east_1_session()
+    s.stub("ec2", "us-west-2").add_response("describe_spot_price_history", {"SpotPriceHistory": [
+        {"AvailabilityZone": az, "InstanceType": "p4d.24xlarge", "ProductDescription": "Linux/UNIX",
+         "SpotPrice": price, "Timestamp": NOW - dt.timedelta(minutes=40)}
+        for az, price in (("us-west-2a", "8.352700"), ("us-west-2b", "8.901000"), ("us-west-2c", "7.998000"))]})
+    s.clients["pricing", "us-east-1"][1].add_response("get_products", recorded("get_products_us-west-2.json"))
+    table, _ = live(s, regions=["us-east-1", "us-west-2"], azs=["us-east-1a", "us-east-1d"])
+    s.done()
+    assert table["p5.48xlarge"]["us-east-1"].spot_azs == 2
+    west = table["p4d.24xlarge"]["us-west-2"]
+    assert (west.spot, west.spot_min, west.spot_max, west.spot_azs) == (8.3527, 7.998, 8.901, 3)
 
 
 def test_an_az_with_no_quotes_at_all_is_named():
