@@ -58,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("catalog", help="catalog maintenance")
     csub = s.add_subparsers(dest="catalog_command", required=True, parser_class=_Parser)
     r = csub.add_parser("refresh", help="rebuild the catalog from the EC2 APIs (needs AWS credentials)")
-    r.add_argument("--region", action="append", metavar="R", help="regions to check offerings in (repeatable; default: all)")
+    r.add_argument("--region", action="append", metavar="R",
+                   help="regions to check offerings in, or with --prices to price (repeatable; default: all)")
     r.add_argument("--out", metavar="FILE", help="where to write (default: print a summary and write nothing)")
     r.add_argument("--no-live-prices", action="store_true", help="keep the cited price table, skip price APIs")
     r.add_argument("--prices", action="store_true",
