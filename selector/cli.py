@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--profile", required=True)
     s.add_argument("--region", default="us-east-1")
     s.add_argument("--spot", action="store_true", help="rank with spot prices")
+    s.add_argument("--capacity-block", action="store_true",
+                   help="rank on Capacity Block for ML rates (types AWS sells only that way are excluded otherwise)")
     s.add_argument("--top", metavar="N", help="show the best N (1 to the catalog's size)")
     s.add_argument("--families", metavar="a,b", help="only these families (names retired ones too)")
     s.add_argument("--throughput", metavar="FILE", help="measured samples/s (CSV or JSON) that replace the model")
@@ -71,7 +73,10 @@ def _recommend(a: argparse.Namespace) -> str:
     profile = get_profile(a.profile, load_profiles(a.profiles))
     measured = load_measurements(a.throughput, catalog.types) if a.throughput else None
     families = _families(a.families)
-    rec = recommend(profile, region=a.region, spot=a.spot, top=top, families=families,
+    if a.spot and a.capacity_block:
+        raise UserError("--spot and --capacity-block name two markets; pick one (neither: on-demand)")
+    market = "capacity-block" if a.capacity_block else "spot" if a.spot else "on-demand"
+    rec = recommend(profile, region=a.region, market=market, top=top, families=families,
                     measured=measured, catalog=catalog)
     return render.dumps(rec.to_dict()) if a.json else render.recommendation_text(rec)
 
