@@ -76,6 +76,14 @@ class Catalog:
             types[name] = replace(facts, prices={**facts.prices, **by_region})
         return replace(self, types=types)
 
+    def with_capacity_block_prices(self, region: str, rates: dict) -> "Catalog":
+        """Quoted Capacity Block rates ({type: CapacityBlockPrice}) replace those on record in `region`."""
+        types = dict(self.types)
+        for name, rate in rates.items():
+            f = types[name]
+            types[name] = replace(f, capacity_block_prices={**f.capacity_block_prices, region: rate})
+        return replace(self, types=types)
+
     # ---- (de)serialisation -----------------------------------------------------------------
     def to_dict(self) -> dict:
         return {
