@@ -1,7 +1,6 @@
 """recommend(profile) -> Recommendation: filter by hard requirements, estimate, rank, explain."""
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
 
@@ -288,16 +287,19 @@ def _tie_groups(ranked: list[Candidate], objective: str, market: str) -> list[Ca
     metric = _MODEL_METRICS.get(objective)
     if metric is None:
         return ranked
+    widest = max((c.uncertainty for c in ranked), default=0.0)
     left, out = list(ranked), []
     while left:
         leader = left[0]
         lead = metric(leader, market)
         group = [leader]
         if lead is not None and lead > 0:
+            floor = lead * (1 - max(widest, leader.uncertainty))
             for c in left[1:]:
                 v = metric(c, market)
-                u = max(leader.uncertainty, c.uncertainty)
-                if v is not None and v >= lead * (1 - u):
+                if v is None or v < floor:
+                    break  # sorted by the metric: nothing further down can tie
+                if v >= lead * (1 - max(leader.uncertainty, c.uncertainty)):
                     group.append(c)
         if len(group) > 1:
             order = {c.instance_type: i for i, c in enumerate(group)}
