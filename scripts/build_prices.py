@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spot-date-note", default="", help="one sentence on how spot_as_of was established")
     ap.add_argument("--spot-previous", help="an older vms.csv to compare the spot medians with")
     ap.add_argument("--spot-previous-ref", default="", help="citation for --spot-previous")
+    ap.add_argument("--spot-previous-families", default="",
+                    help="comma-separated families to compare (when --spot-previous holds only some)")
     ap.add_argument("--catalog", default=str(DATA / "catalog.json"), help="catalog whose types are priced")
     ap.add_argument("--out", default=str(DATA / "prices.csv"))
     ap.add_argument("--sources", default=str(DATA / "prices_sources.toml"))
@@ -90,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.spot_previous:
             old = spot_stats(read_spot_quotes(_read(a.spot_previous, "spot file"), a.spot_previous), types,
                              on_demand=od.prices)
-            comparison = (("older snapshot", a.spot_previous_ref or a.spot_previous),) + compare_snapshots(spot, old)
+            comparison = (("older snapshot", a.spot_previous_ref or a.spot_previous),) + compare_snapshots(
+                spot, old, [f.strip() for f in a.spot_previous_families.split(",") if f.strip()] or None)
         od_ref, spot_ref = a.on_demand_ref or a.on_demand, a.spot_ref or a.spot
         rows, orphans = build_rows(od, spot, types, retired, od_ref, spot_ref, as_of, a.spot_as_of)
         sources = Sources(

@@ -344,23 +344,39 @@ def load_sources_toml(text: str) -> Sources:
     )
 
 
-def compare_snapshots(new: SpotSource, old: SpotSource) -> tuple[tuple[str, str], ...]:
-    """How the spot medians moved between an older snapshot and this one, as (key, value) lines."""
-    both = sorted(set(new.stats) & set(old.stats))
+def compare_snapshots(new: SpotSource, old: SpotSource,
+                      families: Optional[Iterable[str]] = None) -> tuple[tuple[str, str], ...]:
+    """How the spot medians moved from an older snapshot to this one, as (key, value) lines.
+
+    `families` limits the comparison to those families (for an older snapshot read only in part)."""
+    keep = set(families) if families else None
+
+    def scoped(stats: dict[tuple[str, str], SpotStats]) -> set[tuple[str, str]]:
+        return {k for k in stats if keep is None or k[0].split(".")[0] in keep}
+    new_keys, old_keys = scoped(new.stats), scoped(old.stats)
+    both = sorted(new_keys & old_keys)
+    lines: list[tuple[str, str]] = []
+    if keep is not None:
+        lines.append(("families compared", ", ".join(sorted(keep))))
+    lines.append(("pairs compared", str(len(both))))
     if not both:
-        return (("pairs compared", "0"),)
+        return tuple(lines)
     change = {k: new.stats[k].median / old.stats[k].median - 1 for k in both}
     order = sorted(both, key=lambda k: (change[k], k))
-    med = statistics.median(change.values())
-    moved = sum(1 for v in change.values() if abs(v) >= 0.10)
 
     def name(k: tuple[str, str]) -> str:
-        return (f"{k[0]} {k[1]} {money(old.stats[k].median)} -> {money(new.stats[k].median)} "
+        return (f"{k[0]} {k[1]}: {money(old.stats[k].median)} -> {money(new.stats[k].median)} "
                 f"({change[k]:+.0%})")
-    return (("pairs compared", str(len(both))), ("median change", f"{med:+.1%}"),
-            ("moved 10% or more", str(moved)), ("largest fall", name(order[0])), ("largest rise", name(order[-1])),
-            ("only in the older snapshot", str(len(set(old.stats) - set(new.stats)))),
-            ("only in this snapshot", str(len(set(new.stats) - set(old.stats)))))
+    lines += [("median change", f"{statistics.median(change.values()):+.0%}"),
+              ("moved 10% or more", str(sum(1 for v in change.values() if abs(v) >= 0.10))),
+              ("moved 25% or more", str(sum(1 for v in change.values() if abs(v) >= 0.25))),
+              ("fell", str(sum(1 for v in change.values() if v < 0))),
+              ("rose", str(sum(1 for v in change.values() if v > 0)))]
+    lines += [(f"largest fall {i}", name(k)) for i, k in enumerate(order[:5], 1) if change[k] < 0]
+    lines += [(f"largest rise {i}", name(k)) for i, k in enumerate(reversed(order[-5:]), 1) if change[k] > 0]
+    lines += [("only in the older snapshot", str(len(old_keys - new_keys))),
+              ("only in this snapshot", str(len(new_keys - old_keys)))]
+    return tuple(lines)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,9 +436,11 @@ def render_markdown(rows: list[dict[str, str]], s: Sources, regions: Iterable[st
     at_od = [r for r in with_spot if r["spot_max"]
              and abs(float(r["spot_max"]) - float(r["on_demand_usd_per_hour"])) <= QUOTE_STEP]
     L += ["", f"{len(at_od)} spot rows have at least one AZ quoting the on-demand price (`spot_max` = on-demand "
-          f"within the {QUOTE_STEP:g} USD step spot is quoted in); their median is kept as it is. Over all rows, {s.spot_at_on_demand} kept AZ quotes equal their "
-          "own row's on-demand price.",
-          "", "## Single-AZ spot figures", ""]
+          f"within the {QUOTE_STEP:g} USD step spot is quoted in); their median is kept as it is. Over all rows, "
+          f"{s.spot_at_on_demand} kept AZ quotes equal their own row's on-demand price.", ""]
+    L += [f"- {r['instance_type']} in {r['region']}: median {r['spot_usd_per_hour']} over {r['spot_azs']} AZ(s), "
+          f"{r['spot_min']} to {r['spot_max']}; on-demand {r['on_demand_usd_per_hour']}" for r in at_od]
+    L += ["", "## Single-AZ spot figures", ""]
     L += [f"- {r['instance_type']} in {r['region']}: {r['spot_usd_per_hour']}" for r in single] or ["- none"]
     L += ["", "## Left out and rejected quotes", "",
           f"Local Zone / Wavelength Zone quotes left out: {sum(n for _, n in s.zones_excluded)}"
@@ -436,7 +454,10 @@ def render_markdown(rows: list[dict[str, str]], s: Sources, regions: Iterable[st
           f"{len(s.spot_without_on_demand)}."]
     L += [f"- {t} in {r}: median {p} over {n} AZ(s)" for t, r, p, n in s.spot_without_on_demand]
     if s.comparison:
-        L += ["", "## Against an older spot snapshot", ""]
+        L += ["", "## Against an older spot snapshot", "",
+              "The same medians (same rule, same four regions) computed from an older snapshot of the spot source, "
+              "to show how far a spot figure moves between snapshots: read `spot_usd_per_hour` as a dated "
+              "observation, not a quote.", ""]
         L += [f"- {k}: {v}" for k, v in s.comparison]
     L += ["", "## Gaps", "", "Catalog types with no on-demand price in any of the regions:", ""]
     L += [f"- {t}" for t in s.types if t not in types_priced] or ["- none"]
@@ -446,6 +467,10 @@ def render_markdown(rows: list[dict[str, str]], s: Sources, regions: Iterable[st
         by_type.setdefault(r["instance_type"], []).append(r["region"])
     partial = [(t, [g for g in regions if g not in by_type[t]]) for t in types_priced if len(by_type[t]) < len(regions)]
     L += [f"- {t}: none in {', '.join(gone)}" for t, gone in partial] or ["- none"]
-    L += ["", "Rows with an on-demand price but no spot figure:", ""]
-    L += [f"- {r['instance_type']} in {r['region']}" for r in rows if not r["spot_usd_per_hour"]] or ["- none"]
+    L += ["", "Rows with an on-demand price but no spot figure (no quote for the type there in the snapshot):", ""]
+    no_spot: dict[str, list[str]] = {}
+    for r in rows:
+        if not r["spot_usd_per_hour"]:
+            no_spot.setdefault(r["instance_type"], []).append(r["region"])
+    L += [f"- {t}: {', '.join(sorted(g))}" for t, g in sorted(no_spot.items())] or ["- none"]
     return "\n".join(L) + "\n"

@@ -239,3 +239,19 @@ def test_a_users_four_column_file_still_loads(tmp_path):
     assert (p.on_demand, p.spot, p.spot_min, p.spot_max, p.spot_azs, p.spot_as_of, p.spot_source) == \
         (0.70, 0.30, None, None, 0, "", "")
     assert p.as_of == "unknown" and p.spot_date == "unknown"
+
+
+def test_snapshot_comparison_by_hand():
+    from selector.price_sources import SpotSource, SpotStats, compare_snapshots
+
+    def src(**medians):
+        return SpotSource(stats={tuple(k.split("__")): SpotStats(m, m, m, 1, 0) for k, m in medians.items()})
+    old = src(**{"inf2.48xlarge__us-east-1": 2.0, "p4d.24xlarge__us-west-2": 10.0, "g6.xlarge__us-east-1": 1.0})
+    new = src(**{"inf2.48xlarge__us-east-1": 5.0, "p4d.24xlarge__us-west-2": 5.0, "g6.xlarge__us-east-1": 9.0,
+                 "p5.48xlarge__us-east-1": 20.0})
+    lines = dict(compare_snapshots(new, old, families=["inf2", "p4d", "p5"]))
+    assert lines["pairs compared"] == "2"  # g6 is out of scope; p5 is only in the new one
+    assert lines["median change"] == "+50%"  # median of +150% and -50%
+    assert lines["largest fall 1"] == "p4d.24xlarge us-west-2: 10.0 -> 5.0 (-50%)"
+    assert lines["largest rise 1"] == "inf2.48xlarge us-east-1: 2.0 -> 5.0 (+150%)"
+    assert (lines["only in this snapshot"], lines["only in the older snapshot"]) == ("1", "0")
