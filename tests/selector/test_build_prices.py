@@ -1,9 +1,11 @@
 """scripts/build_prices.py and selector/price_sources.py against cuts of the two real source files
 (tests/data/price_sources, see its README), with every expected figure worked out by hand from
-the fixture rows; load_prices on the new optional columns."""
+the fixture rows; load_prices on the new optional columns; the committed prices.md against the
+committed prices.csv."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +15,14 @@ import pytest
 from selector.errors import UserError
 from selector.price_sources import (
     CSV_COLUMNS,
+    REGIONS,
     Quote,
     is_regular_az,
     load_sources_toml,
     parse_on_demand_js,
     read_csv_rows,
     read_spot_quotes,
+    render_markdown,
     spot_stats,
 )
 from selector.prices import load_prices
@@ -239,6 +243,41 @@ def test_a_users_four_column_file_still_loads(tmp_path):
     assert (p.on_demand, p.spot, p.spot_min, p.spot_max, p.spot_azs, p.spot_as_of, p.spot_source) == \
         (0.70, 0.30, None, None, 0, "", "")
     assert p.as_of == "unknown" and p.spot_date == "unknown"
+
+
+# ---- the committed files -----------------------------------------------------------------------
+
+def test_committed_prices_md_is_what_the_script_renders_from_the_committed_csv():
+    rows = read_csv_rows((DATA / "prices.csv").read_text(encoding="utf-8"))
+    sources = load_sources_toml((DATA / "prices_sources.toml").read_text(encoding="utf-8"))
+    assert (DATA / "prices.md").read_text(encoding="utf-8") == render_markdown(rows, sources), \
+        "prices.md is stale: run scripts/build_prices.py --md-only (or rebuild from the sources)"
+
+
+def test_md_only_rerenders_the_committed_page(tmp_path):
+    for name in ("prices.csv", "prices_sources.toml"):
+        shutil.copy(DATA / name, tmp_path / name)
+    r = subprocess.run([sys.executable, str(SCRIPT), "--md-only", "--out", str(tmp_path / "prices.csv"),
+                        "--sources", str(tmp_path / "prices_sources.toml"), "--md", str(tmp_path / "prices.md")],
+                       check=False, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "prices.md").read_bytes() == (DATA / "prices.md").read_bytes()
+
+
+def test_committed_prices_csv_keeps_its_own_promises():
+    rows = read_csv_rows((DATA / "prices.csv").read_text(encoding="utf-8"))
+    assert tuple(rows[0]) == CSV_COLUMNS
+    assert {r["region"] for r in rows} <= set(REGIONS)
+    keys = [(r["instance_type"], r["region"]) for r in rows]
+    assert keys == sorted(keys), "rows are sorted by type, then region"
+    for r in rows:
+        single = r["spot_azs"] == "1"
+        assert single == ("spot from 1 AZ" in r["note"]), r
+        if r["spot_usd_per_hour"]:
+            assert r["spot_source"] and r["spot_as_of"] and int(r["spot_azs"]) >= 1, r
+            assert float(r["spot_usd_per_hour"]) <= float(r["on_demand_usd_per_hour"]) + 0.0001, r
+    load_prices(str(DATA / "prices.csv"))  # the spread checks hold for every row
+    assert "/tmp" not in (DATA / "prices.md").read_text(encoding="utf-8")
 
 
 def test_snapshot_comparison_by_hand():
