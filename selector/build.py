@@ -10,7 +10,7 @@ import tomllib
 from typing import Any, Iterable, Optional
 
 from .accelerators import AcceleratorSpec
-from .facts import InstanceFacts, NvmeDisks, Price
+from .facts import CapacityBlockPrice, InstanceFacts, NvmeDisks, Price
 
 from .paths import data_file
 MIB_PER_GIB = 1024
@@ -74,7 +74,7 @@ def facts_from_record(
     family = family_of(record["InstanceType"])
     memory_gib = spec.memory_gib_override or round(acc["memory_mib"] / MIB_PER_GIB, 2)
     life = retired.get(family, {})
-    block = (capacity_blocks or {}).get(record["InstanceType"])
+    block = (capacity_blocks or {}).get(record["InstanceType"]) or {}
     return InstanceFacts(
         instance_type=record["InstanceType"],
         family=family,
@@ -104,8 +104,9 @@ def facts_from_record(
         retired=bool(life),
         successors=tuple(life.get("successors", ())),
         specs_source=specs_source,
-        capacity_block_only=block is not None,
-        capacity_block_source=block["source"] if block else "",
+        capacity_block_only=bool(block.get("only")),
+        capacity_block_source=block.get("source", ""),
+        capacity_block_prices=dict(block.get("rates", {})),
     )
 
 
@@ -115,13 +116,21 @@ def load_legacy(path: str = data_file("legacy.toml")) -> dict[str, Any]:
 
 
 def load_capacity_blocks(path: str = data_file("capacity_blocks.toml")) -> dict[str, dict[str, Any]]:
-    """{instance type: {"source": ...}} for the types AWS sells only as Capacity Blocks for ML."""
+    """{instance type: {"only": bool, "source": str, "rates": {region: CapacityBlockPrice}}} for the
+    types AWS sells as Capacity Blocks for ML (`only`: sold no other way)."""
     with open(path, "rb") as f:
-        types = tomllib.load(f)["types"]
-    for name, entry in types.items():
+        data = tomllib.load(f)
+    out = {}
+    for name, entry in data["types"].items():
         if not str(entry.get("source", "")).strip():
             raise ValueError(f"{path}: {name} needs a source")  # every fact in the catalog is cited
-    return types
+        rates = {}
+        for region, usd in entry.get("rates", {}).items():
+            if not isinstance(usd, (int, float)) or not 1 <= usd <= 10_000:
+                raise ValueError(f"{path}: {name} rate in {region} must be USD per instance-hour, got {usd!r}")
+            rates[region] = CapacityBlockPrice(float(usd), data["rates_as_of"], data["rates_source"])
+        out[name] = {"only": bool(entry.get("only", False)), "source": entry["source"], "rates": rates}
+    return out
 
 
 def legacy_facts(

@@ -76,6 +76,14 @@ class Catalog:
             types[name] = replace(facts, prices={**facts.prices, **by_region})
         return replace(self, types=types)
 
+    def with_capacity_block_prices(self, region: str, rates: dict) -> "Catalog":
+        """Quoted Capacity Block rates ({type: CapacityBlockPrice}) replace those on record in `region`."""
+        types = dict(self.types)
+        for name, rate in rates.items():
+            f = types[name]
+            types[name] = replace(f, capacity_block_prices={**f.capacity_block_prices, region: rate})
+        return replace(self, types=types)
+
     # ---- (de)serialisation -----------------------------------------------------------------
     def to_dict(self) -> dict:
         return {
@@ -189,6 +197,14 @@ def _check_facts(t: dict, where: str) -> None:
             raise UserError(f"{where}.nvme must be null or {{count, size_gb}}")
         for k in ("count", "size_gb"):
             finite_number(nvme[k], f"{where}.nvme.{k}", 0, _MAX_COUNT, integer=True)
+    blocks = t.get("capacity_block_prices", {})
+    if not isinstance(blocks, dict):
+        raise UserError(f"{where}.capacity_block_prices must be an object of region -> rate")
+    for region, b in blocks.items():
+        if not isinstance(b, dict) or not isinstance(b.get("as_of"), str) or not isinstance(b.get("source"), str):
+            raise UserError(f"{where}.capacity_block_prices[{region!r}] must be {{usd_per_hour, as_of, source}}")
+        finite_number(b.get("usd_per_hour"), f"{where}.capacity_block_prices[{region!r}].usd_per_hour",
+                      MIN_USD_PER_HOUR, MAX_USD_PER_HOUR)
     prices = t.get("prices", {})
     if not isinstance(prices, dict):
         raise UserError(f"{where}.prices must be an object of region -> price")

@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--profile", required=True)
     s.add_argument("--region", default="us-east-1")
     s.add_argument("--spot", action="store_true", help="rank with spot prices")
+    s.add_argument("--capacity-block", action="store_true",
+                   help="rank on Capacity Block for ML rates (types AWS sells only that way are excluded otherwise)")
     s.add_argument("--top", metavar="N", help="show the best N (1 to the catalog's size)")
     s.add_argument("--families", metavar="a,b", help="only these families (names retired ones too)")
     s.add_argument("--throughput", metavar="FILE", help="measured samples/s (CSV or JSON) that replace the model")
@@ -88,11 +90,14 @@ def _recommend(a: argparse.Namespace) -> str:
     profile = get_profile(a.profile, load_profiles(a.profiles))
     measured = load_measurements(a.throughput, catalog.types) if a.throughput else None
     families = _families(a.families)
+    if a.spot and a.capacity_block:
+        raise UserError("--spot and --capacity-block name two markets; pick one (neither: on-demand)")
+    market = "capacity-block" if a.capacity_block else "spot" if a.spot else "on-demand"
     if a.live:  # after the local checks: a typo must not cost a round of AWS calls
         catalog = _live_catalog(a, catalog)
     if user_prices is not None:  # the user's own prices (private pricing, discounts) win over list prices
         catalog = catalog.with_prices(user_prices)
-    rec = recommend(profile, region=a.region, spot=a.spot, top=top, families=families,
+    rec = recommend(profile, region=a.region, market=market, top=top, families=families,
                     measured=measured, catalog=catalog)
     return render.dumps(rec.to_dict()) if a.json else render.recommendation_text(rec)
 

@@ -2,19 +2,29 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Union
 
+from . import freshness
 from .accelerators import AcceleratorSpec, load_accelerators
 from .catalog import Catalog, load_catalog
-from .facts import InstanceFacts
+from .errors import unknown
+from .facts import InstanceFacts, Price
 from .profiles import Profile, get_profile
-from .requirements import Context, failures
+from .requirements import MARKETS, Context, failures
 from .throughput import Estimate, Measurement, model
 
 DEFAULT_REGION = "us-east-1"
-# What to say instead of "no price on record" for a type AWS sells only as Capacity Blocks.
-CAPACITY_BLOCK_ONLY = ("sold only as Capacity Blocks for ML (no on-demand or spot price): reserve one and pass "
-                       "-c capacity_reservation=cr-... -c market=capacity-block")
+# What to say about a type AWS sells only as Capacity Blocks, where no on-demand or spot price exists.
+CAPACITY_BLOCK_ONLY = ("sold only as Capacity Blocks for ML (no on-demand or spot price): rank it with "
+                       "--capacity-block; reserve one and pass -c capacity_reservation=cr-... -c market=capacity-block")
+
+Market = Union[bool, str]  # True/False (spot or on-demand, the older API) or one of MARKETS
+
+
+def market_name(market: Market) -> str:
+    if isinstance(market, bool):
+        return "spot" if market else "on-demand"
+    return market
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,13 @@ class Candidate:
     spot_price_per_hour: Optional[float]
     samples_per_second: float
     throughput_source: str
+    capacity_block_price_per_hour: Optional[float] = None
+    # The model's stated uncertainty for this figure (0.15 = +-15%); 0 for measured figures.
+    uncertainty: float = 0.0
+    throughput_basis: str = ""
+    # Candidates whose ranking metric lies within each other's uncertainty: reported as a tie,
+    # cheaper first. Empty when the candidate stands alone.
+    tied_with: tuple[str, ...] = ()
     # What the reasons are made of; the sentences are written only when someone reads them
     # (a --top 5 table reads five), which keeps ranking the whole catalog cheap.
     _explanation: str = field(repr=False, default="")
@@ -37,14 +54,19 @@ class Candidate:
         price = facts.price(region)
         out = [_meets(facts), self._explanation]
         if price:
-            out.append(f"{_fmt_price(price.on_demand)} on-demand, {_fmt_price(price.spot)} spot in {region} "
-                       f"(as of {price.as_of}; {price.source})")
+            out.append(price_line(price, region))
         elif facts.capacity_block_only:
-            out.append(CAPACITY_BLOCK_ONLY + " (ranked after priced types on cost objectives)")
+            out.append(CAPACITY_BLOCK_ONLY)
         else:
             out.append(f"no price on record for {region}: ranked after priced types on cost objectives")
+        block = facts.capacity_block_prices.get(region)
+        if block:
+            out.append(f"Capacity Block rate {_fmt_price(block.usd_per_hour)} in {region} "
+                       f"({freshness.describe(block.as_of)}; {block.source})")
         if m and (m.price_per_hour or m.spot_price_per_hour):
             out.append(f"prices from {m.source}")
+        if self.tied_with:
+            out.append(f"ties with {', '.join(self.tied_with)}: within the model's uncertainty, so the cheaper ranks first")
         return tuple(out)
 
     @property
@@ -59,15 +81,22 @@ class Candidate:
     def spot_samples_per_dollar(self) -> Optional[float]:
         return _per_dollar(self.samples_per_second, self.spot_price_per_hour)
 
-    def hourly(self, spot: bool) -> Optional[float]:
-        """The price the ranking uses: spot or on-demand."""
-        return self.spot_price_per_hour if spot else self.price_per_hour
+    def hourly(self, market: Market) -> Optional[float]:
+        """The price the ranking uses in `market` (True/False: spot/on-demand)."""
+        m = market_name(market)
+        if m == "spot":
+            return self.spot_price_per_hour
+        if m == "capacity-block":
+            return self.capacity_block_price_per_hour
+        return self.price_per_hour
 
-    def per_dollar(self, spot: bool) -> Optional[float]:
-        return self.spot_samples_per_dollar if spot else self.samples_per_dollar
+    def per_dollar(self, market: Market) -> Optional[float]:
+        return _per_dollar(self.samples_per_second, self.hourly(market))
 
     def to_dict(self) -> dict[str, Any]:
         f = self.facts
+        price = f.price(self._region)
+        block = f.capacity_block_prices.get(self._region)
         return {
             "instance_type": f.instance_type,
             "rank": self.rank,
@@ -81,18 +110,64 @@ class Candidate:
             "efa": f.efa,
             "max_efa_interfaces": f.max_efa_interfaces,
             "network_gbps": f.network_gbps,
+            "efa_gbps": f.efa_gbps,
+            "ena_gbps": f.ena_gbps,
             "nvme_disks": {"count": f.nvme.count, "size_gb": f.nvme.size_gb} if f.nvme else None,
             "vcpus": f.vcpus,
             "memory_gib": f.memory_gib,
             "architecture": f.architecture,
             "price_per_hour": self.price_per_hour,
             "spot_price_per_hour": self.spot_price_per_hour,
+            "capacity_block_price_per_hour": self.capacity_block_price_per_hour,
+            "price": price_dict(price, self._measured),
+            "capacity_block_price": ({"usd_per_hour": block.usd_per_hour, "as_of": block.as_of,
+                                      "age_days": freshness.age_days(block.as_of), "source": block.source}
+                                     if block else None),
             "samples_per_second": self.samples_per_second,
             "samples_per_dollar": _round(self.samples_per_dollar),
             "spot_samples_per_dollar": _round(self.spot_samples_per_dollar),
+            "capacity_block_samples_per_dollar": _round(self.per_dollar("capacity-block")),
             "throughput_source": self.throughput_source,
+            "throughput_basis": self.throughput_basis,
+            "throughput_uncertainty": self.uncertainty,
+            "tied_with": list(self.tied_with),
             "reasons": list(self.reasons),
         }
+
+
+def price_line(price: Price, region: str) -> str:
+    """One sentence: both prices, each with its date, age and source; spot with its spread."""
+    od = f"{_fmt_price(price.on_demand)} on-demand in {region} ({freshness.describe(price.as_of)}; {price.source})"
+    if price.spot is None:
+        return od + "; no spot price on record"
+    return od + f"; {_fmt_price(price.spot)} spot, {spot_spread(price)} ({freshness.describe(price.spot_date)}" \
+        + (f"; {price.spot_source}" if price.spot_source else "") + ")"
+
+
+def spot_spread(price: Price) -> str:
+    """'median of 4 AZs, $6.90-$9.10' / 'from 1 AZ only: not a market-wide figure' / 'AZ count not recorded'."""
+    if price.spot_azs == 1:
+        return "from 1 AZ only: not a market-wide figure"
+    if price.spot_azs > 1:
+        spread = (f", {_fmt_price(price.spot_min)}-{_fmt_price(price.spot_max)}"
+                  if price.spot_min is not None and price.spot_max is not None else "")
+        return f"median of {price.spot_azs} AZs{spread}"
+    return "AZ count not recorded"
+
+
+def price_dict(price: Optional[Price], measured: Optional[Measurement] = None) -> Optional[dict[str, Any]]:
+    if price is None:
+        return None
+    return {
+        "on_demand": {"usd_per_hour": price.on_demand, "as_of": price.as_of,
+                      "age_days": freshness.age_days(price.as_of), "source": price.source},
+        "spot": None if price.spot is None else {
+            "usd_per_hour": price.spot, "min": price.spot_min, "max": price.spot_max, "azs": price.spot_azs or None,
+            "single_az": price.spot_azs == 1, "as_of": price.spot_date,
+            "age_days": freshness.age_days(price.spot_date), "source": price.spot_source or price.source},
+        "note": price.note,
+        "overridden_by": measured.source if measured and (measured.price_per_hour or measured.spot_price_per_hour) else None,
+    }
 
 
 @dataclass(frozen=True)
@@ -114,6 +189,11 @@ class Recommendation:
     excluded: tuple[Excluded, ...]
     why: str
     notes: tuple[str, ...] = field(default=())
+    market: str = ""  # one of MARKETS; "" = from `spot`
+
+    def __post_init__(self) -> None:
+        if not self.market:
+            object.__setattr__(self, "market", "spot" if self.spot else "on-demand")
 
     @property
     def pick(self) -> Optional[Candidate]:
@@ -128,13 +208,37 @@ class Recommendation:
             "profile": self.profile.name,
             "region": self.region,
             "spot": self.spot,
+            "market": self.market,
             "objective": self.profile.objective,
             "catalog_as_of": self.catalog_as_of,
+            "prices": price_summary(self.candidates, self.region),
             "why": self.why,
             "candidates": [c.to_dict() for c in self.candidates],
             "excluded": [e.to_dict() for e in self.excluded],
             "notes": list(self.notes),
         }
+
+
+def price_summary(candidates: Iterable[Candidate], region: str) -> list[dict[str, Any]]:
+    """Each distinct price source behind the shown candidates, with its date and age: what the
+    table's footer says and what --json carries, so nobody reads an old figure as today's."""
+    seen: dict[tuple[str, str, str], int] = {}
+    for c in candidates:
+        p = c.facts.price(region)
+        if p is None:
+            continue
+        for kind, as_of, source in (("on-demand", p.as_of, p.source),
+                                    ("spot", p.spot_date, p.spot_source or p.source)):
+            if kind == "spot" and p.spot is None:
+                continue
+            key = (kind, as_of, source)
+            seen[key] = seen.get(key, 0) + 1
+        block = c.facts.capacity_block_prices.get(region)
+        if block:
+            key = ("capacity-block", block.as_of, block.source)
+            seen[key] = seen.get(key, 0) + 1
+    return [{"kind": k, "as_of": a, "age_days": freshness.age_days(a), "source": s, "types": n}
+            for (k, a, s), n in seen.items()]
 
 
 def _per_dollar(sps: float, price: Optional[float]) -> Optional[float]:
@@ -149,13 +253,13 @@ def _round(x: Optional[float]) -> Optional[float]:
 _MISSING = float("inf")
 
 
-def _sort_key(objective: str, spot: bool):
+def _sort_key(objective: str, market: str):
     def price(c: Candidate) -> float:
-        p = c.hourly(spot)
+        p = c.hourly(market)
         return p if p is not None else _MISSING
 
     def per_dollar(c: Candidate) -> float:
-        v = c.per_dollar(spot)
+        v = c.per_dollar(market)
         return -v if v is not None else _MISSING
 
     keys = {
@@ -165,6 +269,53 @@ def _sort_key(objective: str, spot: bool):
         "max_accelerator_memory": lambda c: (-c.facts.accelerator_memory_total_gib, -c.samples_per_second, price(c), c.instance_type),
     }
     return keys[objective]
+
+
+# Objectives whose ranking rests on the throughput figure, and so on its uncertainty.
+_MODEL_METRICS = {
+    "max_throughput": lambda c, market: c.samples_per_second,
+    "max_samples_per_dollar": lambda c, market: c.per_dollar(market),
+}
+
+
+def _tie_groups(ranked: list[Candidate], objective: str, market: str) -> list[Candidate]:
+    """Re-rank so that candidates the model cannot tell apart are reported as ties, cheaper first.
+
+    Walking down the ranking, the leader of what is left ties with every candidate whose metric is
+    within the larger of the two stated uncertainties of the leader's (metric >= leader x (1 - u)).
+    A figure with no uncertainty (measured by the user) ties only with an equal one."""
+    metric = _MODEL_METRICS.get(objective)
+    if metric is None:
+        return ranked
+    widest = max((c.uncertainty for c in ranked), default=0.0)
+    left, out = list(ranked), []
+    while left:
+        leader = left[0]
+        lead = metric(leader, market)
+        group = [leader]
+        if lead is not None and lead > 0:
+            floor = lead * (1 - max(widest, leader.uncertainty))
+            for c in left[1:]:
+                v = metric(c, market)
+                if v is None or v < floor:
+                    break  # sorted by the metric: nothing further down can tie
+                if v >= lead * (1 - max(leader.uncertainty, c.uncertainty)):
+                    group.append(c)
+        if len(group) > 1:
+            order = {c.instance_type: i for i, c in enumerate(group)}
+            group.sort(key=lambda c: (c.hourly(market) if c.hourly(market) is not None else _MISSING,
+                                      order[c.instance_type]))
+            names = [c.instance_type for c in group]
+            group = [_replace(c, tied_with=tuple(n for n in names if n != c.instance_type)) for c in group]
+        taken = {c.instance_type for c in group}
+        out.extend(group)
+        left = [c for c in left if c.instance_type not in taken]
+    return out
+
+
+def _replace(c: Candidate, **changes: Any) -> Candidate:
+    from dataclasses import replace
+    return replace(c, **changes)
 
 
 def _estimate(facts: InstanceFacts, profile: Profile, accelerators: dict[str, AcceleratorSpec],
@@ -179,28 +330,34 @@ def _fmt_price(v: Optional[float]) -> str:
     return f"${v:,.2f}/h" if v is not None else "no price"
 
 
-def _why(profile: Profile, ranked: list[Candidate], spot: bool, region: str) -> str:
+def _why(profile: Profile, ranked: list[Candidate], market: str, region: str) -> str:
     if not ranked:
         return f"no instance type meets every hard requirement of {profile.name} in {region}"
     top = ranked[0]
-    kind = "spot" if spot else "on-demand"
+    kind = market
     if len(ranked) == 1:
         return f"{top.instance_type} is the only type that meets every hard requirement"
     second = ranked[1]
     o = profile.objective
+    u = max(top.uncertainty, second.uncertainty)
+    if top.tied_with and o in _MODEL_METRICS and u > 0:
+        what = "throughput" if o == "max_throughput" else f"{kind} samples per dollar"
+        return (f"{top.instance_type} ties with {', '.join(top.tied_with)} on modelled {what} "
+                f"(within the model's ±{u:.0%}) and is the cheapest of them ({kind}): "
+                f"{_fmt_price(top.hourly(market))} vs {_fmt_price(second.hourly(market))} for {second.instance_type}")
     if o == "max_throughput":
         if top.samples_per_second == second.samples_per_second:
-            a, b = top.hourly(spot), second.hourly(spot)
+            a, b = top.hourly(market), second.hourly(market)
             return (f"{top.instance_type} ties with {second.instance_type} on throughput "
                     f"({top.samples_per_second:,.0f} samples/s) and is cheaper ({kind}): {_fmt_price(a)} vs {_fmt_price(b)}")
         return (f"{top.instance_type} wins on throughput: {top.samples_per_second:,.0f} samples/s "
                 f"vs {second.samples_per_second:,.0f} for {second.instance_type}")
     if o == "max_samples_per_dollar":
-        a, b = top.per_dollar(spot), second.per_dollar(spot)
+        a, b = top.per_dollar(market), second.per_dollar(market)
         return (f"{top.instance_type} wins on {kind} samples per dollar: {a or 0:,.0f} vs "
                 f"{b or 0:,.0f} for {second.instance_type}")
     if o == "min_price":
-        a, b = top.hourly(spot), second.hourly(spot)
+        a, b = top.hourly(market), second.hourly(market)
         return (f"{top.instance_type} is the cheapest that meets every requirement: {_fmt_price(a)} {kind} "
                 f"vs {_fmt_price(b)} for {second.instance_type}")
     return (f"{top.instance_type} has the most accelerator memory: {top.facts.accelerator_memory_total_gib:g} GiB "
@@ -217,14 +374,20 @@ def recommend(
     measured: Optional[dict[str, Measurement]] = None,
     catalog: Optional[Catalog] = None,
     accelerators: Optional[dict[str, AcceleratorSpec]] = None,
+    market: Optional[str] = None,
 ) -> Recommendation:
     """Rank every type in the catalog for `profile` in `region`.
 
+    market: "on-demand", "spot" or "capacity-block" (the price kind ranked on); default from `spot`.
     families: restrict the catalog to these families; naming a retired family makes it eligible.
     measured: per-type measured samples/s (and optional prices) that replace the model.
     """
     if isinstance(profile, str):
         profile = get_profile(profile)
+    market = market or ("spot" if spot else "on-demand")
+    if market not in MARKETS:
+        raise unknown("market", market, MARKETS)
+    spot = market == "spot"
     catalog = catalog if catalog is not None else load_catalog()
     accelerators = accelerators if accelerators is not None else load_accelerators()
     measured = measured or {}
@@ -234,7 +397,7 @@ def recommend(
         families = [f for f in families if f.strip()]
         catalog = catalog.only_families(families)
         named = frozenset(f.strip() for f in families)
-    ctx = Context(region=region, spot=spot, named_families=named, accelerators=accelerators)
+    ctx = Context(region=region, spot=spot, named_families=named, accelerators=accelerators, market=market)
 
     survivors: list[Candidate] = []
     excluded: list[Excluded] = []
@@ -248,20 +411,30 @@ def recommend(
         m = measured.get(facts.instance_type)
         od = m.price_per_hour if m and m.price_per_hour else (price.on_demand if price else None)
         sp = m.spot_price_per_hour if m and m.spot_price_per_hour else (price.spot if price else None)
-        survivors.append(Candidate(facts, 0, od, sp, est.samples_per_second, est.source, est.explanation, region, m))
+        block = facts.capacity_block_prices.get(region)
+        survivors.append(Candidate(
+            facts, 0, od, sp, est.samples_per_second, est.source,
+            capacity_block_price_per_hour=block.usd_per_hour if block else None,
+            uncertainty=getattr(est, "uncertainty", 0.0), throughput_basis=getattr(est, "basis", est.source),
+            _explanation=est.explanation, _region=region, _measured=m))
 
-    survivors.sort(key=_sort_key(profile.objective, spot))
-    ranked = survivors
+    survivors.sort(key=_sort_key(profile.objective, market))
+    ranked = _tie_groups(survivors, profile.objective, market)
     for i, c in enumerate(ranked, start=1):
         object.__setattr__(c, "rank", i)  # set once, before anyone else sees the candidate
-    why = _why(profile, ranked, spot, region)
+    why = _why(profile, ranked, market, region)
     notes = []
     if any(c.throughput_source == "model" for c in ranked):
-        notes.append("model figures are estimates: measure your own job and pass --throughput FILE")
+        notes.append("model figures are estimates (each row's ± is its stated uncertainty): "
+                     "measure your own job and pass --throughput FILE")
+    if any(c.tied_with for c in ranked):
+        notes.append("ties: candidates whose modelled figures lie within the model's uncertainty of each other "
+                     "rank cheaper first; measure them to break the tie")
     if top is not None:
         ranked = ranked[:top]
     excluded.sort(key=lambda e: e.instance_type)
-    return Recommendation(profile, region, spot, catalog.as_of, tuple(ranked), tuple(excluded), why, tuple(notes))
+    return Recommendation(profile, region, spot, catalog.as_of, tuple(ranked), tuple(excluded), why,
+                          tuple(notes), market)
 
 
 def _meets(f: InstanceFacts) -> str:

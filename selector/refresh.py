@@ -87,7 +87,8 @@ def refresh(
         from .live_prices import live_table
         priced = [r for r in regions if r in PRICED_REGIONS or len(regions) <= 4]
         # Capacity-Block-only types have no on-demand or spot market to quote.
-        table, summaries = live_table(prices, {r: [n for n in names if r in offered[n] and n not in blocks]
+        table, summaries = live_table(prices, {r: [n for n in names if r in offered[n]
+                                                   and not (blocks.get(n) or {}).get("only")]
                                                for r in priced},
                                       session=session, max_age_minutes=0, require_some=False, log=log)
         for n, by_region in table.items():

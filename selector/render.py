@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
+from . import freshness
 from .catalog import Catalog
 from .facts import InstanceFacts
 from .profiles import Profile
-from .recommend import CAPACITY_BLOCK_ONLY, Candidate, Recommendation
+from .recommend import CAPACITY_BLOCK_ONLY, Candidate, Recommendation, price_summary
 from .validate import clean
 
 
@@ -19,11 +20,25 @@ def _num(v: Optional[float]) -> str:
     return f"{v:,.0f}" if v is not None else "-"
 
 
-def _price_cells(c: Candidate) -> list[str]:
+def _price_cells(c: Candidate, market: str) -> list[str]:
     # "-" would read as a gap in our data; a Capacity-Block-only type has no such price at all.
     if c.facts.capacity_block_only and c.price_per_hour is None and c.spot_price_per_hour is None:
-        return ["CB only", "CB only"]
-    return [_money(c.price_per_hour), _money(c.spot_price_per_hour)]
+        cells = ["CB only", "CB only"]
+    else:
+        cells = [_money(c.price_per_hour), _money(c.spot_price_per_hour) + _spot_mark(c)]
+    if market == "capacity-block":
+        cells.append(_money(c.capacity_block_price_per_hour))
+    return cells
+
+
+def _spot_mark(c: Candidate) -> str:
+    """'!' after a spot price from a single AZ: one AZ's quote is not a market price."""
+    p = c.facts.price(c._region)
+    return "!" if c.spot_price_per_hour is not None and p is not None and p.spot_azs == 1 and not c._measured else ""
+
+
+def _samples(c: Candidate) -> str:
+    return _num(c.samples_per_second) + (f" ±{c.uncertainty:.0%}" if c.uncertainty else "")
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -37,7 +52,7 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 def recommendation_text(rec: Recommendation, show_excluded: int = 10) -> str:
     p = rec.profile
     out = [f"profile {p.name}: {p.description}",
-           f"region {rec.region}, {'spot' if rec.spot else 'on-demand'} prices, objective {p.objective}, "
+           f"region {rec.region}, {rec.market} prices, objective {p.objective}, "
            f"catalog as of {rec.catalog_as_of}", ""]
     rows = []
     for c in rec.candidates:
@@ -47,12 +62,17 @@ def recommendation_text(rec: Recommendation, show_excluded: int = 10) -> str:
             + ("" if f.accelerator_fraction == 1 else f" ({f.accelerator_fraction:g})"),
             f"{f.accelerator_memory_gib:g}", "yes" if f.efa else "no",
             f"{f.nvme.count}x{f.nvme.size_gb}" if f.nvme else "-", str(f.vcpus), f"{f.memory_gib:g}",
-            *_price_cells(c), _num(c.samples_per_second), _num(c.samples_per_dollar),
-            _num(c.spot_samples_per_dollar), c.throughput_source,
+            *_price_cells(c, rec.market), _samples(c), _num(c.samples_per_dollar),
+            _num(c.spot_samples_per_dollar),
+            *([_num(c.per_dollar("capacity-block"))] if rec.market == "capacity-block" else []),
+            c.throughput_source + (" (tie)" if c.tied_with else ""),
         ])
     if rows:
+        block = rec.market == "capacity-block"
         out.append(table(["#", "instance", "accelerators", "GiB/acc", "EFA", "NVMe (GB)", "vCPU", "RAM GiB",
-                          "$/h", "spot $/h", "samples/s", "samples/$", "spot samples/$", "source"], rows))
+                          "$/h", "spot $/h", *(["CB $/h"] if block else []), "samples/s", "samples/$",
+                          "spot samples/$", *(["CB samples/$"] if block else []), "source"], rows))
+        out.extend(_price_footer(rec))
         out.append("")
     out.append(f"why: {rec.why}")
     if rec.pick:
@@ -70,6 +90,17 @@ def recommendation_text(rec: Recommendation, show_excluded: int = 10) -> str:
         if len(rec.excluded) > show_excluded:
             out.append(f"  ... and {len(rec.excluded) - show_excluded} more")
     return "\n".join(out)
+
+
+def _price_footer(rec: Recommendation) -> list[str]:
+    """Where the prices in the table come from and how old they are; '!' explained."""
+    lines = []
+    for s in price_summary(rec.candidates, rec.region):
+        age = "date unknown" if s["age_days"] is None else f"{s['age_days']} days old"
+        lines.append(f"prices: {s['kind']} as of {s['as_of']} ({age}), {s['types']} type(s): {s['source']}")
+    if any(_spot_mark(c) for c in rec.candidates):
+        lines.append("! spot price from a single AZ: not a market-wide figure")
+    return lines
 
 
 def profiles_json(profiles: dict[str, Profile]) -> list[dict[str, Any]]:
@@ -116,8 +147,14 @@ def show_text(f: InstanceFacts, catalog: Catalog) -> str:
         "  prices (USD/h):",
     ]
     for region, p in sorted(f.prices.items()):
-        lines.append(f"    {region:15} on-demand {_money(p.on_demand):>8}  spot {_money(p.spot):>8}  "
-                     f"as of {p.as_of}; {p.source}" + (f"; {p.note}" if p.note else ""))
+        lines.append(f"    {region:15} on-demand {_money(p.on_demand):>8}  {freshness.describe(p.as_of)}; {p.source}"
+                     + (f"; {p.note}" if p.note else ""))
+        if p.spot is not None:
+            from .recommend import spot_spread
+            lines.append(f"    {'':15} spot      {_money(p.spot):>8}  {spot_spread(p)}; {freshness.describe(p.spot_date)}"
+                         + (f"; {p.spot_source}" if p.spot_source else ""))
+    for region, b in sorted(f.capacity_block_prices.items()):
+        lines.append(f"    {region:15} Capacity Block {_money(b.usd_per_hour):>8}  {freshness.describe(b.as_of)}; {b.source}")
     if f.capacity_block_only:
         lines.append(f"    {CAPACITY_BLOCK_ONLY}")
         lines.append(f"    (source: {f.capacity_block_source})")

@@ -13,12 +13,20 @@ from .facts import InstanceFacts
 from .profiles import Profile
 
 
+MARKETS = ("on-demand", "spot", "capacity-block")
+
+
 @dataclass(frozen=True)
 class Context:
     region: str
     spot: bool
     named_families: frozenset[str]
     accelerators: dict[str, AcceleratorSpec]
+    market: str = ""  # one of MARKETS; "" = from `spot`
+
+    def __post_init__(self) -> None:
+        if not self.market:
+            object.__setattr__(self, "market", "spot" if self.spot else "on-demand")
 
 
 Rule = Callable[[InstanceFacts, Profile, Context], Optional[str]]
@@ -34,12 +42,17 @@ def offered_in_region(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]
     return None if c.region in f.regions else f"not offered in {c.region}"
 
 
-def spot_available(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
-    if not c.spot:
-        return None
+def sold_in_market(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    """Rank a type only on a price it is actually sold at: a Capacity-Block-only type has no
+    on-demand or spot price to compare, and a type AWS does not reserve as blocks has no block rate."""
+    if c.market == "capacity-block":
+        return None if f.capacity_block_source else "not sold as Capacity Blocks for ML"
     if f.capacity_block_only:  # the API record may still list spot as a usage class
-        return "not sold as spot: sold only as Capacity Blocks for ML"
-    return None if f.spot_supported else "not sold as spot"
+        return (f"not sold as {c.market}: sold only as Capacity Blocks for ML "
+                "(rank it with --capacity-block; launch it with -c market=capacity-block)")
+    if c.market == "spot" and not f.spot_supported:
+        return "not sold as spot"
+    return None
 
 
 def sdk(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
@@ -127,7 +140,7 @@ def architecture(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
 
 
 RULES: tuple[Rule, ...] = (
-    retired, offered_in_region, spot_available, sdk, role, accelerator_count, whole_accelerators,
+    retired, offered_in_region, sold_in_market, sdk, role, accelerator_count, whole_accelerators,
     accelerator_memory, accelerator_speed, precisions, tensor_cores, interconnect, multi_node, architecture,
 )
 

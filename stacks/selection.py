@@ -2,8 +2,8 @@
 cluster can cost: asked once per synth, pure Python (no CDK).
 
 The cost ceiling is a price per node per hour in the market the job launches in (spot: the
-catalog's spot price; on-demand: the on-demand price; capacity-block: the block's price, which
-only the user knows, as max_price). Default: the pick's own price there, so no alternate costs
+catalog's spot price; on-demand: the on-demand price; capacity-block: the block's published rate
+where the catalog has one, else what the user paid, as max_price). Default: the pick's own price there, so no alternate costs
 more than the pick; `max_price` sets it. An alternate must be interchangeable with the pick for
 the same job (selector/interchange.py), priced in the market, and at or below the ceiling; every
 other candidate keeps the reason it was not taken. Hence the cluster's worst case in its market is
@@ -136,12 +136,16 @@ def _price(c: Candidate, market: str, max_price: Optional[float], *, pick: bool)
     elif market == "spot":
         # An alternate is only ever added on a spot price on record, never on a bound or a guess.
         value, basis = sp, "on record" if sp is not None else "no spot price on record"
-    elif pick:
-        # Capacity Block prices are set when a block is reserved and are in no catalog: max_price
-        # (required) stands for the pick's; nothing else can be priced.
+    elif not pick:
+        # A Capacity Block reserves one instance type: nothing else can launch into it.
+        value, basis = None, "a Capacity Block reserves one instance type"
+    elif max_price is not None:
+        # What the user paid is the truth; the published rate is only what AWS asked at one time.
         value, basis = max_price, "the Capacity Block's price, as max_price states it"
+    elif c.capacity_block_price_per_hour is not None:
+        value, basis = c.capacity_block_price_per_hour, "published Capacity Block rate on record"
     else:
-        value, basis = None, "no Capacity Block price on record"
+        value, basis = None, "no Capacity Block rate on record"
     return OptionPrice(c.instance_type, od, sp, value, basis)
 
 
@@ -170,9 +174,9 @@ def _ceiling(settings: Settings, pick: Candidate, price: OptionPrice) -> tuple[f
             raise UserError(f"max_price {money(settings.max_price)} is below {name}'s on-demand price "
                             f"{money(price.on_demand)} in {region}: raise it, or pin a cheaper instance_type")
         return settings.max_price, "max_price, as you set it"
-    if market == "capacity-block":
-        raise UserError(f"market capacity-block: the catalog holds no Capacity Block prices; pass -c max_price=USD/h, "
-                        f"what one {name} of your block costs per hour")
+    if market == "capacity-block" and price.in_market is None:
+        raise UserError(f"market capacity-block: the catalog holds no Capacity Block rate for {name} in {region}; "
+                        f"pass -c max_price=USD/h, what one {name} of your block costs per hour")
     if price.in_market is None:
         raise UserError(f"{name} has no {market} price on record in {region}: pass -c max_price=USD/h "
                         "(the most one node may cost), or choose another market or instance_type")
@@ -184,6 +188,8 @@ def _why_not(c: Candidate, pick: Candidate, price: OptionPrice, settings: Settin
     reason = interchangeable(pick.facts, c.facts, multi_node=settings.multi_node, rule=settings.interchange)
     if reason:
         return f"not interchangeable: {reason}"
+    if settings.market == "capacity-block":
+        return "a Capacity Block reserves one instance type: nothing else launches into it"
     if price.in_market is None:
         if c.facts.capacity_block_only and settings.market != "capacity-block":
             return f"no price on record in {settings.region} for {settings.market}: {CAPACITY_BLOCK_ONLY}"
@@ -197,7 +203,7 @@ def select(settings: Settings, max_alternates: int = MAX_ALTERNATES) -> Selectio
     profile = settings.profile
     if settings.multi_node and not profile.multi_node:
         profile = replace(profile, multi_node=True)  # several nodes need EFA and a cluster placement group
-    rec = recommend(profile, region=settings.region, spot=settings.market == "spot", catalog=load_catalog())
+    rec = recommend(profile, region=settings.region, market=settings.market, catalog=load_catalog())
     pick = _choose_pick(settings, rec)
     prices = {pick.instance_type: _price(pick, settings.market, settings.max_price, pick=True)}
     ceiling, source = _ceiling(settings, pick, prices[pick.instance_type])

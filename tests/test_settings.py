@@ -226,17 +226,24 @@ def test_a_pick_without_a_price_in_its_market_needs_max_price():
 
 def test_capacity_block_only_types():
     p5e = {"profile": "multi-node-training", "region": "us-east-2", "instance_type": "p5e.48xlarge"}
-    with pytest.raises(UserError, match="p5e.48xlarge is sold only as Capacity Blocks for ML .*market=capacity-block"):
+    with pytest.raises(UserError, match="p5e.48xlarge does not fit .*not sold as on-demand: sold only as Capacity "
+                                        "Blocks for ML .*market=capacity-block"):
         select(from_context({**p5e, "market": "on-demand"}))
     with pytest.raises(UserError, match="not sold as spot: sold only as Capacity Blocks for ML"):
         select(from_context(p5e))
     block = {**p5e, "market": "capacity-block", "capacity_reservation": CR}
-    with pytest.raises(UserError, match="no Capacity Block prices; pass -c max_price"):
-        select(from_context(block))
+    # Without max_price the published rate on record (capacity_blocks.toml: $43.26 in us-east-2) is the ceiling.
+    sel = select(from_context(block))
+    assert sel.ceiling == 43.26 and "published Capacity Block rate" in sel.ceiling_source
     sel = select(from_context({**block, "max_price": "40"}))
     assert sel.pick.instance_type == "p5e.48xlarge" and sel.market == "capacity-block" and sel.ceiling == 40
     assert sel.alternates == () and sel.worst_case(2).market == 80
-    assert reason(sel, "p5en.48xlarge") == "no price on record in us-east-2 for capacity-block"  # same H200s
+    assert reason(sel, "p5en.48xlarge").startswith("a Capacity Block reserves one instance type")  # same H200s
+    # No rate on record for trn2.48xlarge: the user must say what the block costs.
+    trn2 = {"profile": "neuron-training", "region": "us-east-2", "instance_type": "trn2.48xlarge",
+            "market": "capacity-block", "capacity_reservation": CR}
+    with pytest.raises(UserError, match="no Capacity Block rate for trn2.48xlarge in us-east-2; pass -c max_price"):
+        select(from_context(trn2))
 
 
 @pytest.mark.parametrize("profile", sorted(builtin_profiles()))

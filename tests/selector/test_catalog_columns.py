@@ -74,15 +74,34 @@ def test_capacity_block_only_types_are_named_as_such(capsys):
     out = capsys.readouterr().out
     assert "sold only as Capacity Blocks for ML" in out and "market=capacity-block" in out
     assert "none on record" not in out
+    # On-demand it is excluded with the way to rank it, not ranked on a price it does not have.
     rec = recommend("multi-node-training", region="us-east-2")
+    (p5e,) = [e for e in rec.excluded if e.instance_type == "p5e.48xlarge"]
+    assert any("sold only as Capacity Blocks for ML (rank it with --capacity-block" in r for r in p5e.reasons)
+    # With --capacity-block it is ranked on AWS's published rate (capacity_blocks.toml: $43.26 in us-east-2).
+    rec = recommend("multi-node-training", region="us-east-2", market="capacity-block")
     p5e = next(c for c in rec.candidates if c.instance_type == "p5e.48xlarge")
-    assert any("sold only as Capacity Blocks for ML" in r for r in p5e.reasons)
-    assert main(["recommend", "--profile", "multi-node-training", "--region", "us-east-2"]) == 0
+    assert p5e.capacity_block_price_per_hour == 43.26 and p5e.hourly("capacity-block") == 43.26
+    assert any(r.startswith("Capacity Block rate $43.26/h in us-east-2 (as of 2024-12") for r in p5e.reasons)
+    assert main(["recommend", "--profile", "multi-node-training", "--region", "us-east-2", "--capacity-block"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if " p5e.48xlarge " in x)
-    assert "CB only" in line
+    assert "CB only" in line and "43.26" in line
+
+
+def test_capacity_block_market_ranks_only_what_aws_reserves_as_blocks():
+    rec = recommend("multi-gpu-training", region="us-east-2", market="capacity-block")
+    blocks = {"p6-b200.48xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p4d.24xlarge", "p4de.24xlarge",
+              "trn1.32xlarge", "trn2.48xlarge"}  # AWS EC2 User Guide, "How Capacity Blocks work"
+    assert rec.candidates and {c.instance_type for c in rec.candidates} <= blocks
+    (g := [e for e in rec.excluded if e.instance_type == "p3dn.24xlarge"])
+    assert g and "not sold as Capacity Blocks for ML" in g[0].reasons
+    # min_price on block rates: the cheapest published block wins; unpriced blocks rank last.
+    rec = recommend("cost-efficient-multi-node", region="us-east-2", market="capacity-block")
+    assert rec.pick.instance_type == "p4d.24xlarge" and rec.pick.hourly("capacity-block") == 14.75
+    assert rec.candidates[-1].capacity_block_price_per_hour is None
 
 
 def test_capacity_block_only_types_are_not_spot_candidates():
     rec = recommend("multi-node-training", region="us-east-2", spot=True)
     (p5e,) = [e for e in rec.excluded if e.instance_type == "p5e.48xlarge"]
-    assert "not sold as spot: sold only as Capacity Blocks for ML" in p5e.reasons
+    assert p5e.reasons[0].startswith("not sold as spot: sold only as Capacity Blocks for ML")

@@ -430,7 +430,11 @@ def test_recommend_live_ranks_with_cached_live_prices_without_calling_aws(capsys
     code, out, err = run(capsys, "recommend", "--profile", "multi-node-training", "--live", "--spot", "--json")
     assert code == 0, err
     p5 = next(c for c in json.loads(out)["candidates"] if c["instance_type"] == "p5.48xlarge")
-    assert p5["spot_price_per_hour"] == 20.48385  # the live median, not the embedded 20.2037
+    assert p5["spot_price_per_hour"] == 20.48385 != embedded("p5.48xlarge", "us-east-1").spot  # the live median
+    spot = p5["price"]["spot"]  # with its own spread, date and source, for the table and --json to show
+    assert (spot["min"], spot["max"], spot["azs"], spot["age_days"]) == (18.992, 23.0154, 4, 0)
+    assert spot["as_of"].endswith("Z") and "T" in spot["as_of"] and "DescribeSpotPriceHistory" in spot["source"]
+    assert "Price List API" in p5["price"]["on_demand"]["source"]
     assert err.startswith("live prices: us-east-1:") and "cached" in err and "warning" not in err
 
 

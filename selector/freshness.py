@@ -1,0 +1,33 @@
+"""How old a dated figure is: prices move (spot by tens of percent in weeks), so every price the
+selector shows carries its date and its age in days."""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Optional
+
+
+def parse_as_of(as_of: str) -> Optional[dt.date]:
+    """The date of an as_of stamp: "2026-08-26", "2026-11-22T10:31Z" (live), "2024-12" (a month: its
+    first day, so the age is never understated). None for "unknown" or anything else."""
+    text = (as_of or "").strip()
+    for size, fmt in ((10, "%Y-%m-%d"), (7, "%Y-%m")):
+        try:
+            return dt.datetime.strptime(text[:size], fmt).date()
+        except ValueError:
+            continue
+    return None
+
+
+def age_days(as_of: str, today: Optional[dt.date] = None) -> Optional[int]:
+    day = parse_as_of(as_of)
+    if day is None:
+        return None
+    return max(0, ((today or dt.date.today()) - day).days)
+
+
+def describe(as_of: str, today: Optional[dt.date] = None) -> str:
+    """'as of 2026-08-26, 88 days old' / 'date unknown'."""
+    days = age_days(as_of, today)
+    if days is None:
+        return "date unknown"
+    return f"as of {as_of}, {'today' if days == 0 else f'{days} day' + ('s' if days != 1 else '') + ' old'}"
