@@ -40,6 +40,12 @@ class Estimate:
     samples_per_second: float
     source: str  # "measured" or "model"
     explanation: str
+    # The fraction the figure may be off either way (0.15 = ±15%): the accelerator table's for a
+    # modelled figure, 0.0 for one the user measured (the defaults, so Estimate(sps, "measured", why)
+    # still says so).
+    uncertainty: float = 0.0
+    # What the figure rests on: the table row's basis (accelerators.BASES) for a modelled figure.
+    basis: str = "user-measured"
 
 
 def relative_per_accelerator(spec: AcceleratorSpec, precision: str, accelerators: dict[str, AcceleratorSpec]) -> float:
