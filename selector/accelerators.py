@@ -1,13 +1,17 @@
 """Facts the EC2 API does not carry, one row per accelerator, each row citing its source.
 
 The file is `data/accelerators.csv`; `data/accelerators.md` explains each column and rule.
+EC2 gives memory variants one name (p4d's and p4de's GPU are both "A100"): a variant row names
+the EC2 accelerator in `ec2_name` and its memory in `memory_gib`, and `spec_for` picks it for an
+instance whose accelerator memory matches, the base row otherwise.
 """
 from __future__ import annotations
 
 import csv
 import functools
 from dataclasses import dataclass
-from typing import Optional
+import math
+from typing import Any, Optional, Union
 
 from .errors import UserError
 from .paths import data_file
@@ -19,6 +23,19 @@ NVLINK_FABRICS = ("nvswitch", "nvlink")
 # The data-parallel scaling assumption a row gets in throughput.py: over a dedicated
 # accelerator fabric, or through the host's PCIe.
 SCALING_CLASSES = ("fabric", "pcie")
+# What a row's relative_training_throughput rests on, and the uncertainty the rule in
+# accelerators.md ("Basis and uncertainty") gives it unless the row states a reason to differ.
+BASES = ("baseline", "measured", "proxy-measured", "derived-tflops", "vendor-claim", "not-for-training")
+DEFAULT_UNCERTAINTY = {
+    "baseline": 0.0,          # V100 = 1.0 by definition
+    "measured": 0.15,         # independent multi-model suite, same harness as the V100 reference
+    "proxy-measured": 0.20,   # one model, a sibling SKU, another harness, or a ratio chained through a measured row
+    "derived-tflops": 0.30,   # anchor x (TFLOPS ratio)^0.78
+    "vendor-claim": 0.30,     # at least: a vendor's own performance or price-performance claim
+    "not-for-training": 0.0,  # the figure is 0 because the part is not a training device; nothing to be unsure of
+}
+# Two memory sizes within this fraction are the same variant (EC2 reports MiB; 81920 MiB = 80 GiB).
+MEMORY_MATCH = 0.02
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,14 @@ class AcceleratorSpec:
     memory_gib_override: Optional[float]
     roles: tuple[str, ...]
     source: str
+    basis: str = "measured"
+    uncertainty: float = DEFAULT_UNCERTAINTY["measured"]
+    # A few words naming the evidence, shown in the model's explanation.
+    evidence: str = ""
+    # Memory variants: the EC2 name this row stands for (its own name for a base row) and, on a
+    # variant row, the accelerator memory that selects it.
+    ec2_name: str = ""
+    memory_gib: Optional[float] = None
 
     @property
     def nvlink(self) -> bool:
@@ -51,6 +76,17 @@ class AcceleratorSpec:
 def _num(s: str) -> Optional[float]:
     s = (s or "").strip()
     return float(s) if s else None
+
+
+def _fraction(path: str, row: dict[str, str], column: str) -> float:
+    raw = (row.get(column) or "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value < 1.0:  # NaN fails too
+        raise UserError(f"{path}: row {row['name']!r} has {column}={raw!r}; expected a fraction in [0, 1)")
+    return value
 
 
 def _choice(path: str, row: dict[str, str], column: str, allowed: tuple[str, ...]) -> str:
@@ -85,5 +121,40 @@ def load_accelerators(path: str = data_file("accelerators.csv")) -> dict[str, Ac
                 memory_gib_override=_num(row.get("memory_gib_override", "")),
                 roles=tuple(r for r in row["roles"].split(";") if r),
                 source=row["source"],
+                basis=_choice(path, row, "basis", BASES),
+                uncertainty=_fraction(path, row, "uncertainty"),
+                evidence=(row.get("evidence") or "").strip(),
+                ec2_name=(row.get("ec2_name") or "").strip() or row["name"],
+                memory_gib=_num(row.get("memory_gib", "")),
             )
+    for name, spec in out.items():
+        variant = spec.ec2_name != name
+        if variant and (spec.ec2_name not in out or out[spec.ec2_name].ec2_name != spec.ec2_name):
+            raise UserError(f"{path}: row {name!r} is a variant of {spec.ec2_name!r}, which has no base row")
+        if variant != (spec.memory_gib is not None):
+            raise UserError(f"{path}: row {name!r}: a memory variant needs both ec2_name and memory_gib; a base row neither")
     return out
+
+
+Facts = Any  # anything with .accelerator and .accelerator_memory_gib (InstanceFacts)
+
+
+def spec_for(what: Union[Facts, tuple[str, Optional[float]], str],
+             accelerators: dict[str, AcceleratorSpec]) -> AcceleratorSpec:
+    """The row the throughput model uses for an instance's accelerator: the memory variant whose
+    `memory_gib` matches the accelerator memory (p4de's 80 GiB A100), else the base row named as EC2
+    names it (p4d's A100). `what` is an InstanceFacts, a (name, memory GiB) pair or a bare name.
+    KeyError when the table has no row for the name."""
+    if isinstance(what, str):
+        name, memory = what, None
+    elif isinstance(what, tuple):
+        name, memory = what
+    else:
+        name, memory = what.accelerator, what.accelerator_memory_gib
+    base = accelerators[name]
+    if memory:
+        for spec in accelerators.values():
+            if (spec.ec2_name == name and spec.memory_gib is not None and spec.name != name
+                    and math.isclose(spec.memory_gib, memory, rel_tol=MEMORY_MATCH)):
+                return spec
+    return base

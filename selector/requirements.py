@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .accelerators import AcceleratorSpec
+from .accelerators import AcceleratorSpec, spec_for
 from .facts import InstanceFacts
 from .profiles import Profile
 
@@ -92,7 +92,8 @@ def accelerator_memory(f: InstanceFacts, p: Profile, c: Context) -> Optional[str
 
 
 def accelerator_speed(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
-    spec = c.accelerators.get(f.accelerator)
+    # The row the throughput model uses: a memory variant (p4de's 80 GB A100) where the table has one.
+    spec = spec_for(f, c.accelerators) if f.accelerator in c.accelerators else None
     rel = spec.relative_training_throughput if spec else 0.0
     if rel * f.accelerator_fraction < p.min_relative_throughput:
         return f"{f.accelerator} trains at {rel * f.accelerator_fraction:.2f}x a V100 < {p.min_relative_throughput:g}x required"

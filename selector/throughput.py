@@ -2,6 +2,9 @@
 
 The model: per-accelerator relative throughput (V100 = 1.0, from the cited accelerator table)
 x whole accelerators x a scaling efficiency x the profile's reference samples/s per V100.
+Each modelled figure carries the table row's basis and uncertainty (accelerators.md, "Basis and
+uncertainty"); a figure the user measured (--throughput) carries none. The uncertainty is that of
+the per-accelerator figure only: the scaling efficiencies below are assumptions on top of it.
 
 Scaling efficiency (documented assumptions, not measurements; replace with --throughput):
 - independent runs (parallel experiments): 1.0 per accelerator, nothing is shared;
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 import os
 from typing import Optional
 
-from .accelerators import AcceleratorSpec
+from .accelerators import DEFAULT_UNCERTAINTY, AcceleratorSpec, spec_for
 from .errors import UserError, unknown
 from .facts import InstanceFacts
 from .profiles import Profile
@@ -40,6 +43,20 @@ class Estimate:
     samples_per_second: float
     source: str  # "measured" or "model"
     explanation: str
+    # The fraction the figure may be off either way (0.15 = ±15%): the accelerator table's for a
+    # modelled figure, 0.0 for one the user measured (the defaults, so Estimate(sps, "measured", why)
+    # still says so).
+    uncertainty: float = 0.0
+    # What the figure rests on: the table row's basis (accelerators.BASES) for a modelled figure.
+    basis: str = "user-measured"
+
+
+def per_accelerator_basis(spec: AcceleratorSpec, precision: str) -> tuple[str, float, str]:
+    """(basis, uncertainty, evidence) behind relative_per_accelerator's figure. Mixed precision uses
+    the table's training figure; fp32/fp64 use a datasheet TFLOPS ratio to the V100."""
+    if precision == "mixed":
+        return spec.basis, spec.uncertainty, spec.evidence
+    return "derived-tflops", DEFAULT_UNCERTAINTY["derived-tflops"], f"datasheet {precision} TFLOPS vs V100"
 
 
 def relative_per_accelerator(spec: AcceleratorSpec, precision: str, accelerators: dict[str, AcceleratorSpec]) -> float:
@@ -62,16 +79,26 @@ def scaling(facts: InstanceFacts, spec: AcceleratorSpec, profile: Profile) -> tu
 
 
 def model(facts: InstanceFacts, profile: Profile, accelerators: dict[str, AcceleratorSpec]) -> Estimate:
-    spec = accelerators[facts.accelerator]
+    # The memory variant where the table has one (p4de's 80 GB A100), else the row EC2's name picks.
+    spec = spec_for(facts, accelerators)
     rel = relative_per_accelerator(spec, profile.precision, accelerators)
     eff, how = scaling(facts, spec, profile)
+    basis, uncertainty, evidence = per_accelerator_basis(spec, profile.precision)
     sps = profile.reference_samples_per_second * rel * facts.effective_accelerators * eff
     count = f"{facts.accelerator_count}" if facts.accelerator_fraction == 1 else f"{facts.accelerator_fraction:g} of 1"
     label = "V100" if profile.precision == "mixed" else f"V100 {profile.precision}"
+    if basis == "baseline":
+        margin = "the model's reference accelerator (V100 = 1.0)"
+    elif basis == "not-for-training":
+        margin = f"{spec.name} is not a training device (not-for-training)"
+    else:
+        margin = f"model ±{uncertainty:.0%} ({basis}" + (f": {evidence})" if evidence else ")")
     return Estimate(
         samples_per_second=round(sps, 1),
         source="model",
-        explanation=f"modelled: {count} x {facts.accelerator} at {rel:.2f}x {label} x {eff:.2f} ({how} scaling)",
+        explanation=f"modelled: {count} x {spec.name} at {rel:.2f}x {label} x {eff:.2f} ({how} scaling); {margin}",
+        uncertainty=uncertainty,
+        basis=basis,
     )
 
 

@@ -30,7 +30,7 @@ def test_every_row_names_its_fabric_and_scaling_class():
 
 def test_fabrics_match_the_hardware():
     acc = load_accelerators()
-    assert {n for n, a in acc.items() if a.fabric == "nvswitch"} == {"A100", "B200", "B300", "H100", "H200"}
+    assert {n for n, a in acc.items() if a.fabric == "nvswitch"} == {"A100", "A100 80GB", "B200", "B300", "H100", "H200"}
     assert acc["V100"].fabric == "nvlink"  # hybrid cube-mesh, no NVSwitch (P3)
     assert {acc[n].fabric for n in ("Trainium", "Trainium2", "Inferentia", "Inferentia2")} == {"neuronlink"}
     # "PCIe Gen5 (no NVLink)" mentions NVLink: the column, not the words, decides
