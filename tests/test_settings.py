@@ -196,12 +196,16 @@ def test_max_price_raises_the_ceiling():
 
 def test_max_price_lowers_the_ceiling_and_spot_keeps_the_pick_at_it():
     base = {"profile": "cost-efficient-training"}
-    sel = select(from_context({**base, "max_price": "0.45"}))
-    assert sel.pick.instance_type == select(from_context(base)).pick.instance_type
-    assert taken(sel) and all(price(t) <= 0.45 for t in taken(sel))
-    assert "above the ceiling $0.45/h" in reason(sel, "g5.2xlarge")
+    plain = select(from_context(base))
+    cap = round(plain.pick.spot_price_per_hour * 0.8, 4)  # below the pick's own spot price on record
+    sel = select(from_context({**base, "max_price": str(cap)}))
+    assert sel.pick.instance_type == plain.pick.instance_type
+    assert all(price(t) <= cap for t in taken(sel))
+    dearer = [c.instance_type for c in plain.recommendation.candidates
+              if c.spot_price_per_hour and c.spot_price_per_hour > cap and c.instance_type != sel.pick.instance_type]
+    assert dearer and f"above the ceiling ${cap:.2f}/h" in reason(sel, dearer[0])
     # EC2 enforces max_price on spot, so the pick (dearer on record) costs at most that too
-    assert sel.worst_case(1).market == pytest.approx(0.45)
+    assert sel.worst_case(1).market == pytest.approx(cap)
     assert "above max_price" in sel.describe_price(sel.pick.instance_type)
 
 

@@ -18,17 +18,47 @@ def test_samples_per_dollar_is_throughput_per_hour_over_price():
             assert c.spot_samples_per_dollar == pytest.approx(c.samples_per_second * 3600 / c.spot_price_per_hour)
 
 
+def _follows(rec, metric, market="on-demand"):
+    """Ties (within the model's uncertainty) form runs ranked cheaper first; between runs, the best
+    figure of each run is at least the best of the next."""
+    runs, c = [], list(rec.candidates)
+    for x in c:
+        if runs and x.instance_type in runs[-1][-1].tied_with:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    for run in runs:
+        prices = [x.hourly(market) or float("inf") for x in run]
+        assert prices == sorted(prices), [x.instance_type for x in run]
+    best = [max((metric(x) for x in run if metric(x) is not None), default=None) for run in runs]
+    best = [b for b in best if b is not None]
+    assert best == sorted(best, reverse=True)
+    assert [x.rank for x in c] == list(range(1, len(c) + 1))
+
+
 def test_ranks_follow_the_objective():
-    rec = recommend("multi-gpu-training")
-    sps = [c.samples_per_second for c in rec.candidates]
-    assert sps == sorted(sps, reverse=True)
+    _follows(recommend("multi-gpu-training"), lambda c: c.samples_per_second)
     rec = recommend("dev-prototyping")
     prices = [c.price_per_hour for c in rec.candidates if c.price_per_hour is not None]
     assert prices == sorted(prices)
-    rec = recommend("cost-efficient-training", spot=True)
-    spd = [c.spot_samples_per_dollar for c in rec.candidates if c.spot_samples_per_dollar is not None]
-    assert spd == sorted(spd, reverse=True)
-    assert [c.rank for c in rec.candidates] == list(range(1, len(rec.candidates) + 1))
+    _follows(recommend("cost-efficient-training", spot=True), lambda c: c.spot_samples_per_dollar, "spot")
+
+
+def test_ties_are_within_the_stated_uncertainty_and_cheaper_first():
+    rec = recommend("multi-gpu-training")
+    by_name = {c.instance_type: c for c in rec.candidates}
+    tied = [c for c in rec.candidates if c.tied_with]
+    assert tied, "the full catalog has types the model cannot tell apart (p5 and p5en: H100 vs H200)"
+    for c in tied:
+        for other in map(by_name.get, c.tied_with):
+            hi, lo = max(c.samples_per_second, other.samples_per_second), min(c.samples_per_second, other.samples_per_second)
+            assert lo >= hi * (1 - max(c.uncertainty, other.uncertainty)) - 1e-9
+    # A measured figure carries no model uncertainty: two measured types 1% apart do not tie.
+    from selector.throughput import Measurement
+    m = {"p5.48xlarge": Measurement(1000.0, source="m"), "p5en.48xlarge": Measurement(1010.0, source="m")}
+    rec = recommend("multi-gpu-training", measured=m, families=["p5", "p5en"])
+    assert [c.instance_type for c in rec.candidates[:2]] == ["p5en.48xlarge", "p5.48xlarge"]
+    assert not rec.pick.tied_with
 
 
 def test_measured_beats_modelled_and_can_flip_the_ranking():
