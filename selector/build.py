@@ -128,7 +128,8 @@ def load_capacity_blocks(path: str = data_file("capacity_blocks.toml")) -> dict[
         for region, usd in entry.get("rates", {}).items():
             if not isinstance(usd, (int, float)) or not 1 <= usd <= 10_000:
                 raise ValueError(f"{path}: {name} rate in {region} must be USD per instance-hour, got {usd!r}")
-            rates[region] = CapacityBlockPrice(float(usd), data["rates_as_of"], data["rates_source"])
+            rates[region] = CapacityBlockPrice(float(usd), entry.get("rates_as_of", data["rates_as_of"]),
+                                               entry.get("rates_source", data["rates_source"]))
         out[name] = {"only": bool(entry.get("only", False)), "source": entry["source"], "rates": rates}
     return out
 

@@ -243,11 +243,14 @@ def test_capacity_block_only_types():
     assert sel.pick.instance_type == "p5e.48xlarge" and sel.market == "capacity-block" and sel.ceiling == 40
     assert sel.alternates == () and sel.worst_case(2).market == 80
     assert reason(sel, "p5en.48xlarge").startswith("a Capacity Block reserves one instance type")  # same H200s
-    # No rate on record for trn2.48xlarge: the user must say what the block costs.
-    trn2 = {"profile": "neuron-training", "region": "us-east-2", "instance_type": "trn2.48xlarge",
+    # No rate on record for p6-b200.48xlarge (capacity_blocks.toml): the user must say what the block costs.
+    b200 = {"profile": "multi-node-training", "region": "us-east-2", "instance_type": "p6-b200.48xlarge",
             "market": "capacity-block", "capacity_reservation": CR}
-    with pytest.raises(UserError, match="no Capacity Block rate for trn2.48xlarge in us-east-2; pass -c max_price"):
-        select(from_context(trn2))
+    with pytest.raises(UserError, match="no Capacity Block rate for p6-b200.48xlarge in us-east-2; pass -c max_price"):
+        select(from_context(b200))
+    # trn2.48xlarge, sold only as blocks, is priced from the rate on record ([4]: $35.7608 on 2026-10-08).
+    trn2 = select(from_context({**b200, "profile": "neuron-training", "instance_type": "trn2.48xlarge"}))
+    assert trn2.ceiling == 35.7608
 
 
 @pytest.mark.parametrize("profile", sorted(builtin_profiles()))

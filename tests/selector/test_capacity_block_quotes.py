@@ -74,7 +74,7 @@ def test_quoted_rates_replace_the_rate_on_record_and_rank(ec2):
         "CapacityBlockOfferings": [_offering("trn2.48xlarge", "720.00")]}, _params("trn2.48xlarge"))
     rates = quote_rates(client, ["trn2.48xlarge"], now=NOW)
     catalog = load_catalog()
-    assert "us-east-2" not in catalog.get("trn2.48xlarge").capacity_block_prices  # nothing on record before
+    assert catalog.get("trn2.48xlarge").capacity_block_prices["us-east-2"].usd_per_hour == 35.7608  # on record
     live = catalog.with_capacity_block_prices("us-east-2", rates)
     rec = recommend("neuron-training", region="us-east-2", market="capacity-block", catalog=live)
     trn2 = next(c for c in rec.candidates if c.instance_type == "trn2.48xlarge")
