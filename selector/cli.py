@@ -95,6 +95,8 @@ def _recommend(a: argparse.Namespace) -> str:
     market = "capacity-block" if a.capacity_block else "spot" if a.spot else "on-demand"
     if a.live:  # after the local checks: a typo must not cost a round of AWS calls
         catalog = _live_catalog(a, catalog)
+        if market == "capacity-block":
+            catalog = _live_capacity_blocks(a, catalog)
     if user_prices is not None:  # the user's own prices (private pricing, discounts) win over list prices
         catalog = catalog.with_prices(user_prices)
     rec = recommend(profile, region=a.region, market=market, top=top, families=families,
@@ -137,6 +139,22 @@ def _live_catalog(a: argparse.Namespace, catalog):
     for s in summaries:
         _warn("live prices: " + s.line())
     return catalog.with_prices(table)
+
+
+def _live_capacity_blocks(a: argparse.Namespace, catalog):
+    """Today's Capacity Block quotes in --region for the types AWS reserves as blocks (not cached:
+    a quote is for a start date and moves with every purchase)."""
+    from .capacity_block_quotes import quote_rates
+
+    def quote():
+        import boto3
+        ec2 = boto3.session.Session().client("ec2", region_name=a.region)
+        names = [f.instance_type for f in catalog if f.capacity_block_source and a.region in f.regions]
+        return quote_rates(ec2, names, log=_warn)
+
+    rates = _aws("recommend --live --capacity-block", quote)
+    _warn(f"live Capacity Block quotes: {len(rates)} type(s) in {a.region}")
+    return catalog.with_capacity_block_prices(a.region, rates)
 
 
 def _families(value: Optional[str]) -> Optional[list[str]]:

@@ -80,3 +80,39 @@ def test_quoted_rates_replace_the_rate_on_record_and_rank(ec2):
     trn2 = next(c for c in rec.candidates if c.instance_type == "trn2.48xlarge")
     assert trn2.capacity_block_price_per_hour == 30.0
     assert trn2.to_dict()["capacity_block_price"]["as_of"] == "2026-11-22T10:31Z"
+
+
+def test_cli_live_capacity_block_ranks_on_todays_quote(capsys, monkeypatch):
+    """recommend --live --capacity-block: spot/on-demand from a fresh cache (no AWS call), the block
+    rates from EC2's quotes through the stubbed client; the quote replaces the rate on record."""
+    import json
+
+    from selector import live_prices
+    from selector.cli import main
+    from tests.selector.test_live_prices import live, us_east_1_session
+
+    live(us_east_1_session(), now=live_prices.utcnow())  # fresh list-price cache for us-east-1
+    client = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(client)
+    stub.activate()
+    names = [f.instance_type for f in load_catalog() if f.capacity_block_source and "us-east-1" in f.regions]
+    for name in names:
+        offerings = [_offering(name, "1200.00", az="us-east-1a")] if name == "p5.48xlarge" else []
+        stub.add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": offerings}, _params(name))
+
+    class Session:
+        def __init__(self, *a, **kw):
+            pass
+
+        def client(self, service, region_name=None):
+            assert (service, region_name) == ("ec2", "us-east-1")
+            return client
+
+    monkeypatch.setattr(boto3.session, "Session", Session)
+    assert main(["recommend", "--profile", "multi-node-training", "--live", "--capacity-block", "--json"]) == 0
+    out, err = capsys.readouterr()
+    p5 = next(c for c in json.loads(out)["candidates"] if c["instance_type"] == "p5.48xlarge")
+    assert p5["capacity_block_price_per_hour"] == 50.0  # 1200 / 24 h, not the $39.33 on record
+    assert "DescribeCapacityBlockOfferings in us-east-1" in p5["capacity_block_price"]["source"]
+    assert "live Capacity Block quotes: 1 type(s) in us-east-1" in err
+    stub.assert_no_pending_responses()
