@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Iterable, Optional
 
 from .errors import UserError, unknown
-from .facts import InstanceFacts
+from .facts import MAX_NETWORK_GBPS, InstanceFacts
 from .prices import MAX_USD_PER_HOUR, MIN_USD_PER_HOUR, PriceTable
 from .validate import clean, finite_number, parse_json, read_text
 
@@ -185,6 +185,15 @@ def _check_facts(t: dict, where: str) -> None:
                 finite_number(v, what, 0, 1, above=True)
             else:
                 finite_number(v, what, 0, _MAX_AMOUNT)
+        elif kind == "Optional[float]":
+            # null means "not published"; a bandwidth of 0 Gbps is no figure at all.
+            if v is not None:
+                if isinstance(v, str):  # finite_number would read "400" from a CSV; JSON has numbers
+                    raise UserError(f"{what} must be null or a number, got {clean(repr(v))[:40]}")
+                if f.name.endswith("_gbps"):
+                    finite_number(v, what, 0, MAX_NETWORK_GBPS, above=True)
+                else:
+                    finite_number(v, what, 0, _MAX_AMOUNT)
         elif kind == "bool" and not isinstance(v, bool):
             raise UserError(f"{what} must be true or false")
         elif kind == "str" and not isinstance(v, str):

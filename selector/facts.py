@@ -43,6 +43,10 @@ class NvmeDisks:
         return self.count * self.size_gb
 
 
+# Sanity bound for any bandwidth figure: 100 Tbps per instance (the largest AWS publishes is 6.4 Tbps).
+MAX_NETWORK_GBPS = 100_000.0
+
+
 @dataclass(frozen=True)
 class InstanceFacts:
     instance_type: str
@@ -65,7 +69,10 @@ class InstanceFacts:
     efa: bool
     network_cards: int
     max_efa_interfaces: int
-    network_gbps: float
+    # AWS's published instance figure (DescribeInstanceTypes NetworkInfo.NetworkPerformance, or the cited
+    # page for retired types), never a sum over network cards; None where AWS publishes only a rating
+    # such as "High". With network_burst, it is the "up to" burst figure over a lower baseline.
+    network_gbps: Optional[float]
     nvme: Optional[NvmeDisks]
     regions: tuple[str, ...]
     prices: dict[str, Price] = field(default_factory=dict)
@@ -81,11 +88,14 @@ class InstanceFacts:
     capacity_block_source: str = ""
     # Published Capacity Block rates by region (data/capacity_blocks.toml), for every type that has one.
     capacity_block_prices: dict[str, CapacityBlockPrice] = field(default_factory=dict)
-    # AWS's published bandwidth where it states EFA and ENA separately (data/network.toml);
-    # network_gbps is the instance figure AWS publishes (DescribeInstanceTypes NetworkPerformance).
+    # The most EFA and the most ENA (IP) bandwidth AWS states for the type, where it states them
+    # separately (data/network.toml); the two share the instance's bandwidth. None: not stated.
     efa_gbps: Optional[float] = None
     ena_gbps: Optional[float] = None
+    # Where network_gbps (and efa/ena) come from, with AWS's own wording of the figure.
     network_source: str = ""
+    # network_gbps is an "up to" figure: a burst over a lower baseline, on network I/O credits.
+    network_burst: bool = False
 
     @property
     def accelerator_memory_total_gib(self) -> float:

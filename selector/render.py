@@ -140,8 +140,13 @@ def show_text(f: InstanceFacts, catalog: Catalog) -> str:
         f"  interconnect   {f.interconnect}; tensor cores {'yes' if f.tensor_cores else 'no'}",
         f"  precisions     {', '.join(f.precisions)}",
         f"  host           {f.vcpus} vCPU, {f.memory_gib:g} GiB RAM, {'/'.join(f.architectures)}",
-        f"  network        {f.network_gbps:g} Gbps, {f.network_cards} network card(s), "
-        + (f"EFA up to {f.max_efa_interfaces} interfaces" if f.efa else "no EFA"),
+        "  network        " + ("no Gbps figure published" if f.network_gbps is None else
+                                ("up to " if f.network_burst else "") + f"{f.network_gbps:,g} Gbps"
+                                + (" (burst over a lower baseline)" if f.network_burst else ""))
+        + "".join(f"; {k} up to {v:,g} Gbps" for k, v in (("EFA", f.efa_gbps), ("ENA", f.ena_gbps)) if v is not None)
+        + f"; {f.network_cards} network card(s), "
+        + (f"EFA up to {f.max_efa_interfaces} interfaces" if f.efa else "no EFA")
+        + (f"\n                 (network figures: {clean(f.network_source)})" if f.network_source else ""),
         "  instance store " + (f"{f.nvme.count} x {f.nvme.size_gb} GB NVMe" if f.nvme else "none (EBS only)"),
         f"  regions        {len(f.regions)}: {', '.join(f.regions)}",
         "  prices (USD/h):",

@@ -133,6 +133,16 @@ NUMBERS: list[Row] = [
      "accelerator_fraction must be above zero"),
     ("catalog-string-count", {"c.json": catalog_with(_set_first("accelerator_count", "8"))}, REC + CAT,
      "accelerator_count must be a whole number"),
+    ("catalog-efa-string", {"c.json": catalog_with(_set_first("efa_gbps", "3200"))}, REC + CAT,
+     "efa_gbps must be null or a number"),
+    ("catalog-ena-zero", {"c.json": catalog_with(_set_first("ena_gbps", 0))}, REC + CAT,
+     "ena_gbps must be above zero"),
+    ("catalog-ena-negative", {"c.json": catalog_with(_set_first("ena_gbps", -100))}, REC + CAT,
+     "ena_gbps must be above zero"),
+    ("catalog-efa-huge", {"c.json": catalog_with(_set_first("efa_gbps", 1e12))}, REC + CAT,
+     "efa_gbps must be above zero and at most 100000"),
+    ("catalog-network-bool", {"c.json": catalog_with(_set_first("network_gbps", True))}, REC + CAT,
+     "network_gbps must be above zero"),
 ]
 
 MALFORMED: list[Row] = [
