@@ -1,7 +1,7 @@
 """recommend(profile) -> Recommendation: filter by hard requirements, estimate, rank, explain."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Optional, Union
 
 from . import freshness
@@ -80,6 +80,13 @@ class Candidate:
     @property
     def spot_samples_per_dollar(self) -> Optional[float]:
         return _per_dollar(self.samples_per_second, self.spot_price_per_hour)
+
+    @property
+    def spot_single_az(self) -> bool:
+        """The spot price ranked on is one AZ's quote (not overridden by a measured price)."""
+        p = self.facts.price(self._region)
+        return (self.spot_price_per_hour is not None and p is not None and p.spot_azs == 1
+                and not (self._measured and self._measured.spot_price_per_hour))
 
     def hourly(self, market: Market) -> Optional[float]:
         """The price the ranking uses in `market` (True/False: spot/on-demand)."""
@@ -306,16 +313,11 @@ def _tie_groups(ranked: list[Candidate], objective: str, market: str) -> list[Ca
             group.sort(key=lambda c: (c.hourly(market) if c.hourly(market) is not None else _MISSING,
                                       order[c.instance_type]))
             names = [c.instance_type for c in group]
-            group = [_replace(c, tied_with=tuple(n for n in names if n != c.instance_type)) for c in group]
+            group = [replace(c, tied_with=tuple(n for n in names if n != c.instance_type)) for c in group]
         taken = {c.instance_type for c in group}
         out.extend(group)
         left = [c for c in left if c.instance_type not in taken]
     return out
-
-
-def _replace(c: Candidate, **changes: Any) -> Candidate:
-    from dataclasses import replace
-    return replace(c, **changes)
 
 
 def _estimate(facts: InstanceFacts, profile: Profile, accelerators: dict[str, AcceleratorSpec],

@@ -33,8 +33,7 @@ def _price_cells(c: Candidate, market: str) -> list[str]:
 
 def _spot_mark(c: Candidate) -> str:
     """'!' after a spot price from a single AZ: one AZ's quote is not a market price."""
-    p = c.facts.price(c._region)
-    return "!" if c.spot_price_per_hour is not None and p is not None and p.spot_azs == 1 and not c._measured else ""
+    return "!" if c.spot_single_az else ""
 
 
 def _samples(c: Candidate) -> str:
