@@ -11,14 +11,11 @@ import datetime as dt
 from typing import Any, Callable, Iterable, Optional
 
 from .facts import CapacityBlockPrice
+from .live_prices import iso_minute
 from .prices import implausible
 
 Log = Callable[[str], None]
 BLOCK_HOURS = 24  # the shortest block EC2 sells; longer blocks are priced per hour alike
-
-
-def _stamp(now: dt.datetime) -> str:
-    return now.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
 
 
 def hourly_rate(offering: dict[str, Any]) -> Optional[float]:
@@ -71,7 +68,7 @@ def quote_rates(
             log(f"warning: {name} in {region}: EC2 quotes no Capacity Block offering now; keeping the rate on record, if any")
             continue
         out[name] = CapacityBlockPrice(
-            usd_per_hour=round(min(rates), 4), as_of=_stamp(now),
+            usd_per_hour=round(min(rates), 4), as_of=iso_minute(now),
             source=f"DescribeCapacityBlockOfferings in {region}: cheapest of {len(rates)} offering(s) "
                    f"for 1 x {name} x {BLOCK_HOURS} h")
     return out

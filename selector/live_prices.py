@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from .errors import UserError
 from .facts import Price
-from .prices import PriceTable, implausible
+from .prices import PriceTable, implausible, spot_spread
 
 Log = Callable[[str], None]
 
@@ -500,13 +500,10 @@ def merge_price(old: Optional[Price], name: str, q: RegionQuotes, azs: Optional[
         source = f"no on-demand figure ({od_why})" + (f"; {old.source}" if old and old.source else "")
 
     if spot_good:
-        import statistics
-
-        values = sorted(spot_good.values())
-        spot = dict(spot=round(statistics.median(values), 6), spot_min=values[0], spot_max=values[-1],
-                    spot_azs=len(values), spot_as_of=q.spot_as_of,
+        median, low, high, n = spot_spread(spot_good.values())
+        spot = dict(spot=median, spot_min=low, spot_max=high, spot_azs=n, spot_as_of=q.spot_as_of,
                     spot_source=(f"EC2 DescribeSpotPriceHistory ({SPOT_PRODUCT}): median of the latest quote in "
-                                 f"{len(values)} AZ(s) {', '.join(sorted(spot_good))}"
+                                 f"{n} AZ(s) {', '.join(sorted(spot_good))}"
                                  + (f"; rejected {'; '.join(bad)}" if bad else "")))
     elif old is not None and old.spot is not None:
         spot = dict(spot=old.spot, spot_min=old.spot_min, spot_max=old.spot_max, spot_azs=old.spot_azs,

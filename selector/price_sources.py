@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from .errors import UserError
-from .prices import MIN_SPOT_SHARE_OF_ON_DEMAND, implausible
+from .prices import MIN_SPOT_SHARE_OF_ON_DEMAND, implausible, spot_spread
 
 REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "ap-northeast-2")
 
@@ -216,9 +216,7 @@ def spot_stats(quotes: Iterable[Quote], types: Iterable[str], regions: Iterable[
         at_od = row_od is not None and abs(q.spot - row_od) <= QUOTE_STEP
         kept.setdefault((q.instance_type, q.region), []).append((q.spot, at_od))
     for key, got in kept.items():
-        values = sorted(v for v, _ in got)
-        out.stats[key] = SpotStats(round(statistics.median(values), 6), values[0], values[-1], len(values),
-                                   sum(1 for _, a in got if a))
+        out.stats[key] = SpotStats(*spot_spread(v for v, _ in got), sum(1 for _, a in got if a))
     out.rejected.sort()
     return out
 

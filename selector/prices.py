@@ -1,7 +1,7 @@
 """Price tables: the embedded, cited one and the user's own (private pricing, discounts)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterable, Optional
 
 from .errors import UserError
 from .facts import Price
@@ -43,6 +43,14 @@ def implausible(price: Optional[float], on_demand: Optional[float] = None, kind:
             return (f"spot price {price:g} is below {MIN_SPOT_SHARE_OF_ON_DEMAND:.0%} of on-demand {on_demand:g}: "
                     "a placeholder or unit slip, not a market price")
     return None
+
+
+def spot_spread(quotes: "Iterable[float]") -> tuple[float, float, float, int]:
+    """(median, min, max, count) of the AZ quotes behind one spot figure: the one rule that the
+    embedded table (price_sources) and live prices (live_prices) both apply."""
+    import statistics
+    values = sorted(quotes)
+    return round(statistics.median(values), 6), values[0], values[-1], len(values)
 
 
 def _money(value: Optional[str], where: str) -> Optional[float]:
