@@ -1,4 +1,5 @@
-"""python -m selector: profiles | recommend | show | catalog refresh (a contract: keep the names).
+"""python -m selector: profiles | recommend | show | bench plan|collect|report | catalog refresh (a contract:
+keep the names).
 
 Bad input exits 2 with one line on stderr: what was wrong, what is allowed, the closest valid
 value. Names are matched exactly, case included: regions, instance types and families are AWS's
@@ -57,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--catalog", metavar="FILE")
     s.add_argument("--json", action="store_true")
 
+    from .bench.cli import add_parser as add_bench
+    add_bench(sub, _Parser)
+
     s = sub.add_parser("catalog", help="catalog maintenance")
     csub = s.add_subparsers(dest="catalog_command", required=True, parser_class=_Parser)
     r = csub.add_parser("refresh", help="rebuild the catalog from the EC2 APIs (needs AWS credentials)")
@@ -89,6 +93,10 @@ def _recommend(a: argparse.Namespace) -> str:
         catalog.with_prices(user_prices)  # refuse an unknown type or region now, before any AWS call
     profile = get_profile(a.profile, load_profiles(a.profiles))
     measured = load_measurements(a.throughput, catalog.types) if a.throughput else None
+    if a.throughput:
+        from .throughput import failed_in
+        for name, reason in failed_in(a.throughput):
+            _warn(f"measurement failed for {name}: {reason}; it ranks on the model")
     families = _families(a.families)
     if a.spot and a.capacity_block:
         raise UserError("--spot and --capacity-block name two markets; pick one (neither: on-demand)")
@@ -217,6 +225,11 @@ def _refresh_prices(a: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def _bench(a: argparse.Namespace) -> str:
+    from .bench.cli import run
+    return run(a, _aws)
+
+
 def _refresh(a: argparse.Namespace) -> str:
     if a.prices:
         return _refresh_prices(a)
@@ -242,7 +255,7 @@ def _refresh(a: argparse.Namespace) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     try:
         a = _parser().parse_args(argv)
-        handler = {"profiles": _profiles, "recommend": _recommend, "show": _show}.get(a.command, _refresh)
+        handler = {"profiles": _profiles, "recommend": _recommend, "show": _show, "bench": _bench}.get(a.command, _refresh)
         out = handler(a)
         # Line by line so that the table's own newlines stay; JSON output is already escaped.
         print("\n".join(clean(line) for line in out.split("\n")))

@@ -128,10 +128,8 @@ def check_writable(out: str) -> None:
 
 
 def write_catalog(catalog: Catalog, out) -> None:
-    """Write all or nothing: serialise first (strict JSON, no NaN), then rename a temporary file
-    over `out`, so that an error never leaves a half-written or empty catalog behind."""
+    """Write all or nothing: serialise first (strict JSON, no NaN), then write_text."""
     import json
-    import tempfile
     from .errors import UserError
     from .validate import clean
     out = str(out)
@@ -140,14 +138,25 @@ def write_catalog(catalog: Catalog, out) -> None:
         text = json.dumps(catalog.to_dict(), indent=1, sort_keys=False, allow_nan=False) + "\n"
     except ValueError as e:
         raise UserError(f"catalog refresh produced a non-finite number ({e}); nothing written to {clean(out)}") from None
+    write_text(out, text)
+
+
+def write_text(out: str, text: str) -> None:
+    """Rename a temporary file over `out`, so that an error never leaves a half-written or empty
+    file behind; UserError (one line) where it cannot be written."""
+    import tempfile
+    from .errors import UserError
+    from .validate import clean
+    out = str(out)
+    check_writable(out)
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".json", dir=os.path.dirname(os.path.abspath(out)))
+        fd, tmp = tempfile.mkstemp(prefix=".dl-launcher-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(out)))
         with os.fdopen(fd, "w") as f:
             f.write(text)
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the catalog private to its writer
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the file private to its writer
         os.replace(tmp, out)
     except OSError as e:
         if tmp and os.path.exists(tmp):

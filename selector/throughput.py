@@ -124,6 +124,10 @@ def load_measurements(path: str, known: dict[str, InstanceFacts]) -> dict[str, M
     if path.endswith(".json") or text.lstrip().startswith(("[", "{")):
         data = parse_json(text, path, "throughput")
         if isinstance(data, dict):
+            failed = data.get("failed")
+            if data.get("measurements") == [] and isinstance(failed, list) and failed and isinstance(failed[0], dict):
+                raise UserError(f"throughput file {shown}: every candidate failed its benchmark (first: "
+                                f"{clean(str(failed[0].get('instance_type')))}: {clean(str(failed[0].get('reason')))[:200]})")
             data = data.get("measurements", data.get("rows"))
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             raise UserError(f"throughput file {shown}: expected a JSON list of objects with instance_type and samples_per_second")
@@ -158,6 +162,20 @@ def load_measurements(path: str, known: dict[str, InstanceFacts]) -> dict[str, M
     if not out:
         raise UserError(f"throughput file {shown}: no rows")
     return out
+
+
+def failed_in(path: str) -> list[tuple[str, str]]:
+    """(instance type, reason) for each candidate a `bench collect` file lists as failed, so that
+    recommend can say why those types rank on the model instead (never silently)."""
+    text = read_text(str(path), "throughput")
+    if not text.lstrip().startswith("{"):
+        return []
+    data = parse_json(text, str(path), "throughput")
+    failed = data.get("failed") if isinstance(data, dict) else None
+    if not isinstance(failed, list):
+        return []
+    return [(clean(str(f.get("instance_type", "?"))), clean(str(f.get("reason", "no reason given"))))
+            for f in failed if isinstance(f, dict)]
 
 
 def _positive(value: object, where: str, key: str, required: bool = False, lo: float = 0.0,

@@ -1,0 +1,239 @@
+"""The measured-selection loop's contract, in one place: the samples/s line a benchmark prints,
+the plan file (`bench plan` writes it, the benchmark stack reads it), and the S3 layout and
+result object each node writes for `bench collect`. Standard library only: nodes import it.
+
+The line (README, "Measured selection"): one per timed window, anywhere in the output,
+
+    dl-bench samples_per_second=1234.5 window=2 samples=4096 seconds=3.318 model=resnet50
+
+`dl-bench` first, then `key=value` tokens separated by spaces; `samples_per_second` is required
+(finite, > 0), `window`, `samples` and `seconds` are optional numbers, anything else is a label
+(no spaces in a value). Any program that prints it can be benchmarked and monitored.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+LINE_TAG = "dl-bench"
+_KEY = re.compile(r"[a-z_][a-z0-9_]*\Z")
+_NUMBERS = ("samples_per_second", "samples", "seconds")
+
+PLAN_VERSION = 1
+RESULT_VERSION = 1
+# The most output a node keeps in its result object: the last bytes of stdout+stderr together.
+OUTPUT_TAIL_BYTES = 64 * 1024
+# A plan's name names the stack (dl-bench-<name>) and the S3 prefix (bench/<name>/).
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z")
+MARKETS = ("spot", "on-demand")
+
+
+class LineError(ValueError):
+    """A line that starts with the tag but does not follow the format (the collector says which)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    samples_per_second: float
+    window: Optional[int] = None
+    samples: Optional[float] = None
+    seconds: Optional[float] = None
+    labels: dict = field(default_factory=dict)
+
+
+def format_line(samples_per_second: float, **fields: Any) -> str:
+    """`dl-bench samples_per_second=... k=v ...` (fields in the order given; None left out)."""
+    parts = [LINE_TAG, f"samples_per_second={samples_per_second:.6g}"]
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if not _KEY.match(key):
+            raise ValueError(f"dl-bench key {key!r}: lower-case letters, digits and _ only")
+        text = f"{value:.6g}" if isinstance(value, float) else str(value)
+        if not text or any(c.isspace() for c in text):
+            raise ValueError(f"dl-bench {key}={text!r}: a value is one word")
+        parts.append(f"{key}={text}")
+    return " ".join(parts)
+
+
+def parse_line(line: str) -> Optional[Window]:
+    """The window a line reports, None for any other line, LineError for a broken dl-bench line."""
+    tokens = line.strip().split()
+    if not tokens or tokens[0] != LINE_TAG:
+        return None
+    values: dict[str, str] = {}
+    for token in tokens[1:]:
+        key, eq, value = token.partition("=")
+        if not eq or not _KEY.match(key) or not value:
+            raise LineError(f"token {token[:60]!r} is not key=value")
+        if key in values:
+            raise LineError(f"{key} given twice")
+        values[key] = value
+    if "samples_per_second" not in values:
+        raise LineError("no samples_per_second=")
+    numbers: dict[str, float] = {}
+    for key in _NUMBERS:
+        if key in values:
+            try:
+                numbers[key] = float(values.pop(key))
+            except ValueError:
+                raise LineError(f"{key} is not a number") from None
+            if not math.isfinite(numbers[key]) or numbers[key] <= 0:
+                raise LineError(f"{key} must be finite and above 0, got {numbers[key]:g}")
+    window = None
+    if "window" in values:
+        raw = values.pop("window")
+        if not raw.isdigit():
+            raise LineError(f"window must be a whole number, got {raw[:20]!r}")
+        window = int(raw)
+    return Window(samples_per_second=numbers["samples_per_second"], window=window,
+                  samples=numbers.get("samples"), seconds=numbers.get("seconds"), labels=values)
+
+
+def parse_output(text: str) -> tuple[list[Window], list[str]]:
+    """Every window in a program's output, and one problem per broken dl-bench line."""
+    windows, problems = [], []
+    for number, line in enumerate(text.splitlines(), start=1):
+        try:
+            w = parse_line(line)
+        except LineError as e:
+            problems.append(f"line {number}: {e}")
+            continue
+        if w is not None:
+            windows.append(w)
+    return windows, problems
+
+
+# --- S3 layout: s3://<bucket>/bench/<name>/{started,results}/<instance_type>.json ---------------
+
+def prefix_for(name: str) -> str:
+    return f"bench/{name}"
+
+
+def started_key(prefix: str, instance_type: str) -> str:
+    """Written by the node as soon as it boots: tells 'never launched' from 'hung'."""
+    return f"{prefix.rstrip('/')}/started/{instance_type}.json"
+
+
+def result_key(prefix: str, instance_type: str) -> str:
+    return f"{prefix.rstrip('/')}/results/{instance_type}.json"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one node reports (results/<type>.json). The node does not judge its output: the
+    collector parses `output_tail` for dl-bench lines, so the rules live in one place."""
+
+    instance_type: str
+    exit_code: Optional[int]  # None: the command could not be started (see reason)
+    timed_out: bool
+    started: str  # ISO 8601 UTC
+    ended: str
+    output_tail: str
+    instance_id: str = ""
+    availability_zone: str = ""
+    market: str = ""
+    reason: str = ""  # the runner's own failure, e.g. the command was not found
+    version: int = RESULT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+
+# --- The plan --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlannedCandidate:
+    instance_type: str
+    price_per_hour: float  # in the plan's market: what one instance costs while it runs
+    price_source: str
+    cost_usd: float  # price_per_hour x minutes / 60: the most one candidate can cost
+    modelled_samples_per_second: float
+    uncertainty: float
+    basis: str
+    accelerators: str  # e.g. "8 x H100"
+    on_demand_per_hour: Optional[float] = None
+    spot_per_hour: Optional[float] = None
+    # The most EC2 may charge per hour: on spot, the maximum price sent with the request (the
+    # on-demand price, EC2's own default cap); on-demand, the price itself.
+    max_price_per_hour: Optional[float] = None
+    worst_cost_usd: Optional[float] = None  # max_price_per_hour x minutes / 60
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    profile: str
+    region: str
+    market: str  # spot | on-demand
+    minutes: int  # the hard limit per instance, boot included
+    command: str  # what each instance runs; prints dl-bench lines
+    candidates: tuple[PlannedCandidate, ...]
+    total_cost_usd: float
+    max_cost_usd: Optional[float]
+    catalog_as_of: str
+    created: str
+    version: int = PLAN_VERSION
+    # The market samples per dollar is ranked in (recommend --spot): a benchmark may run on spot
+    # to save money and still rank for an on-demand job; throughput does not depend on the market.
+    rank_market: str = "on-demand"
+    worst_total_cost_usd: Optional[float] = None
+
+    @property
+    def prefix(self) -> str:
+        return prefix_for(self.name)
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        return json.dumps(d, indent=1) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Plan":
+        """From parsed JSON; ValueError names the key that is wrong (callers add the file name)."""
+        if not isinstance(data, dict):
+            raise ValueError("expected a JSON object written by 'bench plan'")
+        if data.get("version") != PLAN_VERSION:
+            raise ValueError(f"version must be {PLAN_VERSION}, got {data.get('version')!r}")
+        try:
+            raw = [PlannedCandidate(**c) for c in data["candidates"]]
+            plan = cls(**{**data, "candidates": tuple(raw)})
+        except KeyError as e:
+            raise ValueError(f"missing key {e}") from None
+        except TypeError as e:
+            raise ValueError(str(e).replace("__init__() ", "")) from None
+        if not isinstance(plan.name, str) or not NAME_PATTERN.match(plan.name):
+            raise ValueError(f"name {plan.name!r}: lower-case letters, digits and hyphens, at most 40")
+        for key in ("market", "rank_market"):
+            if getattr(plan, key) not in MARKETS:
+                raise ValueError(f"{key} {getattr(plan, key)!r}: allowed {', '.join(MARKETS)}")
+        if not isinstance(plan.minutes, int) or not 1 <= plan.minutes <= 24 * 60:
+            raise ValueError(f"minutes {plan.minutes!r}: a whole number from 1 to 1440")
+        if not isinstance(plan.command, str) or not plan.command.strip():
+            raise ValueError("command is empty")
+        if not plan.candidates:
+            raise ValueError("no candidates")
+        seen = set()
+        for c in plan.candidates:
+            if not isinstance(c.instance_type, str) or c.instance_type in seen:
+                raise ValueError(f"candidate {c.instance_type!r} is missing a name or listed twice")
+            seen.add(c.instance_type)
+        return plan
+
+
+# --- What `bench collect` writes (`bench-results.json`), read by `recommend --throughput` and
+# `bench report` ------------------------------------------------------------------------------------
+#
+# {"version": 1, "collected": "2026-11-24T01:02Z", "source": "s3://bucket/bench/<name>/",
+#  "plan": {...the Plan as written by to_json...},
+#  "measurements": [{"instance_type": "g5.xlarge", "samples_per_second": 812.3 (median window),
+#                    "min": 800.1, "max": 820.5, "windows": 5, "spread": 0.025 ((max-min)/median),
+#                    "labels": {"model": "resnet50", ...}, "result": "s3://.../results/g5.xlarge.json"}],
+#  "failed": [{"instance_type": "g6.xlarge", "reason": "ran past the 20-minute limit and was killed"}]}
+#
+# Every planned candidate is in exactly one of the two lists: never a zero, never dropped.
+COLLECTED_VERSION = 1
+DEFAULT_PLAN_FILE = "bench-plan.json"
+DEFAULT_RESULTS_FILE = "bench-results.json"
