@@ -1,0 +1,159 @@
+"""bench report: ranking by measured samples per dollar (expected values worked out by hand from
+the fixture's numbers), failures never ranked as zero, the model's misses flagged, the chart
+opened and inspected."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from selector.bench import report as rep
+from selector.bench.contract import Plan, PlannedCandidate
+from selector.cli import main
+from selector.errors import UserError
+
+# type: (model samples/s, on-demand $/h, spot $/h, measured samples/s or None)
+FIXTURE = {
+    "a.type": (1000.0, 2.0, 1.0, 1000.0),   # 1.8M/$ on-demand, 3.6M/$ spot
+    "b.type": (2000.0, 3.0, 0.5, 1300.0),   # 1.56M/$ on-demand, 9.36M/$ spot; 0.65 of the model's relative speed
+    "c.type": (500.0, 1.0, 0.8, 520.0),     # 1.872M/$ on-demand, 2.34M/$ spot
+    "d.type": (4000.0, 0.2, 0.1, None),     # the cheapest by far, but it failed: never ranked
+}
+
+
+def _doc(rank_market: str = "on-demand", fixture: dict = FIXTURE) -> dict:
+    cands = tuple(PlannedCandidate(instance_type=t, price_per_hour=sp, price_source="test", cost_usd=sp / 3,
+                                   modelled_samples_per_second=model, uncertainty=0.2, basis="measured",
+                                   accelerators="1 x GPU", on_demand_per_hour=od, spot_per_hour=sp,
+                                   max_price_per_hour=od, worst_cost_usd=od / 3)
+                  for t, (model, od, sp, _) in fixture.items())
+    plan = Plan(name="t", profile="cost-efficient-training", region="us-east-1", market="spot", minutes=20,
+                command="python3 -m selector.bench.reference", candidates=cands, total_cost_usd=1.0,
+                max_cost_usd=None, catalog_as_of="2026-11-22", created="2026-11-23T00:00Z", rank_market=rank_market)
+    return {"version": 1, "collected": "2026-11-23T01:00Z", "source": "s3://b/bench/t/",
+            "plan": json.loads(plan.to_json()),
+            "measurements": [{"instance_type": t, "samples_per_second": m, "min": m * 0.99, "max": m * 1.01,
+                              "windows": 5, "spread": 0.02, "labels": {}, "result": "s3://b/x"}
+                             for t, (_, _, _, m) in fixture.items() if m],
+            "failed": [{"instance_type": t, "reason": "never reported in: no spot capacity"}
+                       for t, (_, _, _, m) in fixture.items() if not m]}
+
+
+def _write(tmp_path: Path, doc: dict) -> Path:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_ranks_by_measured_samples_per_dollar_in_the_plans_market(tmp_path):
+    r = rep.build_report(rep.load_results(_write(tmp_path, _doc("on-demand"))))
+    assert [x.instance_type for x in r.ranked] == ["c.type", "a.type", "b.type"]  # 1.872M, 1.8M, 1.56M
+    assert r.ranked[0].per_dollar("on-demand") == pytest.approx(520 * 3600 / 1.0)
+    assert [x.instance_type for x in r.failed] == ["d.type"]
+    r = rep.build_report(_doc("spot"))
+    assert [x.instance_type for x in r.ranked] == ["b.type", "a.type", "c.type"]  # 9.36M, 3.6M, 2.34M
+    assert r.winner.instance_type == "b.type"
+
+
+def test_disagreement_is_relative_to_the_benchmarks_scale():
+    r = rep.build_report(_doc())
+    # ratios measured/model: a 1.0, b 0.65, c 1.04 -> median 1.0; b is 35% below the model's relative speed
+    by = {x.instance_type: x for x in r.ranked}
+    assert r.scale == pytest.approx(1.0)
+    assert by["b.type"].relative == pytest.approx(0.65) and by["b.type"].disagrees
+    assert not by["a.type"].disagrees and not by["c.type"].disagrees
+    # The same shape in other units (a benchmark counting 3x the samples) flags the same type.
+    tripled = {t: (m, od, sp, s * 3 if s else None) for t, (m, od, sp, s) in FIXTURE.items()}
+    r3 = rep.build_report(_doc(fixture=tripled))
+    assert r3.scale == pytest.approx(3.0)
+    assert [x.instance_type for x in r3.ranked if x.disagrees] == ["b.type"]
+
+
+@pytest.mark.parametrize("measured, flagged", [(1200.0, False), (1300.0, True), (740.0, True), (770.0, False)])
+def test_the_threshold_is_25_percent(measured, flagged):
+    fixture = {"a.type": (1000.0, 1.0, 0.5, 1000.0), "b.type": (1000.0, 1.0, 0.5, 1000.0),
+               "c.type": (1000.0, 1.0, 0.5, measured)}
+    r = rep.build_report(_doc(fixture=fixture))
+    assert {x.instance_type: x.disagrees for x in r.ranked}["c.type"] is flagged
+
+
+def test_one_measured_candidate_has_no_relative_flag():
+    fixture = {"a.type": (1000.0, 1.0, 0.5, 3000.0), "b.type": (1000.0, 1.0, 0.5, None)}
+    r = rep.build_report(_doc(fixture=fixture))
+    assert r.ranked[0].relative is None and not r.ranked[0].disagrees
+    assert "Fewer than two candidates were measured" in rep.markdown(r)
+
+
+def test_table_and_markdown_say_what_a_reviewer_needs(tmp_path, capsys):
+    path = _write(tmp_path, _doc())
+    md = tmp_path / "report.md"
+    assert main(["bench", "report", "--results", str(path), "--markdown", str(md)]) == 0
+    out = capsys.readouterr().out
+    assert "winner: c.type, 1,872,000 samples per dollar on on-demand (4% more than a.type)" in out
+    d_line = next(line for line in out.splitlines() if line.startswith("-") and "d.type" in line)
+    assert "FAILED" in d_line and "no spot capacity" in d_line
+    assert "model overrates it by 35%" in out
+    text = md.read_text()
+    for heading in ("# Measured selection: cost-efficient-training in us-east-1", "## Decision",
+                    "## Where the model was wrong", "## Not measured"):
+        assert heading in text
+    assert "**b.type**: measured 1,300.0 samples/s, 0.65x" in text and "too high" in text
+    assert "| 1 | c.type |" in text
+
+
+def test_json_output(tmp_path, capsys):
+    assert main(["bench", "report", "--results", str(_write(tmp_path, _doc())), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["winner"] == "c.type" and [f["instance_type"] for f in doc["failed"]] == ["d.type"]
+    assert doc["failed"][0]["samples_per_dollar"] is None  # never a zero
+
+
+def test_chart_is_a_real_png_with_one_point_per_candidate(tmp_path):
+    from PIL import Image
+
+    r = rep.build_report(_doc())
+    fig = rep.chart_figure(r)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert ax.get_xlabel() == "$ per hour (on-demand / spot)"
+    assert ax.get_ylabel() == "samples per second (measured / modelled)"
+    gids = [c.get_gid() for c in ax.collections if c.get_gid()]
+    assert sorted(g.split(":")[1] for g in gids if g.startswith("model:")) == sorted(FIXTURE)
+    for market in ("on-demand", "spot"):
+        assert sorted(g.split(":")[1] for g in gids if g.startswith(f"measured-{market}:")) == [
+            "a.type", "b.type", "c.type"]
+    assert any("winner: c.type" in t.get_text() for t in ax.texts)
+    assert any(t.get_text().endswith("/$") for t in ax.texts)  # the equal-samples-per-dollar lines are labelled
+
+    png = tmp_path / "chart.png"
+    rep.write_chart(r, str(png))
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size == (900, 600)
+        colours = im.convert("RGB").getcolors(maxcolors=1 << 20)
+    assert len(colours) > 50  # drawn on, not a blank canvas
+    rep.write_chart(r, str(tmp_path / "again.png"))
+    assert (tmp_path / "again.png").read_bytes() == png.read_bytes()  # same input, same bytes
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (lambda d: d.update(version=3), "version must be 1"),
+    (lambda d: d["measurements"][0].update(instance_type="zz.type"), "is not in the plan"),
+    (lambda d: d["measurements"][0].update(samples_per_second=0), "samples_per_second must be a number above 0"),
+    (lambda d: d["failed"].clear(), "d.type is in the plan but neither measured nor failed"),
+    (lambda d: d["failed"].append(dict(d["failed"][0])), "listed twice"),
+    (lambda d: d.pop("measurements"), "measurements must be a list"),
+    (lambda d: d["plan"].pop("candidates"), "plan: missing key"),
+])
+def test_a_malformed_file_is_one_line_naming_the_key(tmp_path, mutate, words):
+    doc = _doc()
+    mutate(doc)
+    with pytest.raises(UserError, match=words) as e:
+        rep.load_results(_write(tmp_path, doc))
+    assert "\n" not in str(e.value) and "results.json" in str(e.value)
+
+
+def test_cli_refuses_a_missing_file_in_one_line(tmp_path, capsys):
+    assert main(["bench", "report", "--results", str(tmp_path / "none.json")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read bench results file" in err and len(err.strip().splitlines()) == 1
