@@ -1,0 +1,184 @@
+"""python3 -m selector.bench.runner: what each benchmark instance runs (standard library + boto3).
+
+    python3 -m selector.bench.runner --bucket B --prefix bench/NAME --instance-type T --minutes M \
+        [--market spot] [--no-shutdown] -- 'the benchmark command'
+
+1. writes started/<type>.json (so `bench collect` can tell "never launched" from "hung");
+2. runs the command with bash in its own process group, echoing its output (the journal and the
+   console keep it) and keeping the last OUTPUT_TAIL_BYTES;
+3. at the deadline (the limit less UPLOAD_MARGIN, so the upload still fits) kills the whole group,
+   SIGTERM then SIGKILL, and records timed_out;
+4. writes results/<type>.json, retrying S3 with backoff; a crash of the runner itself still tries
+   to upload a result that says so;
+5. powers the instance off (`shutdown -h now`; the launch template makes that a termination).
+
+The user data has already scheduled `shutdown -h +M` before starting this, so a runner that hangs
+is terminated too. The collector, not this runner, reads the dl-bench lines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from datetime import datetime, timezone
+from typing import Callable, Optional
+
+from .contract import OUTPUT_TAIL_BYTES, Result, result_key, started_key
+
+UPLOAD_MARGIN = 90  # seconds kept after the command's deadline for the result upload and shutdown
+KILL_GRACE = 15  # seconds between SIGTERM and SIGKILL
+PUT_ATTEMPTS = 5
+IMDS = "http://169.254.169.254/latest"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Tail:
+    """The last `limit` bytes of what passes through."""
+
+    def __init__(self, limit: int = OUTPUT_TAIL_BYTES) -> None:
+        self.limit, self.data = limit, bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > 2 * self.limit:
+            del self.data[:-self.limit]
+
+    def text(self) -> str:
+        return bytes(self.data[-self.limit:]).decode("utf-8", errors="replace")
+
+
+def run_command(command: str, limit_seconds: float, tail: Tail, echo=sys.stdout.buffer,
+                grace: float = KILL_GRACE) -> tuple[Optional[int], bool]:
+    """(exit code, timed out). The command and everything it started live in one process group,
+    so a timeout kills the data-loader workers and torchrun's children too, not only bash."""
+    proc = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    timed_out = threading.Event()
+
+    def kill() -> None:
+        timed_out.set()
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(limit_seconds, kill)
+    timer.daemon = True
+    timer.start()
+    try:
+        for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+            tail.add(chunk)
+            try:
+                echo.write(chunk)
+                echo.flush()
+            except (OSError, ValueError):
+                pass
+        code = proc.wait()
+    finally:
+        timer.cancel()
+    if timed_out.is_set():
+        _signal_group(proc.pid, signal.SIGKILL)  # a child that closed its output and lingers
+    return code, timed_out.is_set()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def put_with_retry(put: Callable[[str, bytes], None], key: str, body: bytes, log=sys.stderr,
+                   attempts: int = PUT_ATTEMPTS, delay: float = 1.0) -> bool:
+    for i in range(1, attempts + 1):
+        try:
+            put(key, body)
+            return True
+        except Exception as e:  # any S3 or network error: retry, then report; never crash the upload path
+            print(f"runner: upload of {key} failed ({i}/{attempts}): {e}", file=log, flush=True)
+            if i < attempts:
+                time.sleep(delay * 2 ** (i - 1))
+    return False
+
+
+def instance_identity(timeout: float = 2.0) -> tuple[str, str]:
+    """(instance id, AZ) from IMDSv2, or ("", "") off EC2; bounded, never raises."""
+    try:
+        req = urllib.request.Request(f"{IMDS}/api/token", method="PUT",
+                                     headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"})
+        token = urllib.request.urlopen(req, timeout=timeout).read().decode()
+
+        def get(path: str) -> str:
+            r = urllib.request.Request(f"{IMDS}/meta-data/{path}", headers={"X-aws-ec2-metadata-token": token})
+            return urllib.request.urlopen(r, timeout=timeout).read().decode()
+        return get("instance-id"), get("placement/availability-zone")
+    except Exception:
+        return "", ""
+
+
+def s3_put(bucket: str, region: Optional[str]) -> Callable[[str, bytes], None]:
+    import boto3
+    client = boto3.session.Session().client("s3", region_name=region)
+
+    def put(key: str, body: bytes) -> None:
+        client.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json")
+    return put
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m selector.bench.runner")
+    p.add_argument("--bucket", required=True)
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--instance-type", required=True)
+    p.add_argument("--minutes", type=int, required=True, help="the hard limit, boot included")
+    p.add_argument("--market", default="")
+    p.add_argument("--region")
+    p.add_argument("--booted-at", type=float, help="epoch seconds the limit counts from (default: now)")
+    p.add_argument("--limit-seconds", type=float, help="the command's own limit (default: minutes less the margin)")
+    p.add_argument("--kill-grace", type=float, default=KILL_GRACE, help=argparse.SUPPRESS)
+    p.add_argument("--retry-delay", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument("--no-shutdown", action="store_true", help="leave the machine running (tests, manual runs)")
+    p.add_argument("command", nargs="+", help="after --: the benchmark command, run with bash -c")
+    a = p.parse_args(argv)
+    command = " ".join(a.command)
+    put = s3_put(a.bucket, a.region)
+    started = now_iso()
+    instance_id, az = instance_identity()
+    base = {"instance_type": a.instance_type, "started": started, "instance_id": instance_id,
+            "availability_zone": az, "market": a.market}
+    put_with_retry(put, started_key(a.prefix, a.instance_type),
+                   json.dumps({"started": started, "instance_id": instance_id, "command": command}).encode(),
+                   delay=a.retry_delay)
+    tail = Tail()
+    try:
+        limit = a.limit_seconds
+        if limit is None:
+            elapsed = time.time() - a.booted_at if a.booted_at else 0.0
+            limit = max(30.0, a.minutes * 60 - UPLOAD_MARGIN - elapsed)
+        print(f"runner: {a.instance_type}: running for at most {limit:.0f} s: {command}", file=sys.stderr, flush=True)
+        code, timed_out = run_command(command, limit, tail, grace=a.kill_grace)
+        result = Result(exit_code=code, timed_out=timed_out, ended=now_iso(), output_tail=tail.text(), **base)
+    except Exception as e:  # the runner's own failure: still say so in the result
+        result = Result(exit_code=None, timed_out=False, ended=now_iso(), output_tail=tail.text(),
+                        reason=f"runner error: {type(e).__name__}: {e}", **base)
+    ok = put_with_retry(put, result_key(a.prefix, a.instance_type), result.to_json().encode(), delay=a.retry_delay)
+    print(f"runner: result {'uploaded' if ok else 'NOT uploaded'}: exit {result.exit_code}, "
+          f"timed out {result.timed_out}", file=sys.stderr, flush=True)
+    if not a.no_shutdown:
+        subprocess.run(["shutdown", "-h", "now"], check=False)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
