@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The CDK app: context -> validated settings -> stacks. `cdk deploy -c profile=NAME`."""
+"""The CDK app: context -> validated settings -> stacks. `cdk deploy -c profile=NAME`, or
+`-c bench=PLAN_FILE` for the benchmark stack of a `bench plan`."""
 from __future__ import annotations
 
 import os
@@ -25,9 +26,16 @@ def main(context: Optional[Mapping[str, Any]] = None, outdir: Optional[str] = No
 
     app = cdk.App(outdir=outdir) if outdir else cdk.App()
     try:
-        settings = from_context({**_context(app), **(context or {})})
-        from stacks.training_stack import TrainingStack
-        TrainingStack.for_settings(app, settings, synthesizer=_synthesizer(settings))
+        ctx = {**_context(app), **(context or {})}
+        from stacks.bench_settings import bench_from_context
+        bench = bench_from_context(ctx)
+        if bench is not None:  # -c bench=PLAN_FILE: the benchmark stack instead of a training one
+            from stacks.bench_stack import bench_stack
+            bench_stack(app, bench, synthesizer=_synthesizer(bench))
+        else:
+            settings = from_context(ctx)
+            from stacks.training_stack import TrainingStack
+            TrainingStack.for_settings(app, settings, synthesizer=_synthesizer(settings))
     except UserError as e:
         print(f"error: {one_line(str(e))}", file=sys.stderr)
         return 2

@@ -57,7 +57,8 @@ from selector.profiles import Profile, get_profile, load_profiles
 
 DEFAULT_PROFILE = "dev-prototyping"  # cheap (one T4-class GPU) and safe to deploy by mistake
 KEYS = ("profile", "instance_type", "nodes", "spot", "market", "region", "vpc_id", "subnet_ids", "availability_zone",
-        "command", "command_file", "job", "max_price", "interchange", "capacity_reservation", "profiles_file", "local")
+        "command", "command_file", "job", "max_price", "interchange", "capacity_reservation", "profiles_file", "local",
+        "bench")
 MARKETS = ("spot", "on-demand", "capacity-block")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 _RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
@@ -74,14 +75,14 @@ NODES = (1, 64)
 MAX_PRICE = 1000.0  # USD per hour per node: above any instance or Capacity Block on record
 _BOOL_KEYS = ("spot", "local")
 _NUMBER_KEYS = ("nodes", "max_price")
-_PATH_KEYS = ("profiles_file", "command_file")
+_PATH_KEYS = ("profiles_file", "command_file", "bench")
 _NAME_LIMIT, _PATH_LIMIT = 256, 4096
 EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "nodes": "2", "spot": "true",
             "market": "spot", "region": "us-east-1", "vpc_id": "vpc-0123456789abcdef0",
             "subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef1", "availability_zone": "us-east-1a",
             "command": "dl-torchrun train.py", "command_file": "train.sh", "job": "my-job", "max_price": "12.5",
             "interchange": "same-accelerator", "capacity_reservation": "cr-0123456789abcdef0",
-            "profiles_file": "profiles.toml", "local": "false"}
+            "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json"}
 # Look-alikes a copy from a document or chat brings in; NFKC handles full-width forms and the like.
 _LOOKALIKES = str.maketrans({
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",

@@ -1,0 +1,58 @@
+"""`-c bench=PLAN_FILE`: the benchmark stack's settings, from the plan `bench plan` wrote.
+
+The plan fixes what is measured, where and for how long, so training keys next to `bench` are
+refused rather than half-applied: a benchmark that silently ignored `-c nodes=4` would measure
+something other than what the user thinks. `local` and the VPC keys still apply.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from selector.bench.contract import Plan
+from selector.catalog import load_catalog
+from selector.errors import UserError
+from selector.facts import InstanceFacts
+
+from .settings import KEYS, _bool, _check_keys, _check_text, _check_type, show
+
+ALLOWED = ("bench", "local")
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    plan: Plan
+    plan_file: str
+    facts: tuple[InstanceFacts, ...]  # one per candidate, in the plan's order
+    local: bool = False
+
+
+def bench_from_context(ctx: Mapping[str, Any]) -> Optional[BenchSettings]:
+    """BenchSettings when `bench` is given, else None (the training stack); UserError otherwise."""
+    if "bench" not in ctx:
+        return None
+    _check_keys(ctx)
+    extra = [k for k in KEYS if k in ctx and k not in ALLOWED]
+    if extra:
+        raise UserError(f"context bench takes everything from its plan file; drop {extra[0]} "
+                        f"(allowed with bench: {', '.join(ALLOWED)}; change the plan with 'python -m selector bench plan')")
+    for key in ALLOWED:
+        if key in ctx:
+            _check_type(key, ctx[key])
+            if isinstance(ctx[key], str):
+                _check_text(key, ctx[key])
+    path = ctx["bench"].strip()
+    if not path:
+        raise UserError("context bench is empty: pass the plan file, e.g. -c bench=bench-plan.json")
+    from selector.bench.collect import load_plan
+    plan = load_plan(path)
+    catalog = load_catalog()
+    try:
+        catalog.check_region(plan.region)
+        facts = tuple(catalog.get(c.instance_type) for c in plan.candidates)
+    except UserError as e:
+        raise UserError(f"bench plan file {show(path)}: {e}") from None
+    for c, f in zip(plan.candidates, facts):
+        if plan.region not in f.regions:
+            raise UserError(f"bench plan file {show(path)}: {c.instance_type} is not offered in {plan.region}")
+    return BenchSettings(plan=plan, plan_file=path, facts=facts, local=_bool("local", ctx.get("local", False)))
