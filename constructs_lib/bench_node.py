@@ -139,8 +139,13 @@ class BenchNode(Construct):
                                                  encrypted=True, delete_on_termination=True))],
             user_data=ec2.UserData.custom(script))
         subnet_ids = select_subnets(vpc, subnets).subnet_ids
+        # Image, type, user data and shutdown behaviour are given on the instance as well (the same
+        # values): CloudFormation lets them override the template's, so they hold whatever a later
+        # template version says, and moto's CloudFormation, which ignores launch templates, gets them.
         self.instance = ec2.CfnInstance(
-            self, "Instance", subnet_id=subnet_ids[0],
+            self, "Instance", subnet_id=subnet_ids[0], image_id=image.get_image(self).image_id,
+            instance_type=facts.instance_type, user_data=cdk.Fn.base64(script),
+            instance_initiated_shutdown_behavior="terminate",
             launch_template=ec2.CfnInstance.LaunchTemplateSpecificationProperty(
                 launch_template_id=self.launch_template.launch_template_id,
                 version=self.launch_template.latest_version_number),

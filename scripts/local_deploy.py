@@ -61,6 +61,19 @@ def start_moto():
     return server, port
 
 
+def local_env(port: int, region: str) -> tuple[str, dict]:
+    """Point this process (boto3) and the CDK CLI's environment at moto_server, with fake credentials."""
+    endpoint = f"http://localhost:{port}"  # moto resolves S3 template URLs only for localhost
+    os.environ.update({"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": region,
+                       "AWS_REGION": region, "AWS_ENDPOINT_URL": endpoint, "AWS_EC2_METADATA_DISABLED": "true"})
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        os.environ.pop(k, None)
+    env = {**os.environ, "CDK_DEFAULT_ACCOUNT": ACCOUNT, "CDK_DEFAULT_REGION": region,
+           "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+           "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "NODE_NO_WARNINGS": "1"}
+    return endpoint, env
+
+
 def seed_ssm(template: dict, region: str) -> list[str]:
     """moto refuses /aws/... names over the API; write the DLAMI parameters into its backend."""
     import datetime as dt
@@ -262,14 +275,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
 
     server, port = start_moto()
-    endpoint = f"http://localhost:{port}"  # moto resolves S3 template URLs only for localhost
-    os.environ.update({"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": REGION,
-                       "AWS_REGION": REGION, "AWS_ENDPOINT_URL": endpoint, "AWS_EC2_METADATA_DISABLED": "true"})
-    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
-        os.environ.pop(k, None)
-    env = {**os.environ, "CDK_DEFAULT_ACCOUNT": ACCOUNT, "CDK_DEFAULT_REGION": REGION,
-           "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-           "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "NODE_NO_WARNINGS": "1"}
+    endpoint, env = local_env(port, REGION)
     out = Path(tempfile.mkdtemp(prefix="dl-local-"))
     stack = f"dl-{a.profile}"
     try:

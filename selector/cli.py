@@ -94,9 +94,17 @@ def _recommend(a: argparse.Namespace) -> str:
     profile = get_profile(a.profile, load_profiles(a.profiles))
     measured = load_measurements(a.throughput, catalog.types) if a.throughput else None
     if a.throughput:
-        from .throughput import failed_in
+        from dataclasses import replace
+
+        from .throughput import calibration, failed_in
         for name, reason in failed_in(a.throughput):
             _warn(f"measurement failed for {name}: {reason}; it ranks on the model")
+        cal = calibration(a.throughput, profile.name)
+        if cal:
+            scale, count = cal
+            profile = replace(profile, reference_samples_per_second=profile.reference_samples_per_second * scale)
+            _warn(f"modelled figures scaled by {scale:.3g} into the benchmark's units (the median measured/model "
+                  f"ratio of {count} measured type(s) in {a.throughput}), so unmeasured types rank like for like")
     families = _families(a.families)
     if a.spot and a.capacity_block:
         raise UserError("--spot and --capacity-block name two markets; pick one (neither: on-demand)")

@@ -178,6 +178,32 @@ def failed_in(path: str) -> list[tuple[str, str]]:
             for f in failed if isinstance(f, dict)]
 
 
+def calibration(path: str, profile: str) -> Optional[tuple[float, int]]:
+    """(scale, measured count) where a `bench collect` file for `profile` holds measurements: the
+    median of measured / modelled samples/s over its measured types. A benchmark counts its own
+    samples (images, sequences), the model the profile's reference units; scaling the model by
+    this puts the unmeasured types in the benchmark's units, so they rank against the measured
+    ones like for like instead of by a unit mismatch. None for any other file."""
+    import statistics
+
+    text = read_text(str(path), "throughput")
+    if not text.lstrip().startswith("{"):
+        return None
+    data = parse_json(text, str(path), "throughput")
+    plan = data.get("plan") if isinstance(data, dict) else None
+    if not isinstance(plan, dict) or plan.get("profile") != profile or not isinstance(plan.get("candidates"), list):
+        return None
+    modelled = {c.get("instance_type"): c.get("modelled_samples_per_second") for c in plan["candidates"]
+                if isinstance(c, dict)}
+    ratios = []
+    for m in data.get("measurements") or []:
+        model_sps = modelled.get(m.get("instance_type")) if isinstance(m, dict) else None
+        sps = m.get("samples_per_second") if isinstance(m, dict) else None
+        if isinstance(model_sps, (int, float)) and isinstance(sps, (int, float)) and model_sps > 0 and sps > 0:
+            ratios.append(sps / model_sps)
+    return (statistics.median(ratios), len(ratios)) if ratios else None
+
+
 def _positive(value: object, where: str, key: str, required: bool = False, lo: float = 0.0,
               hi: float = MAX_PRICE_PER_HOUR) -> Optional[float]:
     if value is None or (isinstance(value, str) and not value.strip()):

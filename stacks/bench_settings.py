@@ -2,7 +2,8 @@
 
 The plan fixes what is measured, where and for how long, so training keys next to `bench` are
 refused rather than half-applied: a benchmark that silently ignored `-c nodes=4` would measure
-something other than what the user thinks. `local` and the VPC keys still apply.
+something other than what the user thinks. `local` and the network keys (`vpc_id`, `subnet_ids`,
+`availability_zone`: your own private subnets) still apply.
 """
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from selector.catalog import load_catalog
 from selector.errors import UserError
 from selector.facts import InstanceFacts
 
-from .settings import KEYS, _bool, _check_keys, _check_text, _check_type, show
+from .settings import KEYS, _bool, _check_keys, _check_text, _check_type, network_from_context, show
 
-ALLOWED = ("bench", "local")
+ALLOWED = ("bench", "local", "vpc_id", "subnet_ids", "availability_zone")
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class BenchSettings:
     plan_file: str
     facts: tuple[InstanceFacts, ...]  # one per candidate, in the plan's order
     local: bool = False
+    vpc_id: Optional[str] = None
+    subnet_ids: tuple[str, ...] = ()
+    availability_zone: Optional[str] = None
 
 
 def bench_from_context(ctx: Mapping[str, Any]) -> Optional[BenchSettings]:
@@ -55,4 +59,9 @@ def bench_from_context(ctx: Mapping[str, Any]) -> Optional[BenchSettings]:
     for c, f in zip(plan.candidates, facts):
         if plan.region not in f.regions:
             raise UserError(f"bench plan file {show(path)}: {c.instance_type} is not offered in {plan.region}")
-    return BenchSettings(plan=plan, plan_file=path, facts=facts, local=_bool("local", ctx.get("local", False)))
+    vpc_id, subnet_ids, az = network_from_context(ctx, plan.region)
+    if vpc_id and not subnet_ids:
+        raise UserError("context vpc_id with bench needs subnet_ids and availability_zone (the benchmark looks "
+                        "nothing up); or leave all three out for a new VPC")
+    return BenchSettings(plan=plan, plan_file=path, facts=facts, local=_bool("local", ctx.get("local", False)),
+                         vpc_id=vpc_id, subnet_ids=subnet_ids, availability_zone=az)

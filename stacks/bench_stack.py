@@ -12,7 +12,7 @@ from constructs_lib.bench_node import BenchNode, RunnerAsset
 from constructs_lib.runtime.contract import TAG_CLUSTER
 
 from .bench_settings import BenchSettings
-from .network import training_vpc
+from .network import existing_subnets, training_vpc
 
 TAG_CANDIDATE = "dl-launcher:bench-candidate"
 
@@ -21,8 +21,12 @@ class BenchStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, settings: BenchSettings, **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
         plan = settings.plan
-        self.vpc = training_vpc(self, vpc_id=None, restrict_default_security_group=not settings.local)
-        subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+        if settings.subnet_ids:
+            self.vpc, subnets = existing_subnets(self, vpc_id=settings.vpc_id, subnet_ids=settings.subnet_ids,
+                                                 availability_zone=settings.availability_zone)
+        else:
+            self.vpc = training_vpc(self, vpc_id=None, restrict_default_security_group=not settings.local)
+            subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
         # Kept after cdk destroy, like checkpoints: results outlive the instances that made them.
         self.results = CheckpointBucket(self, "Results")
         self.identity = NodeIdentity(self, "Identity", vpc=self.vpc, label=f"benchmark {plan.name}")

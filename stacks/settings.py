@@ -404,6 +404,36 @@ def _check_keys(ctx: Mapping[str, Any]) -> None:
             raise UserError(f"unknown context key {show(key)}; closest: {near[0]}; allowed: {', '.join(KEYS)}")
 
 
+def network_from_context(ctx: Mapping[str, Any], region: str) -> tuple[Optional[str], tuple[str, ...], Optional[str]]:
+    """(vpc_id, subnet_ids, availability_zone) from context, each checked; a new VPC is (None, (), None)."""
+    vpc_id = ctx["vpc_id"].strip() if "vpc_id" in ctx else None
+    if vpc_id is not None and not re.fullmatch(r"vpc-[0-9a-f]{8,17}", vpc_id):
+        near = vpc_id.lower() if re.fullmatch(r"vpc-[0-9a-f]{8,17}", vpc_id.lower()) else None
+        raise UserError(f"context vpc_id={show(vpc_id)}: expected an id like vpc-0123456789abcdef0"
+                        + (f"; closest: {near}" if near else ""))
+    subnet_ids = tuple(x.strip() for x in ctx.get("subnet_ids", "").split(",") if x.strip())
+    for sid in subnet_ids:
+        if not re.fullmatch(r"subnet-[0-9a-f]{8,17}", sid):
+            near = sid.lower() if re.fullmatch(r"subnet-[0-9a-f]{8,17}", sid.lower()) else None
+            raise UserError(f"context subnet_ids: {show(sid)} is not a subnet id like subnet-0123456789abcdef0"
+                            + (f"; closest: {near}" if near else ""))
+    az = ctx["availability_zone"].strip() if "availability_zone" in ctx else None
+    if subnet_ids and not vpc_id:
+        raise UserError("context subnet_ids needs vpc_id (the VPC they belong to)")
+    if subnet_ids and not az:
+        raise UserError("context subnet_ids needs availability_zone (the one AZ the subnets are in, e.g. us-east-1a)")
+    if az is not None and az != az.lower() and az.lower().startswith(region):
+        raise UserError(f"context availability_zone={show(az)}: names are case-sensitive and lower-case; "
+                        f"closest: {az.lower()}")
+    if az is not None and not az.startswith(region):
+        raise UserError(f"context availability_zone={show(az)} is not in region {region}; e.g. {region}a")
+    if az is not None and not subnet_ids:
+        raise UserError(f"context availability_zone={az} is used only with subnet_ids and vpc_id (your own subnets "
+                        "in that AZ); a new VPC picks its AZ itself: leave availability_zone out, or add subnet_ids "
+                        "and vpc_id")
+    return vpc_id, subnet_ids, az
+
+
 def from_context(ctx: Mapping[str, Any]) -> Settings:
     """Validate the app's context. Unknown keys that look like ours (typos) are errors."""
     _check_keys(ctx)
@@ -431,31 +461,7 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
     reservation = _reservation(ctx["capacity_reservation"], region) if "capacity_reservation" in ctx else None
     market = _market(ctx, profile, reservation)
     interchange = _choice("interchange", ctx.get("interchange", DEFAULT_RULE), RULES)
-    vpc_id = ctx["vpc_id"].strip() if "vpc_id" in ctx else None
-    if vpc_id is not None and not re.fullmatch(r"vpc-[0-9a-f]{8,17}", vpc_id):
-        near = vpc_id.lower() if re.fullmatch(r"vpc-[0-9a-f]{8,17}", vpc_id.lower()) else None
-        raise UserError(f"context vpc_id={show(vpc_id)}: expected an id like vpc-0123456789abcdef0"
-                        + (f"; closest: {near}" if near else ""))
-    subnet_ids = tuple(x.strip() for x in ctx.get("subnet_ids", "").split(",") if x.strip())
-    for sid in subnet_ids:
-        if not re.fullmatch(r"subnet-[0-9a-f]{8,17}", sid):
-            near = sid.lower() if re.fullmatch(r"subnet-[0-9a-f]{8,17}", sid.lower()) else None
-            raise UserError(f"context subnet_ids: {show(sid)} is not a subnet id like subnet-0123456789abcdef0"
-                            + (f"; closest: {near}" if near else ""))
-    az = ctx["availability_zone"].strip() if "availability_zone" in ctx else None
-    if subnet_ids and not vpc_id:
-        raise UserError("context subnet_ids needs vpc_id (the VPC they belong to)")
-    if subnet_ids and not az:
-        raise UserError("context subnet_ids needs availability_zone (the one AZ the subnets are in, e.g. us-east-1a)")
-    if az is not None and az != az.lower() and az.lower().startswith(region):
-        raise UserError(f"context availability_zone={show(az)}: names are case-sensitive and lower-case; "
-                        f"closest: {az.lower()}")
-    if az is not None and not az.startswith(region):
-        raise UserError(f"context availability_zone={show(az)} is not in region {region}; e.g. {region}a")
-    if az is not None and not subnet_ids:
-        raise UserError(f"context availability_zone={az} is used only with subnet_ids and vpc_id (your own subnets "
-                        "in that AZ); a new VPC picks its AZ itself: leave availability_zone out, or add subnet_ids "
-                        "and vpc_id")
+    vpc_id, subnet_ids, az = network_from_context(ctx, region)
     job = ctx.get("job", profile.name).strip()
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,39}", job):
         near = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", job.lower())).strip("-")[:40].strip("-")

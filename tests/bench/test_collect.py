@@ -99,22 +99,31 @@ def test_every_candidate_is_measured_or_failed_with_its_reason(tmp_path, s3, cap
     assert "FAILED" in text and "g6e.xlarge" in text
 
 
-def test_recommend_reads_the_collected_file_and_names_the_failures(tmp_path, s3, capsys):
+def test_recommend_reads_the_collected_file_calibrates_and_names_the_failures(tmp_path, s3, capsys):
     prefix = "bench/ce"
-    # g6e.xlarge measured far above the model: it must now rank first on samples per dollar.
     fast = "".join(f"dl-bench samples_per_second={v} window={i}\n" for i, v in enumerate((9010, 8990, 9000), 1))
     _put(s3, result_key(prefix, "g6e.xlarge"), _result("g6e.xlarge", output_tail=fast))
     out = tmp_path / "results.json"
     assert main(["bench", "collect", "--bucket", BUCKET, "--plan", str(_plan(tmp_path)), "--out", str(out)]) == 0
     capsys.readouterr()
+    assert main(["recommend", "--profile", "cost-efficient-training", "--json"]) == 0
+    plain = {c["instance_type"]: c for c in json.loads(capsys.readouterr().out)["candidates"]}
     assert main(["recommend", "--profile", "cost-efficient-training", "--throughput", str(out), "--json"]) == 0
     text, err = capsys.readouterr()
-    rec = json.loads(text)
-    top = rec["candidates"][0]
-    assert top["instance_type"] == "g6e.xlarge" and top["throughput_source"].startswith("measured")
-    assert top["samples_per_second"] == 9000.0
+    got = {c["instance_type"]: c for c in json.loads(text)["candidates"]}
+    assert got["g6e.xlarge"]["samples_per_second"] == 9000.0
+    assert got["g6e.xlarge"]["throughput_source"].startswith("measured")
+    # The plan modelled 1,000 for it: the benchmark counts 9x the model's units, and every
+    # unmeasured type is put into those units (the g4dn.xlarge's modelled figure x 9).
+    assert "modelled figures scaled by 9 into the benchmark's units" in err
+    assert got["g4dn.xlarge"]["samples_per_second"] == pytest.approx(plain["g4dn.xlarge"]["samples_per_second"] * 9,
+                                                                     rel=1e-3)
+    assert got["g4dn.xlarge"]["throughput_source"] == "model"
     assert "measurement failed for g4dn.xlarge: never reported in" in err
     assert err.count("measurement failed for") == len(TYPES) - 1
+    # For another profile the file's scale does not apply.
+    assert main(["recommend", "--profile", "training", "--throughput", str(out)]) == 0
+    assert "scaled" not in capsys.readouterr().err
 
 
 def test_all_failed_is_said_by_recommend(tmp_path, s3, capsys):
