@@ -27,7 +27,7 @@ from constructs import Construct
 from selector.facts import InstanceFacts
 
 from .ami import DeepLearningAmi
-from .bundle import staged
+from .bundle import acknowledge_asset_parameters, staged
 from .launch_template import select_subnets
 
 SELECTOR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "selector")
@@ -55,12 +55,7 @@ class RunnerAsset(Construct):
         super().__init__(scope, construct_id)
         self.asset = s3_assets.Asset(self, "Asset", path=staged(build_runner_asset),
                                      display_name="dl-launcher benchmark runner")
-        stack = cdk.Stack.of(self)
-        if stack.node.try_find_child("AssetParameters") is not None:
-            cdk.Validations.of(stack).acknowledge(cdk.Acknowledgment(
-                id="CloudFormation-Validate::W2001",
-                reason="the legacy synthesizer declares an ArtifactHash parameter for each asset that nothing "
-                       "references; the CDK CLI fills it in at deploy"))
+        acknowledge_asset_parameters(self)
 
     def grant_fetch(self, grantee: iam.IGrantable) -> iam.Grant:
         return iam.Grant.add_to_principal(grantee=grantee, actions=["s3:GetObject"],

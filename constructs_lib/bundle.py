@@ -106,6 +106,18 @@ def _write(path: str, content: str | bytes, mode: int = 0o644) -> None:
     os.chmod(path, mode)
 
 
+def acknowledge_asset_parameters(scope: Construct) -> None:
+    """Only the legacy synthesizer passes assets as parameters, under this child of the stack
+    (reading stack.synthesizer from Python makes jsii warn on every synth); the rule can only be
+    acknowledged for the whole stack, where parameters live."""
+    stack = cdk.Stack.of(scope)
+    if stack.node.try_find_child("AssetParameters") is not None:
+        cdk.Validations.of(stack).acknowledge(cdk.Acknowledgment(
+            id="CloudFormation-Validate::W2001",
+            reason="the legacy synthesizer declares an ArtifactHash parameter for each asset (the node "
+                   "bundle, the benchmark runner) that nothing references; the CDK CLI fills it in at deploy"))
+
+
 @functools.lru_cache(maxsize=None)
 def staged(build: Callable[[str], None]) -> str:
     """`build` run once per process into a temporary directory (removed at exit): CDK copies it
@@ -129,15 +141,7 @@ class NodeBundle(Construct):
         super().__init__(scope, construct_id)
         self.asset = s3_assets.Asset(self, "Asset", path=staged(build_bundle), display_name="dl-launcher node bundle")
         self.url = self.asset.s3_object_url
-        stack = cdk.Stack.of(self)
-        # Only the legacy synthesizer passes assets as parameters, under this child of the stack
-        # (reading stack.synthesizer from Python makes jsii warn on every synth).
-        if stack.node.try_find_child("AssetParameters") is not None:
-            # The rule can only be acknowledged for the whole stack, where parameters live.
-            cdk.Validations.of(stack).acknowledge(cdk.Acknowledgment(
-                id="CloudFormation-Validate::W2001",
-                reason="the legacy synthesizer declares an ArtifactHash parameter for each asset (the node "
-                       "bundle) that nothing references; the CDK CLI fills it in at deploy"))
+        acknowledge_asset_parameters(self)
 
     @classmethod
     def of(cls, scope: Construct) -> "NodeBundle":

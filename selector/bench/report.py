@@ -190,7 +190,11 @@ def _winner_line(report: Report) -> str:
         second = report.ranked[1]
         a, b = w.per_dollar(m), second.per_dollar(m)
         if a and b:
-            text += f" ({a / b - 1:.0%} more than {second.instance_type})"
+            text += f" ({a / b - 1:.1%} more than {second.instance_type}"
+            # Closer than the windows moved: the measurement cannot order them either.
+            if a / b - 1 <= max(w.spread, second.spread):
+                text += ": within the windows' spread, a tie; decide on what else matters (memory, capacity)"
+            text += ")"
     return text
 
 
@@ -300,7 +304,8 @@ def chart_figure(report: Report):
     ax.tick_params(which="minor", labelsize=7)
     ax.set_xlabel("$ per hour (on-demand / spot)")
     ax.set_ylabel("samples per second (measured / modelled)")
-    ax.set_title(f"{report.plan.profile} in {report.plan.region}: ranked on {report.market} samples per dollar")
+    ax.set_title(f"plan {report.plan.name}: {report.plan.profile} in {report.plan.region}, ranked on {report.market} "
+                 "samples per dollar", fontsize=11)
     ax.grid(True, which="major", alpha=0.3)
     legend = [Line2D([], [], marker="o", linestyle="", color="grey", label="measured, on-demand price"),
               Line2D([], [], marker="^", linestyle="", color="grey", label="measured, spot price"),

@@ -90,7 +90,7 @@ def test_table_and_markdown_say_what_a_reviewer_needs(tmp_path, capsys):
     md = tmp_path / "report.md"
     assert main(["bench", "report", "--results", str(path), "--markdown", str(md)]) == 0
     out = capsys.readouterr().out
-    assert "winner: c.type, 1,872,000 samples per dollar on on-demand (4% more than a.type)" in out
+    assert "winner: c.type, 1,872,000 samples per dollar on on-demand (4.0% more than a.type)" in out
     d_line = next(line for line in out.splitlines() if line.startswith("-") and "d.type" in line)
     assert "FAILED" in d_line and "no spot capacity" in d_line
     assert "model overrates it by 35%" in out
@@ -157,3 +157,11 @@ def test_cli_refuses_a_missing_file_in_one_line(tmp_path, capsys):
     assert main(["bench", "report", "--results", str(tmp_path / "none.json")]) == 2
     err = capsys.readouterr().err
     assert "cannot read bench results file" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_winner_closer_than_the_windows_moved_is_called_a_tie():
+    # 1,000 vs 1,010 samples/s at one price: 1% apart, while each figure's windows spread 2%.
+    fixture = {"a.type": (1000.0, 1.0, 0.5, 1000.0), "b.type": (1000.0, 1.0, 0.5, 1010.0)}
+    r = rep.build_report(_doc(fixture=fixture))
+    assert "winner: b.type" in rep.table_text(r) and "within the windows' spread, a tie" in rep.table_text(r)
+    assert "a tie" not in rep.table_text(rep.build_report(_doc()))  # c.type leads a.type by 4% > 2%
