@@ -38,6 +38,8 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--region")
     rc = sub.add_parser("reconcile", help="run one reconcile (operators, the local moto demo)")
     rc.add_argument("--spec", required=True, help="a ClusterSpec as JSON (what DL_CLUSTER_SPEC holds)")
+    rc.add_argument("--resume", action="store_true",
+                    help="start a cluster that teardown or the idle guard stopped (it resumes from its newest checkpoint)")
     rc.add_argument("--region")
     return p
 
@@ -70,7 +72,7 @@ def _reconcile(a: argparse.Namespace, ec2: Any, s3: Any) -> int:
 
     with open(a.spec) as f:
         spec = ClusterSpec.from_json(f.read())
-    Controller(ec2, spec, StateStore(s3, spec.state_bucket, spec.state_key)).reconcile()
+    Controller(ec2, spec, StateStore(s3, spec.state_bucket, spec.state_key)).reconcile(resume=a.resume)
     return 0
 
 

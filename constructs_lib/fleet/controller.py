@@ -100,8 +100,9 @@ class Controller:
             except LeaseLost as e:
                 self._say("waiting", "", f"{e}; the next run starts from EC2 as it is")
 
-    def teardown(self) -> list[Transition]:
-        """Terminate every instance of the cluster and launch nothing more until resumed."""
+    def teardown(self, why: str = "the stack is being deleted") -> list[Transition]:
+        """Terminate every instance of the cluster and launch nothing more until resumed; `why`
+        goes into the transition (stack deletion, the idle guard)."""
         self._begin(*self.store.wait_for_lease(self.clock))
         try:
             st = self._state
@@ -112,8 +113,8 @@ class Controller:
             nodes = self._nodes(self.clock())
             terminate(self.ec2, [n.id for n in nodes])
             types = ",".join(sorted({n.instance_type for n in nodes}))
-            self._add("torn-down", types, f"terminated {len(nodes)} instances: the stack is being deleted"
-                      if nodes else "nothing was running: the stack is being deleted", [n.id for n in nodes])
+            self._add("torn-down", types, f"terminated {len(nodes)} instances: {why}"
+                      if nodes else f"nothing was running: {why}", [n.id for n in nodes])
             st.instance_type, st.loss_since, st.recent, st.noticed = None, None, {}, {}
             return self._done
         finally:
