@@ -76,12 +76,12 @@ def make_plan(profile: Profile, *, catalog: Catalog, region: str, rank_market: s
     if not rec.candidates:
         raise UserError(f"profile {profile.name} has no candidate in {region}: nothing to measure")
     reference = command.startswith("python3 -m selector.bench.reference")
-    chosen, skipped = _choose(rec, top, launch_market, reference)
+    chosen, skipped = _choose(rec, top, launch_market, reference, region)
     if not chosen:
         first = skipped[0]
         raise UserError(f"no candidate of profile {profile.name} can be benchmarked ({len(skipped)} tried): "
                         f"{first.instance_type}: {first.reason}")
-    planned = tuple(_planned(c, launch_market, minutes) for c in chosen)
+    planned = tuple(_planned(c, launch_market, minutes, region) for c in chosen)
     names = {c.instance_type for c in chosen}
     passed = names | {s.instance_type for s in skipped}
     beyond = tuple(c.instance_type for c in rec.candidates
@@ -100,12 +100,12 @@ def make_plan(profile: Profile, *, catalog: Catalog, region: str, rank_market: s
     return PlanResult(plan, tuple(skipped), beyond)
 
 
-def _choose(rec: Recommendation, top: int, market: str, reference: bool):
+def _choose(rec: Recommendation, top: int, market: str, reference: bool, region: str):
     chosen, skipped = [], []
     for c in rec.candidates:
         if len(chosen) == top:
             break
-        reason = _unplannable(c, market, reference)
+        reason = _unplannable(c, market, reference, region)
         if reason:
             skipped.append(Skipped(c.instance_type, reason))
         else:
@@ -113,23 +113,23 @@ def _choose(rec: Recommendation, top: int, market: str, reference: bool):
     return chosen, skipped
 
 
-def _unplannable(c, market: str, reference: bool) -> str:
+def _unplannable(c, market: str, reference: bool, region: str) -> str:
     f = c.facts
     if reference and f.sdk != "cuda":
         return (f"the reference benchmark is PyTorch on CUDA and {f.instance_type} runs the {f.sdk} SDK; "
                 "pass --command with a benchmark for it")
     if c.price_per_hour is None:
-        return f"no on-demand price on record in {c._region}: its cost cannot be bounded"
+        return f"no on-demand price on record in {region}: its cost cannot be bounded"
     if market == "spot" and c.spot_price_per_hour is None:
-        return f"no spot price on record in {c._region} (not offered there as spot); plan with --on-demand"
+        return f"no spot price on record in {region} (not offered there as spot); plan with --on-demand"
     return ""
 
 
-def _planned(c, market: str, minutes: int) -> PlannedCandidate:
+def _planned(c, market: str, minutes: int, region: str) -> PlannedCandidate:
     f = c.facts
     price = c.spot_price_per_hour if market == "spot" else c.price_per_hour
     cap = c.price_per_hour  # on spot: the request's maximum price
-    source = f.price(c._region)
+    source = f.price(region)
     label = f"{f.accelerator_fraction:g} of 1" if f.accelerator_fraction != 1 else str(f.accelerator_count)
     return PlannedCandidate(
         instance_type=f.instance_type, price_per_hour=price,
