@@ -34,6 +34,9 @@ SELECTOR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 # Where the DLAMI keeps its PyTorch environment (newer lines, then older conda ones): first on PATH,
 # so the plan's `python3 -m ...` is the python that has torch.
 DLAMI_PYTHON_DIRS = ("/opt/pytorch/bin", "/opt/conda/bin")
+# The Neuron multi-framework DLAMI has one venv per framework line (/opt/aws_neuronx_venv_pytorch_2_8,
+# ..._2_9): the newest PyTorch one goes first on PATH for trn/inf candidates.
+NEURON_VENV_GLOB = "/opt/aws_neuronx_venv_pytorch_[0-9]*"
 ROOT_VOLUME_GIB = 120  # the DLAMI needs about 100 GB; a benchmark writes little
 
 
@@ -66,6 +69,12 @@ def user_data_script(*, asset_url: str, bucket: str, prefix: str, facts: Instanc
                      region: str, command: str) -> str:
     """The node's whole user data (tokens allowed in asset_url and bucket)."""
     path = ":".join(DLAMI_PYTHON_DIRS)
+    neuron = []
+    if facts.sdk == "neuron":
+        neuron = [
+            f"venv=$(printf '%s\\n' {NEURON_VENV_GLOB} | sort -V | tail -n 1)",
+            "if [ -x \"$venv/bin/python3\" ]; then PATH=\"$venv/bin:$PATH\"; fi",
+        ]
     runner = " ".join(shlex.quote(x) for x in (
         "python3", "-m", "selector.bench.runner", "--bucket", bucket, "--prefix", prefix,
         "--instance-type", facts.instance_type, "--minutes", str(minutes), "--market", market, "--region", region))
@@ -85,6 +94,7 @@ def user_data_script(*, asset_url: str, bucket: str, prefix: str, facts: Instanc
         "if [ -z \"$fetched\" ]; then echo 'dl-bench: cannot fetch the runner; shutting down'; shutdown -h now; exit 1; fi",
         "python3 -m zipfile -e \"$dir/runner.zip\" \"$dir\"",
         f"export PATH={path}:$PATH PYTHONPATH=\"$dir\"",
+        *neuron,
         "cd /opt/dlami/nvme 2>/dev/null || cd /tmp || exit 1",
         f"{runner} --booted-at \"$booted\" -- {shlex.quote(command)}",
         "shutdown -h now",
@@ -153,10 +163,10 @@ class BenchNode(Construct):
             {"id": "CKV_AWS_135", "comment": "EBS optimisation is the default on every accelerated type"},
         ]})
         for rule, reason in (
-                ("AwsSolutions-EC28", "a benchmark instance lives minutes and reports its own figures; detailed "
-                                      "monitoring would cost more than it tells"),
-                ("AwsSolutions-EC29", "the instance must terminate itself at its time limit: termination protection "
-                                      "or an ASG that replaces it would defeat the cost bound")):
+                ("AwsSolutions-EC28", ("a benchmark instance lives minutes and reports its own figures; detailed "
+                                       "monitoring would cost more than it tells")),
+                ("AwsSolutions-EC29", ("the instance must terminate itself at its time limit: termination protection "
+                                       "or an ASG that replaces it would defeat the cost bound"))):
             cdk.Validations.of(self.instance).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
         for tag_key, value in (tags or {}).items():
             cdk.Tags.of(self.launch_template).add(tag_key, value)

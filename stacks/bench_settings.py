@@ -7,15 +7,24 @@ something other than what the user thinks. `local` and the network keys (`vpc_id
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from selector.bench.contract import Plan
 from selector.catalog import load_catalog
 from selector.errors import UserError
 from selector.facts import InstanceFacts
 
-from .settings import KEYS, _bool, _check_keys, _check_text, _check_type, network_from_context, show
+from .settings import (
+    KEYS,
+    _bool,
+    _check_keys,
+    _check_text,
+    _check_type,
+    network_from_context,
+    show,
+)
 
 ALLOWED = ("bench", "local", "vpc_id", "subnet_ids", "availability_zone")
 
@@ -26,12 +35,12 @@ class BenchSettings:
     plan_file: str
     facts: tuple[InstanceFacts, ...]  # one per candidate, in the plan's order
     local: bool = False
-    vpc_id: Optional[str] = None
+    vpc_id: str | None = None
     subnet_ids: tuple[str, ...] = ()
-    availability_zone: Optional[str] = None
+    availability_zone: str | None = None
 
 
-def bench_from_context(ctx: Mapping[str, Any]) -> Optional[BenchSettings]:
+def bench_from_context(ctx: Mapping[str, Any]) -> BenchSettings | None:
     """BenchSettings when `bench` is given, else None (the training stack); UserError otherwise."""
     if "bench" not in ctx:
         return None

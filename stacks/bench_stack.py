@@ -15,6 +15,7 @@ from .bench_settings import BenchSettings
 from .network import existing_subnets, training_vpc
 
 TAG_CANDIDATE = "dl-launcher:bench-candidate"
+TAG_PLAN = "dl-launcher:bench-plan"
 
 
 class BenchStack(cdk.Stack):
@@ -49,13 +50,26 @@ class BenchStack(cdk.Stack):
                 security_group=self.identity.security_group, results=self.results.bucket, prefix=prefix,
                 runner=self.runner, minutes=plan.minutes, market=plan.market, command=plan.command,
                 region=plan.region, max_price=c.max_price_per_hour if plan.market == "spot" else None,
-                tags={TAG_CLUSTER: construct_id, TAG_CANDIDATE: c.instance_type, "Name": f"{construct_id} {c.instance_type}"})
+                tags={TAG_CLUSTER: construct_id, TAG_PLAN: plan.name, TAG_CANDIDATE: c.instance_type,
+                      "Name": f"{construct_id} {c.instance_type}"})
             self.nodes.append(node)
         bucket = self.results.bucket.bucket_name
         cdk.CfnOutput(self, "ResultsBucket", value=bucket, description=f"results under s3://<bucket>/{prefix}/; kept "
                                                                        "after cdk destroy")
+        cdk.CfnOutput(self, "ResultsPrefix", value=prefix,
+                      description="started/<type>.json when a node boots, results/<type>.json when it is done")
         cdk.CfnOutput(self, "CollectCommand", value=cdk.Fn.join("", [
-            "python -m selector bench collect --bucket ", bucket, f" --prefix {prefix} --plan {settings.plan_file}"]))
+            "python -m selector bench collect --bucket ", bucket, f" --prefix {prefix} --plan {settings.plan_file}"]),
+            description="run once every node has reported (at most the plan's minutes after the deploy)")
+        pairs = [part for i, (c, n) in enumerate(zip(plan.candidates, self.nodes))
+                 for part in (f"{' ' if i else ''}{c.instance_type}=", n.instance.ref)]
+        cdk.CfnOutput(self, "Instances", value=cdk.Fn.join("", pairs),  # one level of Fn::Join: moto resolves no nesting
+            description="type=instance-id; look in with: aws ssm start-session --target <id>; "
+                        "console: aws ec2 get-console-output --latest --instance-id <id>")
+        cdk.CfnOutput(self, "InstancesCommand", value=(
+            f"aws ec2 describe-instances --region {plan.region} --filters Name=tag:{TAG_PLAN},Values={plan.name} "
+            f"--query \"Reservations[].Instances[].[Tags[?Key=='{TAG_CANDIDATE}']|[0].Value,InstanceId,State.Name]\" "
+            "--output text"), description="each candidate's instance and its state (terminated once done)")
         cdk.CfnOutput(self, "Candidates", value=",".join(c.instance_type for c in plan.candidates),
                       description=(f"{len(plan.candidates)} instance(s) on {plan.market}, each terminated after at most "
                                    f"{plan.minutes} min; at most ${plan.worst_total_cost_usd or plan.total_cost_usd:,.2f} "
@@ -67,6 +81,8 @@ def bench_stack(app: cdk.App, settings: BenchSettings, *, synthesizer=None) -> B
     print(f"dl-launcher bench {plan.name}: {len(plan.candidates)} x 1 instance on {plan.market} in {plan.region}, "
           f"at most {plan.minutes} min each, at most ${plan.worst_total_cost_usd or plan.total_cost_usd:,.2f} in all; "
           f"runs: {plan.command}", file=__import__("sys").stderr)
+    print(f"dl-launcher bench {plan.name}: a candidate EC2 cannot launch (no spot capacity, a quota) fails the deploy "
+          "and CloudFormation rolls the others back; `cdk deploy --no-rollback` keeps them running", file=__import__("sys").stderr)
     return BenchStack(app, f"dl-bench-{plan.name}", settings=settings, synthesizer=synthesizer,
                       env=cdk.Environment(region=plan.region),
                       description=f"dl-launcher benchmark {plan.name}: {', '.join(c.instance_type for c in plan.candidates)}"[:1024])

@@ -21,11 +21,12 @@ from tests.cdk_checks import cfn_lint, checkov
 CANDIDATES = (("g5.xlarge", 1.006, 0.45), ("g6.xlarge", 0.8048, 0.36))
 
 
-def _plan(tmp_path: Path, market: str = "spot", command: str = "python3 -m selector.bench.reference") -> Path:
+def _plan(tmp_path: Path, market: str = "spot", command: str = "python3 -m selector.bench.reference",
+          candidates=CANDIDATES) -> Path:
     cands = tuple(PlannedCandidate(instance_type=t, price_per_hour=sp if market == "spot" else od, price_source="t",
                                    cost_usd=0.1, modelled_samples_per_second=500.0, uncertainty=0.2, basis="measured",
                                    accelerators="1 x GPU", on_demand_per_hour=od, spot_per_hour=sp,
-                                   max_price_per_hour=od, worst_cost_usd=od / 3) for t, od, sp in CANDIDATES)
+                                   max_price_per_hour=od, worst_cost_usd=od / 3) for t, od, sp in candidates)
     plan = Plan(name="demo", profile="cost-efficient-training", region="us-west-2", market=market, minutes=20,
                 command=command, candidates=cands, total_cost_usd=0.2, max_cost_usd=None,
                 catalog_as_of="2026-11-22", created="2026-11-23T00:00Z", worst_total_cost_usd=0.6)
@@ -82,7 +83,13 @@ def test_one_self_terminating_instance_per_candidate(spot_template):
         assert backstop < script.index("aws s3 cp") < runner < script.rindex("shutdown -h now")
         assert f"--instance-type {name} --minutes 20 --market spot --region us-west-2" in script
         tags = {tag["Key"]: tag["Value"] for tag in data["TagSpecifications"][0]["Tags"]}
-        assert tags["dl-launcher:bench-candidate"] == name
+        assert tags["dl-launcher:bench-candidate"] == name and tags["dl-launcher:bench-plan"] == "demo"
+    for inst in instances.values():
+        props = inst["Properties"]
+        assert props["InstanceInitiatedShutdownBehavior"] == "terminate"
+        assert "KeyName" not in props
+        tags = {tag["Key"]: tag["Value"] for tag in props["Tags"]}
+        assert tags["dl-launcher:bench-plan"] == "demo" and tags["dl-launcher:bench-candidate"] in by_type
 
 
 def test_the_role_writes_results_under_the_prefix_and_reads_only_its_asset(spot_template):
@@ -96,8 +103,32 @@ def test_the_role_writes_results_under_the_prefix_and_reads_only_its_asset(spot_
     get = next(s for s in statements if s["Action"] == "s3:GetObject")
     assert get["Resource"]["Fn::Join"][1][-1].endswith(".zip")  # one object, not the staging bucket
     outputs = t["Outputs"]
-    assert "ResultsBucket" in outputs and "CollectCommand" in outputs
+    assert "ResultsBucket" in outputs and outputs["ResultsPrefix"]["Value"] == "bench/demo"
+    collect = outputs["CollectCommand"]["Value"]["Fn::Join"][1]
+    assert collect[0] == "python -m selector bench collect --bucket " and collect[2].startswith(" --prefix bench/demo ")
     assert outputs["Candidates"]["Value"] == "g5.xlarge,g6.xlarge"
+    assert "Values=demo" in outputs["InstancesCommand"]["Value"] and "Instances" in outputs
+    # The results bucket: encrypted, TLS-only, versioned, access-logged, kept after cdk destroy.
+    buckets = _of_type(t, "AWS::S3::Bucket")
+    (results,) = [b for b in buckets.values() if "LoggingConfiguration" in b["Properties"]]
+    assert results["DeletionPolicy"] == "Retain" and results["Properties"]["VersioningConfiguration"]["Status"] == "Enabled"
+    assert results["Properties"]["BucketEncryption"]
+    tls = [st for p in _of_type(t, "AWS::S3::BucketPolicy").values() for st in p["Properties"]["PolicyDocument"]["Statement"]]
+    assert any(st["Effect"] == "Deny" and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for st in tls)
+
+
+def test_arm_and_neuron_candidates_get_their_own_dlami_and_python(tmp_path):
+    plan = _plan(tmp_path, market="on-demand", candidates=(("g5g.xlarge", 0.42, 0.2), ("trn1.2xlarge", 1.34, 0.5)))
+    code, out = _synth(tmp_path, {"bench": str(plan)})
+    assert code == 0
+    t = json.loads((out / "dl-bench-demo.template.json").read_text())
+    images = " ".join(str(p.get("Default", "")) for p in t.get("Parameters", {}).values())
+    assert "/aws/service/deeplearning/ami/arm64/" in images and "/aws/service/neuron/dlami/" in images
+    scripts = {lt["Properties"]["LaunchTemplateData"]["InstanceType"]: _user_data(lt)
+               for lt in _of_type(t, "AWS::EC2::LaunchTemplate").values()}
+    assert "aws_neuronx_venv_pytorch" in scripts["trn1.2xlarge"]
+    assert "aws_neuronx_venv_pytorch" not in scripts["g5g.xlarge"]
+    _shellcheck(tmp_path, scripts["trn1.2xlarge"])
 
 
 def test_on_demand_plan_has_no_spot_options(tmp_path):
@@ -114,19 +145,25 @@ def test_cfn_lint_and_checkov_are_clean(spot_template):
     checkov([path])
 
 
-def test_user_data_passes_shellcheck(spot_template, tmp_path):
-    _, t = spot_template
+def _shellcheck(tmp_path: Path, text: str) -> None:
     script = tmp_path / "ud.sh"
-    script.write_text(_user_data(next(iter(_of_type(t, "AWS::EC2::LaunchTemplate").values()))))
+    script.write_text(text)
     r = subprocess.run([str(Path(sys.executable).parent / "shellcheck"), str(script)], capture_output=True,
                        text=True, check=False)
     assert r.returncode == 0, r.stdout
+
+
+def test_user_data_passes_shellcheck(spot_template, tmp_path):
+    _, t = spot_template
+    _shellcheck(tmp_path, _user_data(next(iter(_of_type(t, "AWS::EC2::LaunchTemplate").values()))))
 
 
 @pytest.mark.parametrize("mutate, context, words", [
     (None, {"bench": "missing-plan.json"}, "cannot read bench plan file"),
     (lambda p: p.write_text("{"), {}, "not valid JSON"),
     (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "minutes": 0})), {}, "minutes 0"),
+    (lambda p: p.write_text(json.dumps({k: v for k, v in json.loads(p.read_text()).items() if k != "command"})), {},
+     "missing 1 required positional argument: 'command'"),
     (lambda p: p.write_text(p.read_text().replace("g6.xlarge", "g6.xlarg")), {}, "closest: g6.xlarge"),
     (None, {"profile": "multi-node-training"}, "drop profile"),
     (None, {"nodes": "2"}, "drop nodes"),
@@ -169,8 +206,9 @@ def moto_s3():
     server.start()
     host, port = server.get_host_and_port()
     url = f"http://{host}:{port}"
-    import boto3
     import uuid
+
+    import boto3
     s3 = boto3.client("s3", region_name="us-west-2", endpoint_url=url)
     bucket = f"results-{uuid.uuid4().hex[:12]}"  # moto's state outlives one server: a bucket per test
     s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
