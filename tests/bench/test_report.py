@@ -4,6 +4,7 @@ opened and inspected."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ FIXTURE = {
 
 
 def _doc(rank_market: str = "on-demand", fixture: dict = FIXTURE) -> dict:
-    cands = tuple(PlannedCandidate(instance_type=t, price_per_hour=sp, price_source="test", cost_usd=sp / 3,
+    cands = tuple(PlannedCandidate(instance_type=t, price_per_hour=sp or od, price_source="test", cost_usd=(sp or od) / 3,
                                    modelled_samples_per_second=model, uncertainty=0.2, basis="measured",
                                    accelerators="1 x GPU", on_demand_per_hour=od, spot_per_hour=sp,
                                    max_price_per_hour=od, worst_cost_usd=od / 3)
@@ -40,9 +41,13 @@ def _doc(rank_market: str = "on-demand", fixture: dict = FIXTURE) -> dict:
                        for t, (_, _, _, m) in fixture.items() if not m]}
 
 
+# 1e999 parses to inf (json.dumps would write Infinity, which the parser refuses before we see it).
+HUGE = "__1e999__"
+
+
 def _write(tmp_path: Path, doc: dict) -> Path:
     path = tmp_path / "results.json"
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(doc).replace(f'"{HUGE}"', "1e999"))
     return path
 
 
@@ -90,16 +95,56 @@ def test_table_and_markdown_say_what_a_reviewer_needs(tmp_path, capsys):
     md = tmp_path / "report.md"
     assert main(["bench", "report", "--results", str(path), "--markdown", str(md)]) == 0
     out = capsys.readouterr().out
-    assert "winner: c.type, 1,872,000 samples per dollar on on-demand (4.0% more than a.type)" in out
+    assert "winner: c.type, 1,872,000 samples per dollar at on-demand prices (4.0% more than a.type)" in out
+    header = out.splitlines()[0].split()
+    for column in ("rank", "type", "accelerators", "measured", "model", "vs", "$/h", "samples/$", "note"):
+        assert column in header
+    c_line = next(line for line in out.splitlines() if line.startswith("1 ") and "c.type" in line)
+    assert "520.0 ±1.0%" in c_line and "500 ±20%" in c_line and "1,872,000" in c_line and "1.000" in c_line
+    assert "plan t: profile cost-efficient-training, us-east-1" in out and "collected 2026-11-23T01:00Z" in out
     d_line = next(line for line in out.splitlines() if line.startswith("-") and "d.type" in line)
     assert "FAILED" in d_line and "no spot capacity" in d_line
     assert "model overrates it by 35%" in out
     text = md.read_text()
-    for heading in ("# Measured selection: cost-efficient-training in us-east-1", "## Decision",
-                    "## Where the model was wrong", "## Not measured"):
+    for heading in ("# Measured selection: cost-efficient-training in us-east-1", "## What was measured",
+                    "## Ranking", "## Decision", "## Where the model was wrong", "## Not measured"):
         assert heading in text
     assert "**b.type**: measured 1,300.0 samples/s, 0.65x" in text and "too high" in text
     assert "| 1 | c.type |" in text
+    assert "command: `python3 -m selector.bench.reference`" in text and "at most 20 min" in text
+    assert "- **d.type**: never reported in: no spot capacity" in text
+    # The decision says whether the other market would change it: b.type, 9.36M/$ at spot prices.
+    assert "At spot prices b.type would win instead (9,360,000 samples per dollar against 2,340,000)" in text
+    assert "![" not in text
+
+
+def test_markdown_links_the_chart():
+    assert "![samples/s against $/hour](chart.png)" in rep.markdown(rep.build_report(_doc()), chart_path="chart.png")
+
+
+def test_failed_candidates_are_listed_never_ranked_as_zero():
+    r = rep.build_report(_doc())
+    assert "d.type" not in [x.instance_type for x in r.ranked]  # the cheapest modelled, yet no figure: no rank
+    (d,) = r.failed
+    assert d.reason == "never reported in: no spot capacity" and d.per_dollar("on-demand") is None
+    assert d.per_dollar("spot") is None and not d.disagrees
+
+
+def test_a_measured_type_without_a_price_in_the_market_ranks_last():
+    # e.type is the fastest per dollar on-demand (1000*3600/0.5 = 7.2M) but has no spot price on record.
+    fixture = {**FIXTURE, "e.type": (1000.0, 0.5, None, 1000.0)}
+    r = rep.build_report(_doc("spot", fixture=fixture))
+    assert [x.instance_type for x in r.ranked] == ["b.type", "a.type", "c.type", "e.type"]
+    assert r.ranked[-1].per_dollar("spot") is None
+    assert rep.build_report(_doc("on-demand", fixture=fixture)).winner.instance_type == "e.type"
+    line = next(x for x in rep.table_text(r).splitlines() if "e.type" in x)
+    assert line.split()[0] == "4"
+
+
+def test_samples_per_dollar_in_both_markets():
+    (a,) = [x for x in rep.build_report(_doc()).ranked if x.instance_type == "a.type"]
+    assert a.per_dollar("on-demand") == pytest.approx(1000 * 3600 / 2.0)  # 1.8M
+    assert a.per_dollar("spot") == pytest.approx(1000 * 3600 / 1.0)  # 3.6M
 
 
 def test_json_output(tmp_path, capsys):
@@ -107,6 +152,11 @@ def test_json_output(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["winner"] == "c.type" and [f["instance_type"] for f in doc["failed"]] == ["d.type"]
     assert doc["failed"][0]["samples_per_dollar"] is None  # never a zero
+    assert doc["failed"][0]["reason"] == "never reported in: no spot capacity" and doc["failed"][0]["rank"] is None
+    b = next(x for x in doc["ranked"] if x["instance_type"] == "b.type")
+    assert b["rank"] == 3 and b["disagrees"] is True and b["vs_model"] == pytest.approx(0.65)
+    assert b["spot_samples_per_dollar"] == pytest.approx(9_360_000) and b["on_demand_samples_per_dollar"] == 1_560_000
+    assert b["measured_min"] == pytest.approx(1287) and b["measured_max"] == pytest.approx(1313)
 
 
 def test_chart_is_a_real_png_with_one_point_per_candidate(tmp_path):
@@ -126,24 +176,74 @@ def test_chart_is_a_real_png_with_one_point_per_candidate(tmp_path):
     assert any("winner: c.type" in t.get_text() for t in ax.texts)
     assert any(t.get_text().endswith("/$") for t in ax.texts)  # the equal-samples-per-dollar lines are labelled
 
+    assert any(t.get_text().startswith("d.type") and "failed" in t.get_text() for t in ax.texts)
+
     png = tmp_path / "chart.png"
-    rep.write_chart(r, str(png))
+    fig = rep.write_chart(r, str(png))
+    width, height = (round(v * fig.dpi) for v in fig.get_size_inches())
+    assert (width, height) == (round(rep.FIGSIZE[0] * rep.DPI), round(rep.FIGSIZE[1] * rep.DPI))
     with Image.open(png) as im:
-        assert im.format == "PNG" and im.size == (900, 600)
+        assert im.format == "PNG" and im.size == (width, height)
         colours = im.convert("RGB").getcolors(maxcolors=1 << 20)
     assert len(colours) > 50  # drawn on, not a blank canvas
     rep.write_chart(r, str(tmp_path / "again.png"))
     assert (tmp_path / "again.png").read_bytes() == png.read_bytes()  # same input, same bytes
 
 
+def test_chart_labels_do_not_overlap_each_other():
+    fig = rep.chart_figure(rep.build_report(_doc()))
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in fig.axes[0].texts]
+    assert not [(i, j) for i, a in enumerate(boxes) for j, b in enumerate(boxes[:i]) if a.overlaps(b)]
+
+
+@pytest.mark.parametrize("fixture", [
+    {"a.type": (1000.0, 2.0, 1.0, 1000.0)},  # one candidate: no relative comparison, still a chart
+    {"a.type": (1000.0, 2.0, 1.0, None), "b.type": (500.0, 1.0, None, None)},  # nothing measured
+])
+def test_chart_and_text_survive_few_results(tmp_path, fixture):
+    r = rep.build_report(rep.load_results(_write(tmp_path, _doc(fixture=fixture))))
+    rep.write_chart(r, str(tmp_path / "few.png"))
+    assert rep.table_text(r) and rep.markdown(r)
+    if not r.ranked:
+        assert "no candidate was measured" in rep.table_text(r)
+
+
+def test_the_chart_without_matplotlib_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    with pytest.raises(UserError, match=r"pip install 'dl-launcher\[bench\]'"):
+        rep.chart_figure(rep.build_report(_doc()))
+
+
+def _set(d: dict, path: str, value) -> None:
+    *keys, last = path.split(".")
+    for k in keys:
+        d = d[int(k)] if isinstance(d, list) else d[k]
+    d[int(last) if isinstance(d, list) else last] = value
+
+
 @pytest.mark.parametrize("mutate, words", [
     (lambda d: d.update(version=3), "version must be 1"),
     (lambda d: d["measurements"][0].update(instance_type="zz.type"), "is not in the plan"),
-    (lambda d: d["measurements"][0].update(samples_per_second=0), "samples_per_second must be a number above 0"),
-    (lambda d: d["failed"].clear(), "d.type is in the plan but neither measured nor failed"),
+    (lambda d: d["measurements"][0].update(samples_per_second=0), r"measurements\[1\].samples_per_second must be above zero"),
+    (lambda d: d["failed"].clear(), "d.type is in the plan but neither in measurements nor in failed"),
     (lambda d: d["failed"].append(dict(d["failed"][0])), "listed twice"),
     (lambda d: d.pop("measurements"), "measurements must be a list"),
     (lambda d: d["plan"].pop("candidates"), "plan: missing key"),
+    (lambda d: _set(d, "measurements.0.min", HUGE), r"measurements\[1\].min = inf is not a finite number"),
+    (lambda d: _set(d, "measurements.0.max", "1010"), r"measurements\[1\].max must be a number, got the string"),
+    (lambda d: _set(d, "measurements.0.min", 5000), r"measurements\[1\].samples_per_second 1000 is outside min"),
+    (lambda d: _set(d, "measurements.0.windows", 2.5), r"measurements\[1\].windows = 2.5 is not a whole number"),
+    (lambda d: _set(d, "measurements.0.spread", -1), r"measurements\[1\].spread must be at least 0"),
+    (lambda d: _set(d, "measurements.0.instance_type", ["a.type"]), r"measurements\[1\].instance_type .* not in"),
+    (lambda d: _set(d, "failed.0.reason", None), r"failed\[1\].reason must be a string"),
+    (lambda d: _set(d, "plan.candidates.0.on_demand_per_hour", HUGE),
+     r"plan.candidates\[1\].on_demand_per_hour = inf is not a finite number"),
+    (lambda d: _set(d, "plan.candidates.1.spot_per_hour", 0), r"plan.candidates\[2\].spot_per_hour must be above zero"),
+    (lambda d: _set(d, "plan.candidates.0.modelled_samples_per_second", None),
+     r"plan.candidates\[1\].modelled_samples_per_second must be at least 0, got None"),
+    (lambda d: _set(d, "plan.rank_market", "capacity-block"), "plan: rank_market 'capacity-block'"),
+    (lambda d: _set(d, "collected", 5), "collected must be a string"),
 ])
 def test_a_malformed_file_is_one_line_naming_the_key(tmp_path, mutate, words):
     doc = _doc()
@@ -151,6 +251,25 @@ def test_a_malformed_file_is_one_line_naming_the_key(tmp_path, mutate, words):
     with pytest.raises(UserError, match=words) as e:
         rep.load_results(_write(tmp_path, doc))
     assert "\n" not in str(e.value) and "results.json" in str(e.value)
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{not json", "not valid JSON"),
+    ('{"version": 1, "min": NaN}', r"not valid JSON \(NaN is not allowed"),
+    ("[1, 2]", "expected a JSON object"),
+    ("", "is empty"),
+])
+def test_a_file_that_is_not_a_results_document(tmp_path, content, words):
+    path = tmp_path / "results.json"
+    path.write_text(content)
+    with pytest.raises(UserError, match=words) as e:
+        rep.load_results(str(path))
+    assert "\n" not in str(e.value) and "results.json" in str(e.value)
+
+
+def test_a_missing_file(tmp_path):
+    with pytest.raises(UserError, match="cannot read bench results file .*none.json"):
+        rep.load_results(str(tmp_path / "none.json"))
 
 
 def test_cli_refuses_a_missing_file_in_one_line(tmp_path, capsys):
