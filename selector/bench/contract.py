@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Optional
 
 LINE_TAG = "dl-bench"
@@ -109,6 +109,17 @@ def parse_output(text: str) -> tuple[list[Window], list[str]]:
 
 # --- S3 layout: s3://<bucket>/bench/<name>/{started,results}/<instance_type>.json ---------------
 
+def _check_keys(cls: type, data: dict, where: str) -> None:
+    """Names the first missing or unknown key, as a user editing the file sees it."""
+    known = {f.name: f for f in fields(cls)}
+    missing = [k for k, f in known.items() if k not in data and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise ValueError(f"{where}: missing key {missing[0]!r} (required: {', '.join(missing)})")
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValueError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(known)})")
+
+
 def prefix_for(name: str) -> str:
     return f"bench/{name}"
 
@@ -197,13 +208,14 @@ class Plan:
             raise ValueError("expected a JSON object written by 'bench plan'")
         if data.get("version") != PLAN_VERSION:
             raise ValueError(f"version must be {PLAN_VERSION}, got {data.get('version')!r}")
-        try:
-            raw = [PlannedCandidate(**c) for c in data["candidates"]]
-            plan = cls(**{**data, "candidates": tuple(raw)})
-        except KeyError as e:
-            raise ValueError(f"missing key {e}") from None
-        except TypeError as e:
-            raise ValueError(str(e).replace("__init__() ", "")) from None
+        _check_keys(cls, data, "the plan")
+        if not isinstance(data["candidates"], list):
+            raise ValueError("candidates: expected a list of objects")
+        for i, c in enumerate(data["candidates"]):
+            if not isinstance(c, dict):
+                raise ValueError(f"candidates[{i}]: expected an object")
+            _check_keys(PlannedCandidate, c, f"candidates[{i}]")
+        plan = cls(**{**data, "candidates": tuple(PlannedCandidate(**c) for c in data["candidates"])})
         if not isinstance(plan.name, str) or not NAME_PATTERN.match(plan.name):
             raise ValueError(f"name {plan.name!r}: lower-case letters, digits and hyphens, at most 40")
         for key in ("market", "rank_market"):

@@ -130,5 +130,13 @@ def test_plan_file_round_trips_and_refuses_a_broken_one(tmp_path, capsys):
     with pytest.raises(ValueError, match="market"):
         Plan.from_dict(data)
     del data["candidates"]
-    with pytest.raises(ValueError, match="candidates"):
+    with pytest.raises(ValueError, match="the plan: missing key 'candidates'"):
+        Plan.from_dict(data)
+    data = json.loads(plan.to_json())
+    data["minuets"] = 5
+    with pytest.raises(ValueError, match="unknown key 'minuets'.*minutes"):
+        Plan.from_dict(data)
+    data = json.loads(plan.to_json())
+    del data["candidates"][1]["instance_type"]
+    with pytest.raises(ValueError, match=r"candidates\[1\]: missing key 'instance_type'"):
         Plan.from_dict(data)
