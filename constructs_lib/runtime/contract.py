@@ -20,6 +20,36 @@ TAG_NODES = "dl-launcher:nodes"
 TAG_CHECKPOINT_BUCKET = "dl-launcher:checkpoint-bucket"
 TAG_CHECKPOINT_PREFIX = "dl-launcher:checkpoint-prefix"
 
+# A node sets this on itself when its GPUs are broken (a GPU missing, a hardware XID): "replace: <why>".
+# The capacity controller terminates a node carrying it and launches its replacement.
+TAG_HEALTH = "dl-launcher:health"
+HEALTH_REPLACE = "replace"
+
+# ---- metrics (CloudWatch) -------------------------------------------------------------------------
+# Every metric of both namespaces carries DIM_JOB (the cluster id, as in TAG_CLUSTER) and
+# DIM_INSTANCE (the node); the agent's per-GPU metrics also its own DIM_GPU.
+NS_NODE = "dl-launcher/Node"   # the CloudWatch agent: GPUs, CPU, memory, the scratch array's reads
+NS_JOB = "dl-launcher/Job"     # the node runtime's monitor: throughput, progress, GPU health
+DIM_JOB = "Job"
+DIM_INSTANCE = "InstanceId"
+DIM_GPU = "index"              # the agent's own dimension name on nvidia_gpu metrics
+# The agent's names (its nvidia_gpu, cpu, mem and diskio plugins with their default prefixes).
+M_GPU_UTIL = "nvidia_smi_utilization_gpu"       # percent
+M_GPU_MEMORY = "nvidia_smi_memory_used"         # MiB
+M_GPU_POWER = "nvidia_smi_power_draw"           # W
+M_GPU_TEMPERATURE = "nvidia_smi_temperature_gpu"  # deg C
+M_CPU_ACTIVE = "cpu_usage_active"               # percent, all cores together
+M_CPU_IOWAIT = "cpu_usage_iowait"               # percent
+M_MEMORY = "mem_used_percent"
+M_DISK_READ = "diskio_read_bytes"               # bytes per collection interval, the scratch device
+# The monitor's (one value a minute per node).
+M_SAMPLES = "SamplesPerSecond"   # mean of the dl-bench lines the job printed on this node that minute
+M_TRAINING = "TrainingRunning"   # 1 while the training command runs on this node, else 0
+M_RESTORING = "Restoring"        # 1 while the supervisor restores a checkpoint, else 0
+M_GPUS = "GpusVisible"           # GPUs the driver lists (compare with the catalog's count)
+M_XID = "XidErrors"              # hardware XID errors the kernel logged this minute
+METRIC_PERIOD = 60               # seconds: the agent's interval and the monitor's
+
 # ---- the rendezvous ----------------------------------------------------------------------------
 # Generation g of a cluster uses port BASE + g % SPAN: a straggling worker of an old generation
 # can never join a new one, and a restarted master never waits for its old socket to close.
