@@ -7,7 +7,8 @@ alternatives: when the current type cannot be had, the whole cluster moves to th
 Each reconcile, under the lease (see state.py):
   1. list the cluster (tag dl-launcher:cluster) and this controller's launches EC2 may not show yet;
   2. settle the current type: the state's while any of it runs, else the type most nodes run;
-  3. terminate strays (any other type) and the newest extras beyond `nodes`;
+  3. terminate strays (any other type), nodes that tagged themselves for replacement
+     (TAG_HEALTH "replace: ...": a GPU missing, a hardware XID) and the newest extras beyond `nodes`;
   4. nothing running: gang-launch `nodes` of the first option that can be had, in priority order;
   5. short of `nodes`: launch the missing ones of the same type in the survivors' subnet; if the
      cluster has been short for replace_within_seconds, terminate the survivors and gang-launch
@@ -24,13 +25,14 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from ..runtime.contract import HEALTH_REPLACE
 from .errors import error_code
 from .instances import LIVE_STATES, Launched, Node, fleet_request, launch, list_cluster, states, terminate
 from .spec import CapacityOption, ClusterSpec
 from .state import ControllerState, Lease, LeaseLost, StateStore
 
 KINDS = ("launched", "launch-failed", "replaced", "moved", "wrapped", "adopted", "terminated-stray",
-         "terminated-extra", "skipped-price", "waiting", "torn-down", "resumed")
+         "terminated-extra", "terminated-unhealthy", "skipped-price", "waiting", "torn-down", "resumed")
 # How long a launch EC2 does not list yet still counts as running (DescribeInstances lags launches).
 RECENT_SECONDS = 60.0
 # No EC2 change starts this close to the end of the lease, so that it never outlives the lease.
@@ -135,6 +137,12 @@ class Controller:
             types = ", ".join(sorted({n.instance_type for n in strays}))
             why = f"not the cluster's type {current}" if current else "no longer among the cluster's options"
             self._terminate(strays, "terminated-stray", f"{len(strays)} x {types}: {why}; one cluster never mixes types")
+        # A node that marked itself broken (a GPU missing, a hardware XID) holds the whole job back:
+        # it goes, and the gap is filled like any lost node's, beside the survivors.
+        sick = [n for n in nodes if n.instance_type == current and n.health.startswith(HEALTH_REPLACE)]
+        if sick:
+            self._terminate(sick, "terminated-unhealthy", "; ".join(f"{n.id}: {n.health}" for n in sick)[:500])
+            nodes = [n for n in nodes if n not in sick]
         mine = [n for n in nodes if n.instance_type == current]
         if not mine:
             st.loss_since = None

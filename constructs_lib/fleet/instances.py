@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..runtime.contract import TAG_CLUSTER
+from ..runtime.contract import TAG_CLUSTER, TAG_HEALTH
 from .errors import error_code
 from .spec import CapacityOption, ClusterSpec
 
@@ -23,6 +23,7 @@ class Node:
     instance_type: str
     subnet: str
     launched: float  # epoch seconds
+    health: str = ""  # the node's own TAG_HEALTH ("replace: <why>" when its GPUs are broken)
 
 
 def list_cluster(ec2: Any, cluster: str) -> list[Node]:
@@ -34,7 +35,9 @@ def list_cluster(ec2: Any, cluster: str) -> list[Node]:
         page = ec2.describe_instances(**kw)
         for reservation in page.get("Reservations", []):
             for i in reservation.get("Instances", []):
-                nodes.append(Node(i["InstanceId"], i["InstanceType"], i.get("SubnetId", ""), i["LaunchTime"].timestamp()))
+                tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
+                nodes.append(Node(i["InstanceId"], i["InstanceType"], i.get("SubnetId", ""), i["LaunchTime"].timestamp(),
+                                  tags.get(TAG_HEALTH, "")))
         if not page.get("NextToken"):
             return nodes
         kw["NextToken"] = page["NextToken"]

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from constructs_lib.fleet import KINDS
 from constructs_lib.fleet.state import LEASE_SECONDS
-from constructs_lib.runtime.contract import TAG_CLUSTER
+from constructs_lib.runtime.contract import TAG_CLUSTER, TAG_HEALTH
 from tests.fleet.conftest import CLUSTER, REGION, Clock, FlakyEc2, live_instances
 
 P5, P5EN, P4D, P5E = "p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge", "p5e.48xlarge"
@@ -90,6 +90,22 @@ def test_a_lost_node_is_replaced_by_the_same_type_in_the_same_subnet(cloud):
     new = cloud.raw.describe_instances(InstanceIds=list(done[0].instances))["Reservations"][0]["Instances"][0]
     assert new["InstanceType"] == P5 and new["SubnetId"] == request["LaunchTemplateConfigs"][0]["Overrides"][0]["SubnetId"]
     assert cloud.types() == {P5: 4} and state_of(cloud, spec).loss_since is None
+
+
+def test_a_node_that_marked_itself_broken_is_terminated_and_replaced_beside_the_others(cloud):
+    spec = cloud.spec()
+    ctl = cloud.controller(spec)
+    cloud.reconcile(ctl)
+    ids = [i["InstanceId"] for i in live_instances(cloud.raw)]
+    # What the node's monitor does on an XID 79 (constructs_lib/runtime/monitor.py): a tag on itself.
+    cloud.raw.create_tags(Resources=[ids[2]], Tags=[{"Key": TAG_HEALTH, "Value": "replace: XID 79 on GPU 3"}])
+    cloud.raw.create_tags(Resources=[ids[0]], Tags=[{"Key": TAG_HEALTH, "Value": "ok"}])
+    done = cloud.reconcile(ctl)
+    assert kinds(done) == ["terminated-unhealthy", "replaced"]
+    assert done[0].instances == (ids[2],) and "XID 79" in done[0].reason
+    assert ids[2] not in {i["InstanceId"] for i in live_instances(cloud.raw)}
+    assert cloud.types() == {P5: 4} and len(done[1].instances) == 1
+    assert cloud.reconcile(ctl) == [], "the replacement carries no mark: nothing more to do"
 
 
 def test_past_the_bound_the_whole_cluster_moves_to_the_next_option(cloud):
