@@ -163,7 +163,7 @@ def test_user_data_passes_shellcheck(spot_template, tmp_path):
     (lambda p: p.write_text("{"), {}, "not valid JSON"),
     (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "minutes": 0})), {}, "minutes 0"),
     (lambda p: p.write_text(json.dumps({k: v for k, v in json.loads(p.read_text()).items() if k != "command"})), {},
-     "missing 1 required positional argument: 'command'"),
+     "the plan: missing key 'command'"),
     (lambda p: p.write_text(p.read_text().replace("g6.xlarge", "g6.xlarg")), {}, "closest: g6.xlarge"),
     (None, {"profile": "multi-node-training"}, "drop profile"),
     (None, {"nodes": "2"}, "drop nodes"),
