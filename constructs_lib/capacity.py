@@ -61,8 +61,8 @@ class ClusterCapacity(Construct):
       node_options [NodeOptions()]: how every node is set up whatever its type (root volume, RAID, AMI, ...).
 
     Attributes: templates (GpuLaunchTemplate per usable type, pick first), primary, controller
-    (CapacityController), ceiling, unused (type -> why it will never be used), role,
-    security_group, placement_group.
+    (CapacityController), spec (the controller's), state_bucket, state_key, ceiling, unused
+    (type -> why it will never be used), role, security_group, placement_group.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, cluster: str,
@@ -156,6 +156,8 @@ class ClusterCapacity(Construct):
                          "launch_template_version": t.launch_template.latest_version_number, "price": o.price}
                         for (o, _f), t in zip(usable, self.templates)],
         }
+        self.spec = spec
+        self.state_bucket, self.state_key = state_bucket, state_key
         protect = [t.launch_template for t in self.templates] + [self.security_group]
         if self.placement_group is not None:
             protect.append(self.placement_group)

@@ -55,10 +55,16 @@ from selector.errors import UserError, closest
 from selector.interchange import DEFAULT_RULE, RULES
 from selector.profiles import Profile, get_profile, load_profiles
 
+from .observability_settings import BOOL_KEYS as OBS_BOOL_KEYS
+from .observability_settings import EXAMPLES as OBS_EXAMPLES
+from .observability_settings import KEYS as OBS_KEYS
+from .observability_settings import NUMBER_KEYS as OBS_NUMBER_KEYS
+from .observability_settings import ObservabilitySettings, observability_from_context
+
 DEFAULT_PROFILE = "dev-prototyping"  # cheap (one T4-class GPU) and safe to deploy by mistake
 KEYS = ("profile", "instance_type", "nodes", "spot", "market", "region", "vpc_id", "subnet_ids", "availability_zone",
         "command", "command_file", "job", "max_price", "interchange", "capacity_reservation", "profiles_file", "local",
-        "bench")
+        "bench", *OBS_KEYS)
 MARKETS = ("spot", "on-demand", "capacity-block")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 _RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
@@ -73,8 +79,8 @@ USER_DATA_LIMIT = 16 * 1024  # EC2's maximum; the whole user data is checked aga
 COMMAND_LIMIT = 8 * 1024
 NODES = (1, 64)
 MAX_PRICE = 1000.0  # USD per hour per node: above any instance or Capacity Block on record
-_BOOL_KEYS = ("spot", "local")
-_NUMBER_KEYS = ("nodes", "max_price")
+_BOOL_KEYS = ("spot", "local", *OBS_BOOL_KEYS)
+_NUMBER_KEYS = ("nodes", "max_price", *OBS_NUMBER_KEYS)
 _PATH_KEYS = ("profiles_file", "command_file", "bench")
 _NAME_LIMIT, _PATH_LIMIT = 256, 4096
 EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "nodes": "2", "spot": "true",
@@ -82,7 +88,7 @@ EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "
             "subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef1", "availability_zone": "us-east-1a",
             "command": "dl-torchrun train.py", "command_file": "train.sh", "job": "my-job", "max_price": "12.5",
             "interchange": "same-accelerator", "capacity_reservation": "cr-0123456789abcdef0",
-            "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json"}
+            "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json", **OBS_EXAMPLES}
 # Look-alikes a copy from a document or chat brings in; NFKC handles full-width forms and the like.
 _LOOKALIKES = str.maketrans({
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
@@ -113,6 +119,7 @@ class Settings:
     market: Optional[str] = None
     interchange: str = DEFAULT_RULE
     capacity_reservation: Optional[str] = None
+    observability: ObservabilitySettings = ObservabilitySettings()
 
     def __post_init__(self) -> None:
         if self.market is None:
@@ -170,7 +177,9 @@ def _check_type(key: str, value: Any) -> None:
         ok, wanted = isinstance(value, (bool, str)), "true or false"
     elif key in _NUMBER_KEYS:
         ok = isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool))
-        wanted = "a whole number from 1 to 64" if key == "nodes" else f"USD per hour per node, above 0 and at most {MAX_PRICE:g}"
+        wanted = {"nodes": "a whole number from 1 to 64", "max_price": f"USD per hour per node, above 0 and at most "
+                  f"{MAX_PRICE:g}", "idle_minutes": "a whole number of minutes",
+                  "idle_threshold": "a percentage"}[key]
     else:
         ok, wanted = isinstance(value, str), "a string"
     if ok:
@@ -473,4 +482,5 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                     spot=market == "spot", region=region, vpc_id=vpc_id, subnet_ids=subnet_ids,
                     availability_zone=az, command=command, job=job,
                     max_price=max_price, local=_bool("local", ctx.get("local", False)),
-                    market=market, interchange=interchange, capacity_reservation=reservation)
+                    market=market, interchange=interchange, capacity_reservation=reservation,
+                    observability=observability_from_context(ctx, profile, region))

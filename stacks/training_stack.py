@@ -4,9 +4,11 @@ from __future__ import annotations
 import sys
 
 import aws_cdk as cdk
+import aws_cdk.aws_sns as sns
 from constructs import Construct
 
 from constructs_lib import CheckpointBucket, ClusterCapacity, InstanceOption, InterruptionAlerts, NodeOptions
+from constructs_lib.observability.cluster import ClusterObservability
 from constructs_lib.runtime.contract import CAPACITY_STATE, TAG_CLUSTER
 
 from .network import existing_subnets, training_vpc
@@ -46,6 +48,14 @@ class TrainingStack(cdk.Stack):
             teardown=not settings.local, node_options=NodeOptions(root_volume_gib=settings.profile.root_volume_gib))
         self.cluster.enable_checkpoints(self.checkpoints, self.prefix)
         self.cluster.configure_job(command=settings.command)
+        obs = settings.observability
+        self.observability = None
+        if obs.enabled:
+            topic = (sns.Topic.from_topic_arn(self, "AlarmTopic", obs.alarm_topic) if obs.alarm_topic else None)
+            self.observability = ClusterObservability(
+                self, "Observability", capacity=self.cluster, log_group=self.alerts.log_group, topic=topic,
+                checkpoints=self.checkpoints.bucket, checkpoint_prefix=self.prefix, idle_guard=obs.idle_guard,
+                idle_minutes=obs.idle_minutes, idle_threshold=obs.idle_threshold, idle_action=obs.idle_action)
 
         cdk.CfnOutput(self, "InstanceType", value=pick.instance_type,
                       description=f"profile {settings.profile.name}: {selection.recommendation.why}"[:1000])
@@ -63,6 +73,15 @@ class TrainingStack(cdk.Stack):
             "--query 'Reservations[0].Instances[0].InstanceId' --output text)"))
         cdk.CfnOutput(self, "AlertsLogGroup", value=self.alerts.log_group.log_group_name,
                       description="spot warnings and every decision of the capacity controller, with its reason")
+        if self.observability is not None:
+            guard = self.observability.guard
+            cdk.CfnOutput(self, "NotificationTopic", value=self.observability.topic.topic_arn, description=(
+                "the idle guard and the alarms tell this topic; subscribe: aws sns subscribe --protocol email "
+                "--notification-endpoint you@example.com --topic-arn <this>"))
+            cdk.CfnOutput(self, "IdleGuard", value=(
+                f"{obs.idle_action} after {obs.idle_minutes} min under {obs.idle_threshold:g}% GPU utilisation "
+                "with no progress" if guard else "off"), description=(
+                "resume a stopped cluster: python -m constructs_lib.fleet reconcile --resume (see README)"))
         cdk.CfnOutput(self, "CapacityStatusCommand", value=(
             f"python -m constructs_lib.fleet status --bucket {self.checkpoints.bucket.bucket_name} "
             f"--key {self.prefix}/{CAPACITY_STATE}"),

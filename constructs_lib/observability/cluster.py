@@ -1,0 +1,54 @@
+"""Observability of one training cluster, composed: the agent and the node monitor on every node
+type, the dashboard, the starved-GPU and node-health alarms, and the idle guard, all telling one
+topic."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+import aws_cdk as cdk
+import aws_cdk.aws_logs as logs
+import aws_cdk.aws_s3 as s3
+import aws_cdk.aws_sns as sns
+from constructs import Construct
+
+from .guard import IdleGuard
+from .notifications import NotificationTopic
+
+if TYPE_CHECKING:
+    from ..capacity import ClusterCapacity
+
+
+class ClusterObservability(Construct):
+    """Keyword-only props (defaults in brackets):
+      capacity: the cluster (ClusterCapacity): its node types, spec and controller state.
+      log_group: where the guard logs each decision (the stack's alerts log group).
+      topic [None]: where the guard and the alarms tell; None: a new NotificationTopic.
+      checkpoints [None], checkpoint_prefix [""]: the job's checkpoints (the guard's progress signal).
+      idle_guard [True]: stop the cluster when every GPU idles (NVIDIA types only: Neuron devices
+        have no utilisation metric here, and a guard that sees nothing never fires anyway).
+      idle_minutes [30], idle_threshold [5.0], idle_action ["stop"]: see IdleGuard.
+    Attributes: topic, notifications (NotificationTopic or None), guard (IdleGuard or None).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, capacity: "ClusterCapacity", log_group: logs.ILogGroup,
+                 topic: Optional[sns.ITopic] = None, checkpoints: Optional[s3.IBucket] = None,
+                 checkpoint_prefix: str = "", idle_guard: bool = True, idle_minutes: float = 30.0,
+                 idle_threshold: float = 5.0, idle_action: str = "stop") -> None:
+        super().__init__(scope, construct_id)
+        self.notifications = None
+        if topic is None:
+            self.notifications = NotificationTopic(self, "Notifications", display_name="dl-launcher")
+            topic = self.notifications.topic
+        self.topic = topic
+        facts = [t.facts for t in capacity.templates]
+        self.guard = None
+        if idle_guard and all(f.sdk == "cuda" for f in facts):
+            self.guard = IdleGuard(
+                self, "IdleGuard", cluster=capacity.cluster, spec=capacity.spec, state_bucket=capacity.state_bucket,
+                state_key=capacity.state_key, expected_gpus={f.instance_type: f.accelerator_count for f in facts},
+                topic=topic, log_group=log_group, checkpoints=checkpoints, checkpoint_prefix=checkpoint_prefix,
+                threshold_pct=idle_threshold, idle_minutes=idle_minutes, action=idle_action)
+        elif idle_guard:
+            cdk.Annotations.of(self).add_warning_v2(
+                "dl-launcher:idle-guard-neuron", "the idle guard is off: it reads NVIDIA GPU utilisation, which "
+                f"{', '.join(f.instance_type for f in facts if f.sdk != 'cuda')} do not report")

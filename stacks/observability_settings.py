@@ -1,0 +1,73 @@
+"""The training stack's observability context keys, validated into one value object.
+
+    observability   true|false   the CloudWatch agent, the node monitor, the dashboard and the
+                                 alarms (default: true for training profiles)
+    idle_guard      true|false   stop the cluster when every GPU idles (default: as observability)
+    idle_minutes    10..1440     how long every GPU must stay idle (default 30)
+    idle_threshold  0.5..50      GPU utilisation in percent under which a GPU counts as idle (default 5)
+    idle_action     stop|notify  stop: push checkpoints, release the nodes (resumable), tell the topic;
+                                 notify: only tell (default stop)
+    alarm_topic     an SNS topic ARN in the stack's region for the guard and the alarms (default:
+                                 a new encrypted topic; subscribe to it)
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from selector.errors import UserError
+from selector.profiles import Profile
+
+KEYS = ("observability", "idle_guard", "idle_minutes", "idle_threshold", "idle_action", "alarm_topic")
+BOOL_KEYS = ("observability", "idle_guard")
+NUMBER_KEYS = ("idle_minutes", "idle_threshold")
+EXAMPLES = {"observability": "true", "idle_guard": "false", "idle_minutes": "60", "idle_threshold": "5",
+            "idle_action": "notify", "alarm_topic": "arn:aws:sns:us-east-1:123456789012:ml-alerts"}
+IDLE_MINUTES = (10, 1440)
+IDLE_THRESHOLD = (0.5, 50.0)
+ACTIONS = ("stop", "notify")
+_TOPIC = re.compile(r"arn:aws(?:-cn|-us-gov)?:sns:(?P<region>[a-z0-9-]+):\d{12}:[A-Za-z0-9_-]{1,256}(?:\.fifo)?")
+
+
+@dataclass(frozen=True)
+class ObservabilitySettings:
+    enabled: bool = True
+    idle_guard: bool = True
+    idle_minutes: int = 30
+    idle_threshold: float = 5.0
+    idle_action: str = "stop"
+    alarm_topic: Optional[str] = None
+
+
+def observability_from_context(ctx: Mapping[str, Any], profile: Profile, region: str) -> ObservabilitySettings:
+    """Keys already passed the shared type and text checks (settings.py)."""
+    from .settings import _bool, _choice, _float, _int, show
+
+    default = profile.workload == "training"
+    enabled = _bool("observability", ctx.get("observability", default))
+    guard = _bool("idle_guard", ctx.get("idle_guard", enabled))
+    if guard and not enabled:
+        raise UserError("context idle_guard=true needs observability=true: the guard reads the GPU metrics "
+                        "the CloudWatch agent sends; closest: idle_guard=false")
+    minutes = _int("idle_minutes", ctx.get("idle_minutes", 30), *IDLE_MINUTES)
+    threshold = _float(ctx.get("idle_threshold", 5.0))
+    lo, hi = IDLE_THRESHOLD
+    if threshold is None or not lo <= threshold <= hi:
+        near = None if threshold is None or threshold != threshold else min(max(threshold, lo), hi)
+        raise UserError(f"context idle_threshold={show(ctx.get('idle_threshold'))}: GPU utilisation in percent, "
+                        f"allowed {lo:g} to {hi:g}" + (f"; closest: {near:g}" if near is not None else "; e.g. idle_threshold=5"))
+    action = _choice("idle_action", ctx.get("idle_action", "stop"), ACTIONS)
+    topic = None
+    if "alarm_topic" in ctx:
+        topic = str(ctx["alarm_topic"]).strip()
+        m = _TOPIC.fullmatch(topic)
+        if not m:
+            raise UserError(f"context alarm_topic={show(topic)}: expected an SNS topic ARN, "
+                            f"e.g. alarm_topic={EXAMPLES['alarm_topic']}")
+        if m.group("region") != region:
+            raise UserError(f"context alarm_topic={show(topic)} is in {m.group('region')}, the stack in {region}: "
+                            "CloudWatch alarms and the guard publish to a topic in their own region; closest: "
+                            f"{topic.replace(':' + m.group('region') + ':', ':' + region + ':', 1)}")
+    return ObservabilitySettings(enabled=enabled, idle_guard=guard, idle_minutes=minutes, idle_threshold=threshold,
+                                 idle_action=action, alarm_topic=topic)

@@ -1,0 +1,162 @@
+"""The idle guard as deployed: its function's settings come from the catalog, its schedule, and
+its role allows every AWS call a real run makes (recorded from a run against moto: the IAM action
+of each call, per the service authorization reference) and holds the dangerous ones to the cluster.
+Context switches turn it off; Neuron clusters get no guard and a warning."""
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+import boto3
+import pytest
+from aws_cdk.assertions import Template
+
+from constructs_lib.fleet.idle_watch import GUARD_ENV, GuardSettings
+from stacks.settings import from_context
+from stacks.training_stack import TrainingStack
+
+# IAM actions of the API operations whose names differ from the action (AWS service
+# authorization reference: s3 ListObjectsV2 -> s3:ListBucket, HeadObject -> s3:GetObject).
+S3_ACTIONS = {"ListObjectsV2": "s3:ListBucket", "HeadObject": "s3:GetObject", "GetObject": "s3:GetObject",
+              "PutObject": "s3:PutObject"}
+# p6-b200.48xlarge: 8 NVIDIA B200 GPUs (https://aws.amazon.com/ec2/instance-types/p6/).
+B200_GPUS = 8
+
+
+def _stack(ctx):
+    app = cdk.App()
+    stack = TrainingStack.for_settings(app, from_context(ctx), quiet=True)
+    return stack, Template.from_stack(stack)
+
+
+@pytest.fixture(scope="module")
+def multi_node():
+    return _stack({"profile": "multi-node-training"})
+
+
+def _guard_function(t: Template) -> dict:
+    fns = [r for r in t.find_resources("AWS::Lambda::Function").values()
+           if r["Properties"]["Handler"] == "constructs_lib.fleet.idle_watch.handle"]
+    assert len(fns) == 1
+    return fns[0]
+
+
+def _resolved_env(stack, fn) -> GuardSettings:
+    raw = fn["Properties"]["Environment"]["Variables"][GUARD_ENV]
+    if isinstance(raw, dict):  # Fn::Join with tokens (the topic ARN, the bucket): put placeholders in
+        raw = "".join(p if isinstance(p, str) else "TOKEN" for p in raw["Fn::Join"][1])
+    return GuardSettings(**json.loads(raw))
+
+
+def _guard_statements(t: Template) -> list[dict]:
+    policies = [p for name, p in t.find_resources("AWS::IAM::Policy").items() if "IdleGuard" in name]
+    assert len(policies) == 1
+    return policies[0]["Properties"]["PolicyDocument"]["Statement"]
+
+
+def test_settings_come_from_the_catalog_and_the_context(multi_node):
+    stack, t = multi_node
+    s = _resolved_env(stack, _guard_function(t))
+    assert s.job == "dl-multi-node-training" and s.action == "stop"
+    assert s.expected_gpus == {"p6-b200.48xlarge": B200_GPUS}
+    assert s.config == {"threshold_pct": 5.0, "idle_minutes": 30, "grace_minutes": 20.0}
+    assert s.checkpoint_prefix == "jobs/multi-node-training"
+    rules = [r for name, r in t.find_resources("AWS::Events::Rule").items() if "IdleGuard" in name]
+    assert [r["Properties"]["ScheduleExpression"] for r in rules] == ["rate(5 minutes)"]
+    out = t.to_json()["Outputs"]
+    assert out["IdleGuard"]["Value"].startswith("stop after 30 min under 5%")
+
+
+def _allowed(statements: list[dict], action: str) -> list[dict]:
+    out = []
+    for st in statements:
+        actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+        if st["Effect"] == "Allow" and any(a == action or (a.endswith("*") and action.startswith(a[:-1])) for a in actions):
+            out.append(st)
+    return out
+
+
+def test_the_role_allows_every_call_a_real_run_makes(multi_node, aws):
+    """Run the guard end to end against moto (an idle cluster it stops), record each API call,
+    and find an Allow for each in the synthesized role."""
+    import tests.fleet.test_idle_watch as drill
+    from tests.fleet.conftest import Cloud
+
+    calls: set[str] = set()
+
+    def record(model, **kw):
+        service = model.service_model.service_name if hasattr(model, "service_model") else ""
+        calls.add(f"{service}:{model.name}")
+
+    session = boto3.Session()
+    session.events.register("before-call", lambda model, **kw: record(model))
+    boto3.DEFAULT_SESSION = session  # every boto3.client(...) of the drill and the guard
+    try:
+        cloud = Cloud()
+        sns, sqs = boto3.client("sns", region_name="us-east-1"), boto3.client("sqs", region_name="us-east-1")
+        arn = sns.create_topic(Name="t")["TopicArn"]
+        url = sqs.create_queue(QueueName="q")["QueueUrl"]
+        ctl, ids, now, kw = drill._setup(cloud)
+        for i in ids:
+            drill.Metrics().node(i, now)
+        calls.clear()
+        result = drill._run(cloud, ctl, (sns, arn, sqs, url), kw, now)
+    finally:
+        boto3.DEFAULT_SESSION = None
+    assert result["stop"] and result["stopped"]["terminated"], result
+    statements = _guard_statements(multi_node[1])
+    needed = set()
+    for c in calls:
+        service, op = c.split(":")
+        prefix = {"monitoring": "cloudwatch"}.get(service, service)
+        needed.add(S3_ACTIONS[op] if prefix == "s3" else f"{prefix}:{op}")
+    needed -= {"sqs:ReceiveMessage", "sqs:CreateQueue", "sns:CreateTopic"}  # the test's own
+    assert {"cloudwatch:GetMetricData", "ssm:SendCommand", "ec2:TerminateInstances", "sns:Publish"} <= needed, needed
+    missing = sorted(a for a in needed if not _allowed(statements, a))
+    assert not missing, f"the guard's role lacks {missing}"
+
+
+def test_the_dangerous_calls_are_held_to_the_cluster(multi_node):
+    statements = _guard_statements(multi_node[1])
+    (term,) = _allowed(statements, "ec2:TerminateInstances")
+    assert term["Condition"] == {"StringEquals": {"ec2:ResourceTag/dl-launcher:cluster": "dl-multi-node-training"}}
+    send = _allowed(statements, "ssm:SendCommand")
+    docs = [s for s in send if "document" in json.dumps(s["Resource"])]
+    nodes = [s for s in send if "instance" in json.dumps(s["Resource"])]
+    assert len(docs) == 1 and "AWS-RunShellScript" in json.dumps(docs[0]["Resource"]) and "Condition" not in docs[0]
+    assert len(nodes) == 1 and nodes[0]["Condition"] == {
+        "StringEquals": {"ssm:resourceTag/dl-launcher:cluster": "dl-multi-node-training"}}
+    reads = _allowed(statements, "s3:GetObject")
+    assert any("MANIFEST.json" in json.dumps(s["Resource"]) for s in reads)
+    assert not any(json.dumps(s["Resource"]).endswith('/*"]}') for s in reads), "never the checkpoints' weights"
+
+
+@pytest.mark.parametrize("ctx, topic, guard", [
+    ({"profile": "multi-node-training", "idle_guard": "false"}, True, False),
+    ({"profile": "multi-node-training", "observability": "false", "idle_guard": "false"}, False, False),
+    ({"profile": "dev-prototyping"}, False, False),  # not a training profile: off unless asked
+    ({"profile": "dev-prototyping", "observability": "true"}, True, True),
+])
+def test_context_switches(ctx, topic, guard):
+    _, t = _stack(ctx)
+    assert bool(t.find_resources("AWS::SNS::Topic")) == topic
+    handlers = [r["Properties"]["Handler"] for r in t.find_resources("AWS::Lambda::Function").values()]
+    assert ("constructs_lib.fleet.idle_watch.handle" in handlers) == guard
+
+
+def test_a_given_topic_is_used_and_none_is_made():
+    arn = "arn:aws:sns:us-east-1:123456789012:ml-alerts"
+    stack, t = _stack({"profile": "multi-node-training", "alarm_topic": arn})
+    assert not t.find_resources("AWS::SNS::Topic") and not t.find_resources("AWS::KMS::Key")
+    assert _resolved_env(stack, _guard_function(t)).topic_arn == arn
+
+
+def test_neuron_clusters_get_no_guard_and_a_warning():
+    app = cdk.App()
+    stack = TrainingStack.for_settings(app, from_context({"profile": "neuron-training"}), quiet=True)
+    t = Template.from_stack(stack)
+    handlers = [r["Properties"]["Handler"] for r in t.find_resources("AWS::Lambda::Function").values()]
+    assert "constructs_lib.fleet.idle_watch.handle" not in handlers
+    warnings = [m for m in app.synth().get_stack_by_name(stack.stack_name).messages
+                if "idle guard is off" in str(m.entry.data)]
+    assert warnings
