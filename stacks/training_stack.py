@@ -80,8 +80,12 @@ class TrainingStack(cdk.Stack):
                 "--notification-endpoint you@example.com --topic-arn <this>"))
             cdk.CfnOutput(self, "IdleGuard", value=(
                 f"{obs.idle_action} after {obs.idle_minutes} min under {obs.idle_threshold:g}% GPU utilisation "
-                "with no progress" if guard else "off"), description=(
-                "resume a stopped cluster: python -m constructs_lib.fleet reconcile --resume (see README)"))
+                "with no progress" if guard else "off"), description="a stopped cluster starts again with ResumeCommand")
+        cdk.CfnOutput(self, "ResumeCommand", value=cdk.Fn.join("", [
+            f"aws lambda invoke --region {self.region} --function-name ",
+            self.cluster.controller.function.function_name,
+            " --cli-binary-format raw-in-base64-out --payload '{\"dl-launcher\": \"resume\"}' /dev/stdout"]),
+            description="start the cluster again after the idle guard or a teardown stopped it (newest checkpoint)")
         cdk.CfnOutput(self, "CapacityStatusCommand", value=(
             f"python -m constructs_lib.fleet status --bucket {self.checkpoints.bucket.bucket_name} "
             f"--key {self.prefix}/{CAPACITY_STATE}"),

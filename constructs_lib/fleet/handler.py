@@ -4,6 +4,9 @@ EventBridge (instance state changes, spot interruption warnings, the 1-minute sc
 reconcile. An event that names an instance of another cluster (or of none) is dropped after one
 DescribeInstances; an unknown instance still reconciles (EC2 may not list a new one yet).
 
+{"dl-launcher": "resume"} (aws lambda invoke): reconcile with resume, starting a cluster the idle
+guard or a teardown stopped; it comes back from its newest checkpoint.
+
 CloudFormation custom resource: Create/Update reconcile (clearing a teardown), Delete tears the
 cluster down; the answer goes to the ResponseURL whatever happens, FAILED with the reason on an
 exception and, just before the Lambda would time out, FAILED for the timeout: CloudFormation is
@@ -26,6 +29,8 @@ from .spec import ClusterSpec
 from .state import StateStore
 
 SPEC_ENV = "DL_CLUSTER_SPEC"
+# {"dl-launcher": "resume"}: the payload that starts a cluster the idle guard or a teardown stopped.
+COMMAND_KEY = "dl-launcher"
 SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
 # Answer CloudFormation this long before the Lambda's own timeout.
 WATCHDOG_SECONDS = 5.0
@@ -34,6 +39,10 @@ WATCHDOG_SECONDS = 5.0
 def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if "RequestType" in event and "ResponseURL" in event:
         return _custom_resource(event, context)
+    if event.get(COMMAND_KEY) == "resume":  # `aws lambda invoke`: start a stopped cluster again
+        spec = load_spec()
+        ec2, s3 = _clients()
+        return {"transitions": [t.to_dict() for t in _controller(spec, ec2, s3).reconcile(resume=True)]}
     return _eventbridge(event)
 
 

@@ -89,6 +89,9 @@ def test_delete_tears_down_and_answers_success(cloud, spec, cfn):
     # The terminations' events arrive next and launch nothing.
     assert handler.handle({"detail-type": "Scheduled Event", "detail": {}}, None)["transitions"][0]["kind"] == "waiting"
     assert cloud.types() == {}
+    # The stack's ResumeCommand output invokes the function with this payload.
+    done = handler.handle({handler.COMMAND_KEY: "resume"}, None)["transitions"]
+    assert [t["kind"] for t in done] == ["resumed", "launched"] and sum(cloud.types().values()) == spec.nodes
 
 
 def test_an_exception_answers_failed_with_the_reason(cloud, spec, cfn):

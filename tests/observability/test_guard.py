@@ -11,6 +11,7 @@ import boto3
 import pytest
 from aws_cdk.assertions import Template
 
+from constructs_lib.fleet.handler import COMMAND_KEY
 from constructs_lib.fleet.idle_watch import GUARD_ENV, GuardSettings
 from stacks.settings import from_context
 from stacks.training_stack import TrainingStack
@@ -65,6 +66,10 @@ def test_settings_come_from_the_catalog_and_the_context(multi_node):
     assert [r["Properties"]["ScheduleExpression"] for r in rules] == ["rate(5 minutes)"]
     out = t.to_json()["Outputs"]
     assert out["IdleGuard"]["Value"].startswith("stop after 30 min under 5%")
+    # The resume command's payload is the one the controller's handler takes.
+    command = "".join(p if isinstance(p, str) else "FN" for p in out["ResumeCommand"]["Value"]["Fn::Join"][1])
+    payload = json.loads(command.split("--payload '")[1].split("'")[0])
+    assert payload == {COMMAND_KEY: "resume"} and "--function-name FN " in command
 
 
 def _allowed(statements: list[dict], action: str) -> list[dict]:
