@@ -1,0 +1,64 @@
+"""The CloudWatch agent's configuration for a training node, as the agent documents it
+(https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch-Agent-Configuration-File-Details.html,
+"Collect NVIDIA GPU metrics": .../CloudWatch-Agent-NVIDIA-GPU.html).
+
+What it sends, once a minute, to contract.NS_NODE:
+- per GPU (the agent's nvidia_gpu section, which runs nvidia-smi): utilisation, memory used,
+  power draw, temperature; the agent's own dimensions index, name and arch ride along;
+- CPU active and iowait (all cores together), memory used, and the read bytes of the scratch
+  array (md0, the instance-store RAID 0: the loader-bound signal).
+Every metric carries the job (contract.DIM_JOB) and the node (contract.DIM_INSTANCE); the host
+name is omitted (one series per node, not per boot name). `aggregation_dimensions` also
+publishes each metric with the job alone (averaged over the node's GPUs or cores): CloudWatch
+alarms cannot use SEARCH, and these job-wide series are what the alarms watch.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..runtime import contract
+
+# What a Neuron node does not get: the agent reads NVIDIA GPUs through nvidia-smi only. Trainium
+# and Inferentia have neuron-monitor, which this release does not wire to CloudWatch.
+NOT_ON_NEURON = ("Trainium/Inferentia nodes send CPU, memory and disk metrics only: the agent's GPU section reads "
+                 "nvidia-smi, and neuron-monitor is not wired to CloudWatch yet; the idle guard is off there")
+
+GPU_MEASUREMENTS = ("utilization_gpu", "memory_used", "power_draw", "temperature_gpu")
+
+
+def agent_config(*, job: str, scratch_device: str = "md0", gpu: bool = True,
+                 interval: int = contract.METRIC_PERIOD) -> dict[str, Any]:
+    """The agent's JSON configuration (as a dict) for a node of `job`."""
+    if not job or any(c in job for c in '"\\$'):
+        raise ValueError(f"job {job!r}: a plain name (it becomes a metric dimension)")
+    if not 1 <= interval <= 172800:
+        raise ValueError(f"interval {interval}: seconds, 1 to 172800")
+    job_dim = {contract.DIM_JOB: job}
+    collected: dict[str, Any] = {
+        "cpu": {"measurement": ["usage_active", "usage_iowait"], "totalcpu": True,
+                "metrics_collection_interval": interval, "append_dimensions": job_dim},
+        "mem": {"measurement": ["used_percent"], "metrics_collection_interval": interval,
+                "append_dimensions": job_dim},
+        "diskio": {"measurement": ["read_bytes"], "resources": [scratch_device],
+                   "metrics_collection_interval": interval, "append_dimensions": job_dim},
+    }
+    if gpu:
+        collected["nvidia_gpu"] = {"measurement": list(GPU_MEASUREMENTS), "metrics_collection_interval": interval,
+                                   "append_dimensions": job_dim}
+    return {
+        "agent": {"metrics_collection_interval": interval, "omit_hostname": True,
+                  "logfile": "/opt/aws/amazon-cloudwatch-agent/logs/amazon-cloudwatch-agent.log"},
+        "metrics": {
+            "namespace": contract.NS_NODE,
+            "append_dimensions": {contract.DIM_INSTANCE: "${aws:InstanceId}"},
+            # [Job]: one job-wide series per metric, for the alarms; [Job, InstanceId]: one per node
+            # (GPUs or cores together), for the dashboard's per-node lines.
+            "aggregation_dimensions": [[contract.DIM_JOB], [contract.DIM_JOB, contract.DIM_INSTANCE]],
+            "metrics_collected": collected,
+        },
+    }
+
+
+def agent_config_json(**kw: Any) -> str:
+    return json.dumps(agent_config(**kw), indent=1, sort_keys=True)
