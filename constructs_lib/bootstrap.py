@@ -11,7 +11,7 @@ import aws_cdk.aws_iam as iam
 import jsii
 from constructs import Construct, IValidation
 
-from .bundle import AGENT_UNIT, JOB_UNIT, UNITS, NodeBundle
+from .bundle import AGENT_UNIT, JOB_UNIT, MONITOR_UNIT, UNITS, NodeBundle
 from .facts import InstanceLike, resolve
 from .runtime import contract
 from .userdata import SettingsFile, limit_problem, upper_bound, user_data_parts
@@ -96,6 +96,15 @@ class NodeBootstrap(Construct):
         self.set_env(DL_CLUSTER=cluster)
         self._job = job
         self.add_unit(JOB_UNIT)
+
+    def enable_monitoring(self, *, job: str) -> None:
+        """The CloudWatch agent (GPU, CPU, memory, scratch reads; agent_config.py) and the node
+        monitor (throughput, progress, GPU health: runtime/monitor.py) under dl-monitor.service.
+        `job` is the metrics' Job dimension (the cluster id). NVIDIA nodes also count their GPUs
+        against the catalog's and watch for hardware XIDs."""
+        gpu = self.facts.sdk == "cuda"
+        self.set_env(DL_EXPECTED_GPUS=str(self.facts.accelerator_count if gpu else 0))
+        self.add_unit(MONITOR_UNIT)  # dl_cwagent.sh writes the agent's config from node.env
 
     def node_env(self) -> str:
         """node.env: this node's facts, its units and where its bundle is (tokens until deploy)."""

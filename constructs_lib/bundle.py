@@ -25,10 +25,12 @@ from .userdata import script_path
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
 RUNTIME = os.path.join(PACKAGE, "runtime")
+SELECTOR = os.path.join(os.path.dirname(PACKAGE), "selector")
+LINE_FORMAT = (("__init__.py",), ("bench", "__init__.py"), ("bench", "contract.py"))
 
 # Scripts at the top of the bundle, where the units and each other expect them ($DL_LIB_DIR/x.sh).
 BUNDLE_SCRIPTS = ("dl_job.sh", "dl_runtime.sh", "dl_torchrun.sh", "dl_env.sh", "nvme_raid0.sh", "efa_env.sh",
-                  "install.sh")
+                  "install.sh", "dl_cwagent.sh")
 
 # Settings files of the boot-time units, beside the contract's own in DL_ETC_DIR.
 NVME_ENV = "nvme.env"
@@ -38,7 +40,8 @@ RAID_UNIT = "dl-nvme-raid0.service"
 EFA_UNIT = "dl-efa-env.service"
 AGENT_UNIT = "dl-node-agent.service"
 JOB_UNIT = "dl-job.service"
-UNITS = (RAID_UNIT, EFA_UNIT, AGENT_UNIT, JOB_UNIT)  # install.sh starts them in this order
+MONITOR_UNIT = "dl-monitor.service"
+UNITS = (RAID_UNIT, EFA_UNIT, AGENT_UNIT, JOB_UNIT, MONITOR_UNIT)  # install.sh starts them in this order
 
 
 def _unit(description: str, unit: list[str], service: list[str]) -> str:
@@ -73,12 +76,16 @@ def unit_texts(*, etc_dir: Optional[str] = None, lib_dir: Optional[str] = None) 
                          # A wrong setting or a job that keeps failing is not cured by a restart.
                          "RestartPreventExitStatus=" + " ".join(str(c) for c in contract.NO_RESTART_EXITS),
                          "KillMode=control-group", "TimeoutStopSec=90"]),
+        MONITOR_UNIT: _unit("node monitor (CloudWatch agent; throughput, progress and GPU health)",
+                            [f"After={RAID_UNIT} network-online.target", "Wants=network-online.target"],
+                            ["Type=simple", node_env, f"ExecStartPre=-/bin/bash {lib}/dl_cwagent.sh",
+                             f"ExecStart=/bin/bash {lib}/dl_runtime.sh monitor", "Restart=always", "RestartSec=30"]),
     }
 
 
 def build_bundle(dest_dir: str) -> None:
-    """Lay out the bundle in `dest_dir` (created; must be empty): python/constructs_lib/,
-    the scripts, contract.sh and units/."""
+    """Lay out the bundle in `dest_dir` (created; must be empty): python/constructs_lib/ (and
+    selector/bench/contract.py, the dl-bench line format), the scripts, contract.sh and units/."""
     os.makedirs(dest_dir, exist_ok=True)
     if os.listdir(dest_dir):
         raise ValueError(f"{dest_dir} is not empty: the bundle must hold nothing but its own files")
@@ -87,6 +94,9 @@ def build_bundle(dest_dir: str) -> None:
     for name in sorted(os.listdir(RUNTIME)):
         if name.endswith(".py"):
             _copy(os.path.join(RUNTIME, name), os.path.join(pkg, "runtime", name))
+    # The dl-bench line format, one source for the benchmark and the node monitor (standard library).
+    for rel in LINE_FORMAT:
+        _copy(os.path.join(SELECTOR, *rel), os.path.join(dest_dir, "python", "selector", *rel))
     for name in BUNDLE_SCRIPTS:
         _copy(script_path(name), os.path.join(dest_dir, name), mode=0o755)
     _write(os.path.join(dest_dir, "contract.sh"), contract.shell())

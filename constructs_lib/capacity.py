@@ -175,6 +175,12 @@ class ClusterCapacity(Construct):
         for t in self.templates:
             t.enable_job(cluster=self.cluster, command=command, grant=t is self.primary)
 
+    def enable_monitoring(self) -> None:
+        """The CloudWatch agent and the node monitor on every node type (GpuLaunchTemplate), the
+        cluster id as the metrics' Job dimension."""
+        for t in self.templates:
+            t.enable_monitoring(job=self.cluster, grant=t is self.primary)
+
     def enable_checkpoints(self, bucket: "CheckpointBucket", prefix: str) -> None:
         """Checkpoints in `bucket` under `prefix` on every node type (see GpuLaunchTemplate)."""
         for t in self.templates:

@@ -10,6 +10,8 @@ import aws_cdk.aws_iam as iam
 import jsii
 from constructs import Construct
 
+from .runtime import contract
+
 # What the SSM Agent calls for Session Manager (ssmmessages, ssm) and for its message polling
 # (ec2messages), each named: no wildcard actions.
 SESSION_MANAGER_ACTIONS = [
@@ -69,6 +71,26 @@ class NodeIdentity(Construct):
                    "find their peers by tag"))
         return grant
 
+    def grant_monitoring(self, cluster: str) -> None:
+        """What the CloudWatch agent and the node monitor need: PutMetricData to dl-launcher's two
+        namespaces only, and the health tag on this cluster's instances only (a node marks itself
+        for replacement; DescribeTags reads whether it already did)."""
+        self.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["cloudwatch:PutMetricData"], resources=["*"],
+            conditions={"StringEquals": {"cloudwatch:namespace": [contract.NS_NODE, contract.NS_JOB]}}))
+        self.role.add_to_principal_policy(iam.PolicyStatement(actions=["ec2:DescribeTags"], resources=["*"]))
+        self.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["ec2:CreateTags"], resources=[cdk.Stack.of(self).format_arn(
+                service="ec2", resource="instance", resource_name="*")],
+            conditions={"StringEquals": {f"ec2:ResourceTag/{contract.TAG_CLUSTER}": cluster},
+                        "ForAllValues:StringEquals": {"aws:TagKeys": [contract.TAG_HEALTH]}}))
+        stack = cdk.Stack.of(self)
+        region = "<AWS::Region>" if cdk.Token.is_unresolved(stack.region) else stack.region
+        cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
+            id=f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:{region}:<AWS::AccountId>:instance/*]",
+            reason=f"a node tags itself for replacement: only {contract.TAG_HEALTH}, only on instances tagged "
+                   f"{contract.TAG_CLUSTER}={cluster} (instance ids are assigned at launch)"))
+
     def _ssm_role(self, label: Optional[str]) -> iam.Role:
         # Exactly what the SSM Agent needs for Session Manager (AWS's own AWSCloud9SSMInstanceProfile:
         # ssmmessages channels and ssm:UpdateInstanceInformation) and for its ec2messages polling.
@@ -82,7 +104,8 @@ class NodeIdentity(Construct):
             id="AwsSolutions-IAM5[Resource::*]",
             reason="the SSM Agent's ssmmessages and ec2messages actions support no resource-level permissions, and "
                    "AWS documents Resource * for ssm:UpdateInstanceInformation from an instance profile; "
-                   "ec2:DescribeInstances (grant_find_peers) likewise has no resource-level permissions"))
+                   "ec2:DescribeInstances (grant_find_peers), ec2:DescribeTags and cloudwatch:PutMetricData "
+                   "(grant_monitoring: held to dl-launcher's namespaces) likewise have none"))
         return role
 
     def _security_group(self, vpc: ec2.IVpc, efa: bool, label: Optional[str]) -> ec2.SecurityGroup:

@@ -193,6 +193,14 @@ class GpuLaunchTemplate(Construct):
         if grant:
             self.identity.grant_find_peers()
 
+    def enable_monitoring(self, *, job: str, grant: bool = True) -> None:
+        """The CloudWatch agent and the node monitor (see NodeBootstrap.enable_monitoring), with
+        PutMetricData to dl-launcher's namespaces and the node's own health tag.
+        grant [True]: False when a sibling template sharing the role already did."""
+        self.bootstrap.enable_monitoring(job=job)
+        if grant:
+            self.identity.grant_monitoring(job)
+
     # ---- rendering -----------------------------------------------------------------------------
     def node_env(self) -> str:
         """node.env: this node's facts, its units and where its bundle is (tokens until deploy)."""

@@ -35,7 +35,9 @@ def test_local_deploy_of_multi_node_training():
     (bundle,) = [line for line in out.splitlines() if line.startswith("node bundle in staging bucket: ")]
     url = bundle.split()[5]
     assert url.startswith("s3://cdk-local-staging-123456789012/assets/") and url.endswith(".zip")
-    assert "install.sh present, 4 units" in bundle
+    assert "install.sh present, 5 units" in bundle  # raid, efa, agent, job, monitor
+    # observability: the idle guard's function, the dashboard and the topic were created in moto
+    assert "output NotificationTopic: arn:aws:sns:" in out and "output ResumeCommand: aws lambda invoke" in out
     arn = "arn:aws:s3:::" + url[len("s3://"):]
     assert f"in cdk-local-staging-123456789012: s3:GetObject on {arn}\n" in out
     assert "dl-multi-node-training: destroyed" in out

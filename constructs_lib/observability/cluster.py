@@ -35,6 +35,7 @@ class ClusterObservability(Construct):
                  checkpoint_prefix: str = "", idle_guard: bool = True, idle_minutes: float = 30.0,
                  idle_threshold: float = 5.0, idle_action: str = "stop") -> None:
         super().__init__(scope, construct_id)
+        capacity.enable_monitoring()
         self.notifications = None
         if topic is None:
             self.notifications = NotificationTopic(self, "Notifications", display_name="dl-launcher")

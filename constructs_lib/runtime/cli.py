@@ -1,4 +1,4 @@
-"""python -m constructs_lib.runtime: checkpoint push|pull|list, agent, job, status.
+"""python -m constructs_lib.runtime: checkpoint push|pull|list, agent, job, monitor, cwagent-config, status.
 
 Bucket and prefix come from --bucket/--prefix, DL_CHECKPOINT_BUCKET/DL_CHECKPOINT_PREFIX, or the
 instance's tags on a dl-launcher node; the local directory from --dir, DL_CHECKPOINT_DIR or
@@ -77,6 +77,9 @@ def parser() -> argparse.ArgumentParser:
                     help="seconds between IMDS polls [$DL_AGENT_POLL_SECONDS or 2]")
     jb = sub.add_parser("job", help="the job supervisor: rendezvous, restore, run the command (run by systemd)")
     _common(jb)
+    cw = sub.add_parser("cwagent-config", help="write this node's CloudWatch agent configuration (from node.env)")
+    cw.add_argument("--out", default=None, help="[the contract's cwagent_config path]")
+    sub.add_parser("monitor", help="the node monitor: throughput, progress and GPU health to CloudWatch (run by systemd)")
     st = sub.add_parser("status", help="the cluster's generations, members, resume step and this node's health")
     _common(st)
     st.add_argument("--json", action="store_true")
@@ -91,6 +94,17 @@ def main(argv: Optional[list[str]] = None) -> int:
                 a.poll = poll_arg(os.environ.get("DL_AGENT_POLL_SECONDS", "2"), "DL_AGENT_POLL_SECONDS")
             except argparse.ArgumentTypeError as e:
                 raise RuntimeUserError(str(e)) from None
+        if a.command == "cwagent-config":
+            from .cwagent_config import write_for_node
+            try:
+                write_for_node(a.out or contract.path("cwagent_config"))
+            except ValueError as e:
+                raise RuntimeUserError(str(e)) from None
+            return 0
+        if a.command == "monitor":
+            from .monitor import run
+            period = float(os.environ.get("DL_MONITOR_PERIOD", contract.METRIC_PERIOD))  # tests shorten it
+            return run(period=period, log=_logger("dl-monitor"))
         from .config import resolve_config
         from .store import CheckpointStore
 

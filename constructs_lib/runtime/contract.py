@@ -108,7 +108,11 @@ FILES = {
     "upload_lock": ("DL_RUN_DIR", "upload.lock"),
     "pushed": ("DL_RUN_DIR", "pushed.json"),         # newest step this node has pushed to S3
     "supervisor_state": ("DL_RUN_DIR", "supervisor.json"),
+    # What the supervisor is doing now, for the monitor: {"phase": PHASES[i], "pid": N, "since": t}.
+    "phase": ("DL_RUN_DIR", "phase.json"),
+    "cwagent_config": ("DL_RUN_DIR", "cloudwatch-agent.json"),  # the CloudWatch agent's config (boot)
 }
+PHASES = ("restoring", "training", "between")
 
 
 def path(name: str) -> str:

@@ -251,6 +251,13 @@ class Supervisor:
     # ---- one run -------------------------------------------------------------------------------------------
     def execute(self, plan: Plan) -> tuple[str, str]:
         try:
+            return self._execute(plan)
+        finally:
+            set_phase("between")
+
+    def _execute(self, plan: Plan) -> tuple[str, str]:
+        set_phase("restoring")
+        try:
             restore(self.store, self.local_dir, plan.resume_step, log=self.log, retry_base=self.cfg.retry_base)
         except Exception as e:  # the cluster cannot run this plan here: a failed run, counted
             return "failed", f"restore: {type(e).__name__}: {e}"
@@ -267,6 +274,7 @@ class Supervisor:
         self.log(f"generation {plan.generation}: running {self.command_file}")
         write_health("job", "ok", f"running generation {plan.generation}")
         proc = subprocess.Popen(["/bin/bash", self.command_file], cwd=workdir, env=env, start_new_session=True)
+        set_phase("training", proc.pid)
         others = [n for n in plan.nodes() if n != self.me.node]
         reason = ""
         while True:
@@ -337,6 +345,15 @@ class Supervisor:
                 return pushed_step()
             time.sleep(delay)
             delay = min(30.0, delay * 2)
+
+
+def set_phase(phase: str, pid: Optional[int] = None) -> None:
+    """What the node monitor reports as Restoring / TrainingRunning (never fails the job)."""
+    assert phase in contract.PHASES
+    try:
+        write_atomic(contract.path("phase"), json.dumps({"phase": phase, "pid": pid, "since": time.time()}))
+    except OSError:
+        pass
 
 
 def _outcomes(g: int) -> dict[str, int]:

@@ -20,8 +20,10 @@ from constructs_lib.runtime import contract
 
 PACKAGE = Path(__file__).resolve().parents[2] / "constructs_lib"
 BOOT_SHIMS = Path(__file__).parent / "boot_shims"
-SCRIPTS = ["dl_job.sh", "dl_runtime.sh", "dl_torchrun.sh", "dl_env.sh", "nvme_raid0.sh", "efa_env.sh", "install.sh"]
-UNITS = ["dl-nvme-raid0.service", "dl-efa-env.service", "dl-node-agent.service", "dl-job.service"]
+SCRIPTS = ["dl_job.sh", "dl_runtime.sh", "dl_torchrun.sh", "dl_env.sh", "nvme_raid0.sh", "efa_env.sh", "install.sh",
+           "dl_cwagent.sh"]
+UNITS = ["dl-nvme-raid0.service", "dl-efa-env.service", "dl-node-agent.service", "dl-job.service", "dl-monitor.service"]
+SELECTOR = PACKAGE.parent / "selector"
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -42,13 +44,17 @@ def test_layout_is_the_package_files_as_they_are(bundle):
                 **{f"python/constructs_lib/runtime/{n}": (PACKAGE / "runtime" / n).read_bytes() for n in runtime},
                 **{n: (PACKAGE / "scripts" / n).read_bytes() for n in SCRIPTS},
                 "contract.sh": contract.shell().encode(),
-                **{f"units/{u}": unit_texts()[u].encode() for u in UNITS}}
+                **{f"units/{u}": unit_texts()[u].encode() for u in UNITS},
+                # the dl-bench line format, which the node monitor parses (one source with the benchmark)
+                **{f"python/selector/{r}": (SELECTOR / r).read_bytes()
+                   for r in ("__init__.py", "bench/__init__.py", "bench/contract.py")}}
     assert files == expected
     assert "contract.py" in runtime and "__init__.py" in runtime
 
 
 def test_the_bundled_runtime_runs_from_the_bundle_alone(bundle):
-    r = subprocess.run([sys.executable, "-B", "-c", "import constructs_lib.runtime.contract as c; print(c.__file__)"],
+    r = subprocess.run([sys.executable, "-B", "-c", "import constructs_lib.runtime.contract as c; print(c.__file__)\n"
+                        "from selector.bench.contract import parse_line; assert parse_line('dl-bench samples_per_second=2')"],
                        env={"PYTHONPATH": str(bundle / "python"), "PATH": "/usr/bin:/bin"}, cwd="/", capture_output=True,
                        text=True)
     assert r.returncode == 0 and r.stdout.startswith(str(bundle)), r.stderr
@@ -126,6 +132,10 @@ def test_units():
         contract.EXIT_USAGE, contract.EXIT_FAILED}
     assert set(job["Unit"]["After"].split()) == {"dl-nvme-raid0.service", "dl-efa-env.service",
                                                  "dl-node-agent.service", "network-online.target"}
+    monitor = _unit("dl-monitor.service")
+    assert dict(monitor["Service"]) == {
+        "Type": "simple", "EnvironmentFile": f"-{etc}/node.env", "ExecStartPre": f"-/bin/bash {lib}/dl_cwagent.sh",
+        "ExecStart": f"/bin/bash {lib}/dl_runtime.sh monitor", "Restart": "always", "RestartSec": "30"}
     for name in UNITS:
         assert _unit(name)["Install"]["WantedBy"] == "multi-user.target"
 

@@ -165,3 +165,21 @@ def test_neuron_clusters_get_no_guard_and_a_warning():
     warnings = [m for m in app.synth().get_stack_by_name(stack.stack_name).messages
                 if "idle guard is off" in str(m.entry.data)]
     assert warnings
+
+
+def test_every_node_type_runs_the_agent_and_the_monitor(multi_node, monkeypatch, tmp_path):
+    """The synthesized node settings: dl-monitor.service among the units, the catalog's GPU count,
+    and the cluster from which the node writes the agent's configuration (its Job dimension)."""
+    from constructs_lib.runtime.contract import parse_env
+    from constructs_lib.runtime.cwagent_config import write_for_node
+
+    stack, _ = multi_node
+    for t in stack.cluster.templates:
+        env = parse_env(t.node_env())
+        assert "dl-monitor.service" in env["DL_UNITS"].split()
+        assert env["DL_EXPECTED_GPUS"] == str(t.facts.accelerator_count) == str(B200_GPUS)
+        for k in ("DL_CLUSTER", "DL_SDK"):
+            monkeypatch.setenv(k, env[k])
+        config = json.loads(write_for_node(str(tmp_path / "cw.json")))
+        assert config["metrics"]["metrics_collected"]["nvidia_gpu"]["append_dimensions"] == {"Job": stack.cluster.cluster}
+        assert t.user_data_bytes() <= 16 * 1024

@@ -1,4 +1,6 @@
-"""The CloudWatch agent's configuration for a training node, as the agent documents it
+"""The CloudWatch agent's configuration for a training node, as the agent documents it. Written on
+the node at the monitor's start (`python -m constructs_lib.runtime cwagent-config`) from node.env
+(the cluster, the SDK), so the user data carries none of it
 (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch-Agent-Configuration-File-Details.html,
 "Collect NVIDIA GPU metrics": .../CloudWatch-Agent-NVIDIA-GPU.html).
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..runtime import contract
+from . import contract
 
 # What a Neuron node does not get: the agent reads NVIDIA GPUs through nvidia-smi only. Trainium
 # and Inferentia have neuron-monitor, which this release does not wire to CloudWatch.
@@ -62,3 +64,18 @@ def agent_config(*, job: str, scratch_device: str = "md0", gpu: bool = True,
 
 def agent_config_json(**kw: Any) -> str:
     return json.dumps(agent_config(**kw), indent=1, sort_keys=True)
+
+
+def write_for_node(path: str) -> str:
+    """The node's configuration from its environment (node.env), written atomically to `path`."""
+    import os
+
+    from .layout import write_atomic
+
+    job = os.environ.get("DL_CLUSTER", "")
+    if not job:
+        raise ValueError("DL_CLUSTER is not set: the agent's Job dimension comes from node.env")
+    text = agent_config_json(job=job, gpu=os.environ.get("DL_SDK", "cuda") == "cuda",
+                             scratch_device=os.environ.get("DL_SCRATCH_DEVICE", "md0"))
+    write_atomic(path, text)
+    return text

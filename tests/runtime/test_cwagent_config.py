@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from constructs_lib.observability.agent_config import agent_config, agent_config_json
+from constructs_lib.runtime.cwagent_config import agent_config, agent_config_json
 from constructs_lib.runtime import contract
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "cloudwatch_agent_schema.json").read_text())
