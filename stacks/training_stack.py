@@ -55,7 +55,8 @@ class TrainingStack(cdk.Stack):
             self.observability = ClusterObservability(
                 self, "Observability", capacity=self.cluster, log_group=self.alerts.log_group, topic=topic,
                 checkpoints=self.checkpoints.bucket, checkpoint_prefix=self.prefix, idle_guard=obs.idle_guard,
-                idle_minutes=obs.idle_minutes, idle_threshold=obs.idle_threshold, idle_action=obs.idle_action)
+                idle_minutes=obs.idle_minutes, idle_threshold=obs.idle_threshold, idle_action=obs.idle_action,
+                alarm_status=not settings.local)
 
         cdk.CfnOutput(self, "InstanceType", value=pick.instance_type,
                       description=f"profile {settings.profile.name}: {selection.recommendation.why}"[:1000])
@@ -78,6 +79,10 @@ class TrainingStack(cdk.Stack):
             cdk.CfnOutput(self, "NotificationTopic", value=self.observability.topic.topic_arn, description=(
                 "the idle guard and the alarms tell this topic; subscribe: aws sns subscribe --protocol email "
                 "--notification-endpoint you@example.com --topic-arn <this>"))
+            cdk.CfnOutput(self, "Dashboard", value=cdk.Fn.join("", [
+                f"https://{self.region}.console.aws.amazon.com/cloudwatch/home?region={self.region}#dashboards/dashboard/",
+                self.observability.dashboard.dashboard.dashboard_name]),
+                description="GPU utilisation, the loader-bound pattern, samples/s and per dollar, cost so far, GPU health")
             cdk.CfnOutput(self, "IdleGuard", value=(
                 f"{obs.idle_action} after {obs.idle_minutes} min under {obs.idle_threshold:g}% GPU utilisation "
                 "with no progress" if guard else "off"), description="a stopped cluster starts again with ResumeCommand")

@@ -11,6 +11,8 @@ import aws_cdk.aws_s3 as s3
 import aws_cdk.aws_sns as sns
 from constructs import Construct
 
+from .alarms import NodeHealthAlarm, StarvedGpuAlarm
+from .dashboard import TrainingDashboard
 from .guard import IdleGuard
 from .notifications import NotificationTopic
 
@@ -27,13 +29,16 @@ class ClusterObservability(Construct):
       idle_guard [True]: stop the cluster when every GPU idles (NVIDIA types only: Neuron devices
         have no utilisation metric here, and a guard that sees nothing never fires anyway).
       idle_minutes [30], idle_threshold [5.0], idle_action ["stop"]: see IdleGuard.
-    Attributes: topic, notifications (NotificationTopic or None), guard (IdleGuard or None).
+      alarm_status [True]: the dashboard's alarm row (off for moto, whose CloudFormation does not
+        create metric-math alarms, so the row's references to them would fail the deploy).
+    Attributes: topic, notifications (NotificationTopic or None), dashboard (TrainingDashboard),
+    starved and health (the alarms, NVIDIA types only), guard (IdleGuard or None).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, capacity: "ClusterCapacity", log_group: logs.ILogGroup,
                  topic: Optional[sns.ITopic] = None, checkpoints: Optional[s3.IBucket] = None,
                  checkpoint_prefix: str = "", idle_guard: bool = True, idle_minutes: float = 30.0,
-                 idle_threshold: float = 5.0, idle_action: str = "stop") -> None:
+                 idle_threshold: float = 5.0, idle_action: str = "stop", alarm_status: bool = True) -> None:
         super().__init__(scope, construct_id)
         capacity.enable_monitoring()
         self.notifications = None
@@ -42,8 +47,20 @@ class ClusterObservability(Construct):
             topic = self.notifications.topic
         self.topic = topic
         facts = [t.facts for t in capacity.templates]
+        pick = facts[0]
+        cuda = all(f.sdk == "cuda" for f in facts)
+        alarms = []
+        if cuda:
+            self.starved = StarvedGpuAlarm(self, "StarvedGpu", job=capacity.cluster, topic=topic)
+            self.health = NodeHealthAlarm(self, "NodeHealth", job=capacity.cluster, topic=topic,
+                                          expected_gpus=min(f.accelerator_count for f in facts))
+            alarms = [self.starved.alarm, self.health.alarm]
+        self.dashboard = TrainingDashboard(
+            self, "Dashboard", job=capacity.cluster, nodes=capacity.nodes, instance_type=pick.instance_type,
+            gpus_per_node=pick.accelerator_count, price_per_node_hour=capacity.spec["options"][0]["price"] or 0.0,
+            alarms=alarms if alarm_status else ())
         self.guard = None
-        if idle_guard and all(f.sdk == "cuda" for f in facts):
+        if idle_guard and cuda:
             self.guard = IdleGuard(
                 self, "IdleGuard", cluster=capacity.cluster, spec=capacity.spec, state_bucket=capacity.state_bucket,
                 state_key=capacity.state_key, expected_gpus={f.instance_type: f.accelerator_count for f in facts},
