@@ -66,6 +66,7 @@ class NodeBootstrap(Construct):
         self._files: list[SettingsFile] = []
         self._job: Optional[SettingsFile] = None
         self._extra = list(extra_user_data)
+        self._agent_parameter: Optional[str] = None
         self.user_data = ec2.UserData.custom(cdk.Lazy.string(_UserDataProducer(self)))
         self.node.add_validation(_UserDataLimit(self))
 
@@ -97,14 +98,16 @@ class NodeBootstrap(Construct):
         self._job = job
         self.add_unit(JOB_UNIT)
 
-    def enable_monitoring(self, *, job: str) -> None:
+    def enable_monitoring(self, *, job: str, agent_parameter: Optional[str] = None) -> None:
         """The CloudWatch agent (GPU, CPU, memory, scratch reads; agent_config.py) and the node
         monitor (throughput, progress, GPU health: runtime/monitor.py) under dl-monitor.service.
         `job` is the metrics' Job dimension (the cluster id). NVIDIA nodes also count their GPUs
         against the catalog's and watch for hardware XIDs."""
         gpu = self.facts.sdk == "cuda"
         self.set_env(DL_EXPECTED_GPUS=str(self.facts.accelerator_count if gpu else 0))
-        self.add_unit(MONITOR_UNIT)  # dl_cwagent.sh writes the agent's config from node.env
+        if agent_parameter:  # a token until deploy: node_env() adds it after env_text
+            self._agent_parameter = agent_parameter
+        self.add_unit(MONITOR_UNIT)  # dl_cwagent.sh: the parameter's config, or one written from node.env
 
     def node_env(self) -> str:
         """node.env: this node's facts, its units and where its bundle is (tokens until deploy)."""
@@ -112,8 +115,10 @@ class NodeBootstrap(Construct):
         # Tokens cannot go through env_text (their ${Token[..]} markers hold a $); what
         # CloudFormation puts in their place, a bucket name and key and a region, holds no
         # quote, $ or backslash.
+        parameter = self._agent_parameter
         return (contract.env_text({**self._env, "DL_UNITS": units})
-                + f'DL_BUNDLE_URL="{self.bundle.url}"\nDL_REGION="{cdk.Stack.of(self).region}"\n')
+                + f'DL_BUNDLE_URL="{self.bundle.url}"\nDL_REGION="{cdk.Stack.of(self).region}"\n'
+                + (f'DL_CWAGENT_PARAMETER="{parameter}"\n' if parameter else ""))
 
     def user_data_parts(self) -> list[tuple[str, str]]:
         """(label, text) of each part of the user data, in order (for the size check)."""

@@ -4,6 +4,8 @@ type cannot be had, and no node ever above the cost ceiling. The decisions are m
 capacity controller (constructs_lib/fleet, deployed by controller.py)."""
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -175,11 +177,22 @@ class ClusterCapacity(Construct):
         for t in self.templates:
             t.enable_job(cluster=self.cluster, command=command, grant=t is self.primary)
 
-    def enable_monitoring(self) -> None:
+    def enable_monitoring(self) -> "ssm.StringParameter":
         """The CloudWatch agent and the node monitor on every node type (GpuLaunchTemplate), the
-        cluster id as the metrics' Job dimension."""
+        cluster id as the metrics' Job dimension. The agent's configuration is one SSM parameter
+        (/dl-launcher/<cluster>/cloudwatch-agent) that every node's agent fetches; returned."""
+        import aws_cdk.aws_ssm as ssm
+
+        from .runtime.cwagent_config import agent_config
+
+        gpu = all(t.facts.sdk == "cuda" for t in self.templates)
+        config = json.dumps(agent_config(job=self.cluster, gpu=gpu), separators=(",", ":"), sort_keys=True)
+        self.agent_config = ssm.StringParameter(
+            self, "AgentConfig", parameter_name=f"/dl-launcher/{self.cluster}/cloudwatch-agent", string_value=config,
+            description=f"CloudWatch agent configuration of the {self.cluster} nodes (dl-launcher)")
         for t in self.templates:
-            t.enable_monitoring(job=self.cluster, grant=t is self.primary)
+            t.enable_monitoring(job=self.cluster, grant=t is self.primary, agent_config=self.agent_config)
+        return self.agent_config
 
     def enable_checkpoints(self, bucket: "CheckpointBucket", prefix: str) -> None:
         """Checkpoints in `bucket` under `prefix` on every node type (see GpuLaunchTemplate)."""

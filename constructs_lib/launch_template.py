@@ -25,6 +25,7 @@ from .runtime import contract
 from .validation import ConfigurationError, Finding, NodeRequest, validate
 
 if TYPE_CHECKING:
+    import aws_cdk.aws_ssm as ssm
     from .checkpoints import CheckpointBucket
 
 
@@ -193,13 +194,18 @@ class GpuLaunchTemplate(Construct):
         if grant:
             self.identity.grant_find_peers()
 
-    def enable_monitoring(self, *, job: str, grant: bool = True) -> None:
+    def enable_monitoring(self, *, job: str, grant: bool = True,
+                          agent_config: Optional["ssm.IStringParameter"] = None) -> None:
         """The CloudWatch agent and the node monitor (see NodeBootstrap.enable_monitoring), with
         PutMetricData to dl-launcher's namespaces and the node's own health tag.
+        agent_config [None]: an SSM parameter holding the agent's configuration (the agent fetches
+          it; the role may read it); None: the node writes it from node.env.
         grant [True]: False when a sibling template sharing the role already did."""
-        self.bootstrap.enable_monitoring(job=job)
+        self.bootstrap.enable_monitoring(job=job, agent_parameter=agent_config.parameter_name if agent_config else None)
         if grant:
             self.identity.grant_monitoring(job)
+            if agent_config is not None:
+                agent_config.grant_read(self.role)
 
     # ---- rendering -----------------------------------------------------------------------------
     def node_env(self) -> str:

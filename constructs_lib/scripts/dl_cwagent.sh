@@ -1,12 +1,12 @@
 #!/bin/bash
-# Starts the CloudWatch agent with this node's configuration (DL_CWAGENT_CONFIG_FILE, written here
-# from node.env by `dl_runtime.sh cwagent-config`: runtime/cwagent_config.py), installing the agent first
+# Starts the CloudWatch agent with this node's configuration (the stack's SSM parameter named by
+# DL_CWAGENT_PARAMETER, or DL_CWAGENT_CONFIG_FILE written here from node.env by `dl_runtime.sh
+# cwagent-config`: runtime/cwagent_config.py, the same function), installing the agent first
 # where the AMI lacks it, from AWS's documented download location. Run by dl-monitor.service
 # before the monitor. It never fails the unit: monitoring must not keep anything else from
 # running; a problem is written to health.d/cwagent (degraded) and the monitor still starts.
 # Running it again changes nothing (fetch-config replaces the agent's config with the same one).
-# Hooks for tests: DL_CWAGENT_CTL, DL_CWAGENT_URL_BASE, DL_CWAGENT_CONFIG_READY (the file is
-# there already), and the contract's directory variables.
+# Hooks for tests: DL_CWAGENT_CTL, DL_CWAGENT_URL_BASE, and the contract's directory variables.
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=contract.sh
@@ -43,7 +43,13 @@ install_agent() {
   return $rc
 }
 
-if [ -z "${DL_CWAGENT_CONFIG_READY:-}" ] && ! bash "$here/dl_runtime.sh" cwagent-config --out "$DL_CWAGENT_CONFIG_FILE"; then
+# The stack's SSM parameter when node.env names one (the agent fetches it with the node's role),
+# else a configuration written here from node.env.
+if [ -n "${DL_CWAGENT_PARAMETER:-}" ]; then
+  config_source="ssm:$DL_CWAGENT_PARAMETER"
+elif bash "$here/dl_runtime.sh" cwagent-config --out "$DL_CWAGENT_CONFIG_FILE"; then
+  config_source="file:$DL_CWAGENT_CONFIG_FILE"
+else
   health degraded "could not write the agent's configuration $DL_CWAGENT_CONFIG_FILE: no node metrics"
   exit 0
 fi
@@ -54,9 +60,9 @@ if [ ! -x "$ctl" ]; then
     exit 0
   fi
 fi
-if "$ctl" -a fetch-config -m ec2 -s -c "file:$DL_CWAGENT_CONFIG_FILE"; then
-  health ok "CloudWatch agent running with $DL_CWAGENT_CONFIG_FILE"
+if "$ctl" -a fetch-config -m ec2 -s -c "$config_source"; then
+  health ok "CloudWatch agent running with $config_source"
 else
-  health degraded "the CloudWatch agent did not start with $DL_CWAGENT_CONFIG_FILE: see /opt/aws/amazon-cloudwatch-agent/logs"
+  health degraded "the CloudWatch agent did not start with $config_source: see /opt/aws/amazon-cloudwatch-agent/logs"
 fi
 exit 0

@@ -76,3 +76,13 @@ def test_a_node_env_without_the_cluster_is_degraded_not_fatal(tmp_path):
     assert r.returncode == 0 and not calls.exists()
     assert "DL_CLUSTER is not set" in r.stderr + r.stdout
     assert (run / "health.d" / "cwagent").read_text().startswith("degraded could not write the agent's configuration")
+
+
+def test_the_stacks_parameter_is_what_the_agent_fetches(tmp_path):
+    lib, etc, run, env = _node(tmp_path)
+    ctl, calls = _ctl(tmp_path)
+    r = subprocess.run(["bash", str(lib / "dl_cwagent.sh")], capture_output=True, text=True, timeout=60,
+                       env={**env, "DL_CWAGENT_CTL": str(ctl), "DL_CWAGENT_PARAMETER": "/dl-launcher/dl-llm/cloudwatch-agent"})
+    assert r.returncode == 0
+    assert calls.read_text().splitlines() == ["-a fetch-config -m ec2 -s -c ssm:/dl-launcher/dl-llm/cloudwatch-agent"]
+    assert not (run / "cloudwatch-agent.json").exists()

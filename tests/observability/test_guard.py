@@ -183,3 +183,19 @@ def test_every_node_type_runs_the_agent_and_the_monitor(multi_node, monkeypatch,
         config = json.loads(write_for_node(str(tmp_path / "cw.json")))
         assert config["metrics"]["metrics_collected"]["nvidia_gpu"]["append_dimensions"] == {"Job": stack.cluster.cluster}
         assert t.user_data_bytes() <= 16 * 1024
+        assert "DL_CWAGENT_PARAMETER=" in t.node_env()
+
+
+def test_the_stack_carries_the_agent_configuration_and_only_its_nodes_read_it(multi_node):
+    from constructs_lib.runtime.cwagent_config import agent_config
+
+    stack, t = multi_node
+    ((param_id, param),) = t.find_resources("AWS::SSM::Parameter").items()
+    p = param["Properties"]
+    assert p["Name"] == "/dl-launcher/dl-multi-node-training/cloudwatch-agent" and p["Type"] == "String"
+    assert json.loads(p["Value"]) == agent_config(job="dl-multi-node-training")
+    assert len(p["Value"]) <= 4096  # the Standard tier's limit
+    reads = [st for pol in t.find_resources("AWS::IAM::Policy").values()
+             for st in pol["Properties"]["PolicyDocument"]["Statement"]
+             if "ssm:GetParameter" in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])]
+    assert reads and all(json.dumps({"Ref": param_id}) in json.dumps(st["Resource"]) for st in reads)
