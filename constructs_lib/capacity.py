@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import aws_cdk as cdk
+import aws_cdk.aws_ssm as aws_ssm
 import aws_cdk.aws_ec2 as ec2
 import aws_cdk.aws_logs as logs
 import aws_cdk.aws_s3 as s3
@@ -177,17 +178,15 @@ class ClusterCapacity(Construct):
         for t in self.templates:
             t.enable_job(cluster=self.cluster, command=command, grant=t is self.primary)
 
-    def enable_monitoring(self) -> "ssm.StringParameter":
+    def enable_monitoring(self) -> "aws_ssm.StringParameter":
         """The CloudWatch agent and the node monitor on every node type (GpuLaunchTemplate), the
         cluster id as the metrics' Job dimension. The agent's configuration is one SSM parameter
         (/dl-launcher/<cluster>/cloudwatch-agent) that every node's agent fetches; returned."""
-        import aws_cdk.aws_ssm as ssm
-
         from .runtime.cwagent_config import agent_config
 
         gpu = all(t.facts.sdk == "cuda" for t in self.templates)
         config = json.dumps(agent_config(job=self.cluster, gpu=gpu), separators=(",", ":"), sort_keys=True)
-        self.agent_config = ssm.StringParameter(
+        self.agent_config = aws_ssm.StringParameter(
             self, "AgentConfig", parameter_name=f"/dl-launcher/{self.cluster}/cloudwatch-agent", string_value=config,
             description=f"CloudWatch agent configuration of the {self.cluster} nodes (dl-launcher)")
         for t in self.templates:
