@@ -198,3 +198,14 @@ class Cloud:
 @pytest.fixture
 def cloud(aws) -> Cloud:
     return Cloud()
+
+
+@pytest.fixture
+def topic(aws):
+    """The team's SNS topic, read back through an SQS subscription: (sns, arn, sqs, queue url)."""
+    sns, sqs = boto3.client("sns", region_name=REGION), boto3.client("sqs", region_name=REGION)
+    arn = sns.create_topic(Name="dl-alerts")["TopicArn"]
+    url = sqs.create_queue(QueueName="inbox")["QueueUrl"]
+    qarn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint=qarn)
+    return sns, arn, sqs, url

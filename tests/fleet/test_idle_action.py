@@ -16,16 +16,6 @@ from .conftest import REGION, live_instances
 IDLE = Decision(True, "idle", "all 16 GPUs under 5% for 30 min and the training process is gone")
 
 
-@pytest.fixture
-def topic(aws):
-    sns, sqs = boto3.client("sns", region_name=REGION), boto3.client("sqs", region_name=REGION)
-    arn = sns.create_topic(Name="dl-alerts")["TopicArn"]
-    url = sqs.create_queue(QueueName="inbox")["QueueUrl"]
-    qarn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint=qarn)
-    return sns, arn, sqs, url
-
-
 def _running(cloud):
     ctl = cloud.controller(cloud.spec(nodes=2))
     cloud.reconcile(ctl)

@@ -23,16 +23,6 @@ PREFIX = "jobs/llm-7b"
 LATER = 25 * 60
 
 
-@pytest.fixture
-def topic(aws):
-    sns, sqs = boto3.client("sns", region_name=REGION), boto3.client("sqs", region_name=REGION)
-    arn = sns.create_topic(Name="dl-alerts")["TopicArn"]
-    url = sqs.create_queue(QueueName="inbox")["QueueUrl"]
-    qarn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint=qarn)
-    return sns, arn, sqs, url
-
-
 class Metrics:
     def __init__(self) -> None:
         self.cw = boto3.client("cloudwatch", region_name=REGION)
