@@ -76,6 +76,8 @@ class IdleGuard(Construct):
             self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler=HANDLER,
             code=lambda_.Code.from_asset(staged(build_controller_code)), role=self.role, log_group=log_group,
             timeout=TIMEOUT, memory_size=256,
+            # A run may outlast the schedule (a slow final push): one at a time, never two stops at once.
+            reserved_concurrent_executions=1,
             description=f"dl-launcher: stops {cluster} when every GPU idles and the job makes no progress",
             environment={SPEC_ENV: stack.to_json_string(dict(spec)),
                          GUARD_ENV: stack.to_json_string(_settings_dict(settings))})

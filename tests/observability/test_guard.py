@@ -57,6 +57,7 @@ def _guard_statements(t: Template) -> list[dict]:
 
 def test_settings_come_from_the_catalog_and_the_context(multi_node):
     stack, t = multi_node
+    assert _guard_function(t)["Properties"]["ReservedConcurrentExecutions"] == 1  # never two stops at once
     s = _resolved_env(stack, _guard_function(t))
     assert s.job == "dl-multi-node-training" and s.action == "stop"
     assert s.expected_gpus == {"p6-b200.48xlarge": B200_GPUS}
