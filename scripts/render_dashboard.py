@@ -1,145 +1,248 @@
 """Draw the training stack's CloudWatch dashboard as the console lays it out, from the synthesized
-dashboard body (python scripts/render_dashboard.py [--profile P] [--out docs/dashboard.png]).
+dashboard body: python scripts/render_dashboard.py [--profile P] [--out docs/dashboard.png]
 
-Each widget is drawn at its grid position with its title; graphs hold made-up curves of a
-loader-starved job, labelled as such: the layout is real, the data is an illustration."""
+The layout (each widget at its x, y, width and height on the 24-column grid, with its title) is
+the real one, read from the AWS::CloudWatch::Dashboard resource of the synthesized training stack.
+The curves inside the graphs are made up, and say so: a loader-starved job whose GPUs wait on
+the disk until its data set is staged on the NVMe RAID. They are chosen by the metric each graph
+asks for, so a graph the dashboard gains is drawn without data until it gets a curve here.
+"""
 from __future__ import annotations
 
 import argparse
 import json
 import math
 import os
+import re
 import sys
-from typing import Any
+import textwrap
+from typing import Any, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-GRID_W, ROW_PX, COL_PX = 24, 38, 58
+from constructs_lib.runtime import contract  # noqa: E402
+
+GRID_COLUMNS = 24           # the dashboard body's documented grid width
+WIDTH_PX = 1400
+ROW_PX = 38                 # one grid unit of height, in pixels
+HEADER_PX = 46
+ILLUSTRATION = "illustration, not data"
+STAGED_AT = 3.0             # hours: when the illustrated job's data lands on /scratch
 
 
-def dashboard_body(profile: str) -> dict[str, Any]:
+# ---- the dashboard body ---------------------------------------------------------------------------
+def body_from_template(template: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The dashboard body of the template's one AWS::CloudWatch::Dashboard (None if it has none).
+    Tokens in it (the region, alarm ARNs) become placeholder text."""
+    found = [r for r in template.get("Resources", {}).values() if r.get("Type") == "AWS::CloudWatch::Dashboard"]
+    if not found:
+        return None
+    raw = found[0]["Properties"]["DashboardBody"]
+    if isinstance(raw, dict):  # {"Fn::Join": ["", [literal, token, literal, ...]]}
+        raw = "".join(p if isinstance(p, str) else "<token>" for p in raw["Fn::Join"][1])
+    return json.loads(raw)
+
+
+def dashboard_body(profile: str) -> tuple[dict[str, Any], str]:
+    """The body of the training stack synthesized for `profile`, and where it came from. A stack
+    without a dashboard (observability off, or not wired yet) falls back to a TrainingDashboard in
+    a scratch stack, sized and priced by the same selection."""
     import aws_cdk as cdk
 
+    from stacks.selection import select
     from stacks.settings import from_context
     from stacks.training_stack import TrainingStack
 
+    settings = from_context({"profile": profile})
     app = cdk.App()
-    stack = TrainingStack.for_settings(app, from_context({"profile": profile}), quiet=True)
-    template = app.synth().get_stack_by_name(stack.stack_name).template
-    (dash,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
-    raw = dash["Properties"]["DashboardBody"]
-    text = "".join(p if isinstance(p, str) else "<token>" for p in raw["Fn::Join"][1]) if isinstance(raw, dict) else raw
-    return json.loads(text)
+    stack = TrainingStack.for_settings(app, settings, quiet=True)
+    body = body_from_template(app.synth().get_stack_by_name(stack.stack_name).template)
+    if body is not None:
+        return body, f"the synthesized stack {stack.stack_name}"
+
+    from constructs_lib.observability.dashboard import TrainingDashboard
+
+    selection = select(settings)
+    pick = selection.pick
+    scratch = cdk.App()
+    s = cdk.Stack(scratch, "DashboardPreview", env=cdk.Environment(region=settings.region))
+    TrainingDashboard(s, "Dashboard", job=f"dl-{settings.job}", nodes=settings.nodes, instance_type=pick.instance_type,
+                      gpus_per_node=pick.facts.accelerator_count,
+                      price_per_node_hour=selection.prices[pick.instance_type].in_market or 0.0)
+    body = body_from_template(scratch.synth().get_stack_by_name(s.stack_name).template)
+    assert body is not None
+    return body, f"a TrainingDashboard for {stack.stack_name}'s selection (the stack has no dashboard)"
 
 
-def _curves(title: str, t: list[float]) -> list[tuple[str, list[float]]]:
-    """Illustrative series per widget: a job whose GPUs wait on the disk for the first hours,
-    then are fed once the data is staged on the NVMe RAID (at t = 3.5 h)."""
-    staged = [x >= 3.5 for x in t]
-    wave = [math.sin(3 * x) for x in t]
-    if "every GPU" in title and "memory" not in title:
-        return [(f"GPU {g}", [(92 if s else 38) + 5 * w + g for s, w in zip(staged, wave)]) for g in range(0, 8, 2)]
-    if "memory" in title:
-        return [(f"GPU {g}", [61000 + 300 * g for _ in t]) for g in range(0, 8, 2)]
-    if "mean per node" in title:
-        return [(f"node {n}", [(90 if s else 36) + 4 * w - 3 * n for s, w in zip(staged, wave)]) for n in range(2)]
-    if "disk" in title:
-        return [(f"node {n}", [(120 if s else 410) + 20 * w for s, w in zip(staged, wave)]) for n in range(2)]
-    if "CPU" in title:
-        return [("active", [(45 if s else 35) + 3 * w for s, w in zip(staged, wave)]),
-                ("iowait", [(2 if s else 41) + 2 * w for s, w in zip(staged, wave)])]
-    if "Samples per second" in title:
-        return [("samples/s", [(5200 if s else 2100) + 150 * w for s, w in zip(staged, wave)])]
-    if "per dollar" in title:
-        return [("samples/$", [(445000 if s else 180000) + 9000 * w for s, w in zip(staged, wave)])]
-    if "cost" in title:
-        return [("USD", [42.03 * x for x in t])]
-    if "GPUs listed" in title:
-        return [(f"node {n}", [8.0 for _ in t]) for n in range(2)]
-    if "XID" in title:
-        return [(f"node {n}", [0.0 for _ in t]) for n in range(2)]
-    return []
+# ---- illustrative curves --------------------------------------------------------------------------
+def _metrics_asked(widget: dict[str, Any]) -> list[tuple[str, bool]]:
+    """(metric name, per GPU?) for each line definition of a metric widget."""
+    out = []
+    for line in widget["properties"].get("metrics", []):
+        text = json.dumps(line)
+        for name in re.findall(r'MetricName=\\"([^"\\]+)\\"', text) or [x for x in line if isinstance(x, str)][1:2]:
+            out.append((name, f'\\"{contract.DIM_GPU}\\"' in text))
+    return out
 
 
-def render(body: dict[str, Any], out: str) -> list[str]:
-    """Draw `body` into `out` (PNG); returns the titles drawn, in order."""
+def _curves(widget: dict[str, Any], t: list[float], nodes: int = 2) -> list[tuple[str, list[float]]]:
+    """Made-up series for one graph: GPUs at ~38% while the disk is the bottleneck (reads high,
+    iowait high), ~92% once the data is staged on /scratch."""
+    staged = [x >= STAGED_AT for x in t]
+    wave = [math.sin(2.3 * x) for x in t]
+
+    def level(before: float, after: float, amp: float, shift: float = 0.0) -> list[float]:
+        return [(after if s else before) + amp * w + shift for s, w in zip(staged, wave)]
+
+    price = _price_per_node_hour(widget)
+    asked = _metrics_asked(widget)
+    names = [n for n, _ in asked]
+    out: list[tuple[str, list[float]]] = []
+    for name, per_gpu in asked:
+        if name == contract.M_GPU_UTIL and per_gpu:
+            out += [(f"node {n} GPU {g}", [min(99.0, v) for v in level(38, 90, 5, 1.2 * g - 4 * n)])
+                    for n in range(nodes) for g in (0, 3, 7)]
+        elif name == contract.M_GPU_MEMORY:
+            out += [(f"node {n} GPU {g}", [61_000 + 450 * g + 300 * n for _ in t]) for n in range(nodes) for g in (0, 3, 7)]
+        elif name == contract.M_GPU_UTIL:
+            out += [(f"node {n}", level(37, 91, 4, -3 * n)) for n in range(nodes)]
+        elif name == contract.M_DISK_READ:
+            out += [(f"node {n}", level(410, 140, 25, -15 * n)) for n in range(nodes)]
+        elif name == contract.M_CPU_ACTIVE:
+            out += [(f"active, node {n}", level(34, 47, 3, n)) for n in range(nodes)]
+        elif name == contract.M_CPU_IOWAIT:
+            out += [(f"iowait, node {n}", level(41, 2, 2, -n)) for n in range(nodes)]
+        elif name == contract.M_SAMPLES and "per dollar" in widget["properties"].get("title", ""):
+            cluster_hour = nodes * (price or 30.0)
+            out.append(("samples/$", [s * 3600 / cluster_hour for s in level(2100, 5200, 150)]))
+        elif name == contract.M_SAMPLES:
+            out.append(("samples/s", level(2100, 5200, 150)))
+        elif name == contract.M_TRAINING and "cost" in widget["properties"].get("title", "").lower():
+            out.append(("USD", [nodes * (price or 30.0) * x for x in t]))
+        elif name == contract.M_TRAINING:
+            out.append(("training", [float(nodes) if x > 0.3 else 0.0 for x in t]))
+        elif name == contract.M_RESTORING:
+            out.append(("restoring", [float(nodes) if 0.15 < x <= 0.3 else 0.0 for x in t]))
+        elif name == contract.M_GPUS:
+            out += [(f"node {n}", [8.0 for _ in t]) for n in range(nodes)]
+        elif name == contract.M_XID:
+            out += [(f"node {n}", [0.0 for _ in t]) for n in range(nodes)]
+    if contract.M_TRAINING in names and "cost" in widget["properties"].get("title", "").lower():
+        out = [c for c in out if c[0] == "USD"]
+    return out
+
+
+def _price_per_node_hour(widget: dict[str, Any]) -> Optional[float]:
+    m = re.search(r"\$([0-9,.]+)/node-hour", json.dumps(widget["properties"]))
+    return float(m.group(1).replace(",", "")) if m else None
+
+
+def _plain(markdown: str) -> list[str]:
+    """Markdown of a text widget as lines of plain text (headings first)."""
+    text = re.sub(r"[*`#]", "", markdown)
+    return [p.strip() for p in text.split("\n\n") if p.strip()]
+
+
+# ---- drawing --------------------------------------------------------------------------------------
+def render(body: dict[str, Any], out: str, *, source: str = "") -> list[str]:
+    """Draw `body` into the PNG `out`; returns the title drawn in each widget, in body order."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
 
     widgets = body["widgets"]
     rows = max(w["y"] + w["height"] for w in widgets)
-    fig = plt.figure(figsize=(GRID_W * COL_PX / 100, rows * ROW_PX / 100 + 0.5), dpi=100)
+    height_px = HEADER_PX + rows * ROW_PX + 8
+    fig = plt.figure(figsize=(WIDTH_PX / 100, height_px / 100), dpi=100)
     fig.patch.set_facecolor("#f2f3f3")
-    fig.suptitle("CloudWatch dashboard layout from the synthesized template (curves: illustration, not data)",
-                 fontsize=10, color="#545b64", y=0.995)
-    top = 1 - 0.45 / (rows * ROW_PX / 100 + 0.5)
-    drawn = []
-    t = [i / 20 for i in range(0, 121)]
+    fig.text(0.006, 1 - 18 / height_px, "CloudWatch dashboard: the layout of the synthesized dashboard body",
+             fontsize=12, weight="bold", color="#16191f", va="center")
+    fig.text(0.994, 1 - 18 / height_px, f"curves: {ILLUSTRATION}" + (f"   |   from {source}" if source else ""),
+             fontsize=8.5, color="#d13212", va="center", ha="right")
+    t = [i / 30 for i in range(0, 6 * 30 + 1)]  # six hours, every two minutes
+
+    def box(w: dict[str, Any]) -> tuple[float, float, float, float]:
+        """The widget's rectangle in figure fractions (left, bottom, width, height)."""
+        x0, w0 = w["x"] / GRID_COLUMNS, w["width"] / GRID_COLUMNS
+        top_px = HEADER_PX + w["y"] * ROW_PX
+        h_px = w["height"] * ROW_PX
+        return x0, 1 - (top_px + h_px) / height_px, w0, h_px / height_px
+
+    drawn: list[str] = []
+    pad_x, pad_y = 4 / WIDTH_PX, 4 / height_px
     for w in widgets:
-        x0, y0 = w["x"] / GRID_W, top - (w["y"] + w["height"]) / rows * top
-        width, height = w["width"] / GRID_W, w["height"] / rows * top
-        pad = 0.004
-        title = w["properties"].get("title") or ("Alarms" if w["type"] == "alarm" else "")
+        x0, y0, wd, ht = box(w)
+        panel = fig.add_axes((x0 + pad_x, y0 + pad_y, wd - 2 * pad_x, ht - 2 * pad_y))
+        panel.set_xticks([])
+        panel.set_yticks([])
+        panel.set_facecolor("white")
+        for spine in panel.spines.values():
+            spine.set_color("#d5dbdb")
+        props = w["properties"]
         if w["type"] == "text":
-            ax = fig.add_axes((x0 + pad, y0 + pad, width - 2 * pad, height - 2 * pad))
-            ax.set_xticks([])
-            ax.set_yticks([])
-            ax.set_facecolor("white")
-            lines = w["properties"]["markdown"].replace("## ", "").replace("**", "").replace("`", "").split("\n")
-            ax.text(0.01, 0.78, lines[0], fontsize=11, weight="bold", transform=ax.transAxes)
-            ax.text(0.01, 0.38, "\n".join(_wrap(" ".join(lines[1:]), 210)), fontsize=7.5, transform=ax.transAxes,
-                    va="center", color="#16191f")
-            drawn.append(lines[0])
+            lines = _plain(props.get("markdown", ""))
+            title = lines[0] if lines else ""
+            panel.text(0.008, 1 - 16 / (ht * height_px), title, fontsize=10.5, weight="bold", color="#16191f",
+                       transform=panel.transAxes, va="top")
+            chars = max(40, int(wd * WIDTH_PX / 7.4))
+            rest = "\n".join(textwrap.fill(p, chars) for p in lines[1:])
+            panel.text(0.008, 1 - 40 / (ht * height_px), rest, fontsize=9, color="#16191f", transform=panel.transAxes,
+                       va="top", linespacing=1.35)
+            drawn.append(title)
             continue
-        left = 0.045 / width * 0.33  # room for the tick labels, the same in every column
-        ax = fig.add_axes((x0 + pad + left * width, y0 + pad + 0.14 * height, width * (0.985 - left) - 2 * pad,
-                           height * 0.7 - 2 * pad))
-        ax.set_facecolor("white")
-        ax.set_title(title, fontsize=9, loc="left", weight="bold", color="#16191f")
+        title = props.get("title") or ("Alarms" if w["type"] == "alarm" else w["type"])
+        panel.text(0.012, 1 - 13 / (ht * height_px), title, fontsize=9, weight="bold", color="#16191f",
+                   transform=panel.transAxes, va="top")
         drawn.append(title)
+        if w["type"] == "metric":
+            panel.text(0.99, 1 - 13 / (ht * height_px), ILLUSTRATION, fontsize=7, color="#d13212", ha="right",
+                       va="top", transform=panel.transAxes)
         if w["type"] == "alarm":
-            ax.set_xticks([])
-            ax.set_yticks([])
-            count = len(w["properties"].get("alarms", []))
-            ax.text(0.01, 0.4, f"{count} alarms (starved GPUs, node health): OK / ALARM each, named at deploy",
-                    fontsize=8, transform=ax.transAxes, color="#1d8102")
+            for i, name in enumerate(("starved GPUs", "node health")[:len(props.get("alarms", []))]):
+                panel.add_patch(Rectangle((0.012 + i * 0.16, 0.15), 0.15, 0.4, transform=panel.transAxes,
+                                          facecolor="#e9f7e6", edgecolor="#1d8102"))
+                panel.text(0.02 + i * 0.16, 0.35, f"OK  {name}", fontsize=8, color="#1d8102",
+                           transform=panel.transAxes, va="center")
             continue
-        for label, ys in _curves(title, t):
-            ax.plot(t, ys, linewidth=1.1, label=label)
-        for a in w["properties"].get("annotations", {}).get("horizontal", []):
+        # The graph inside the panel: room for the title above and the legend below.
+        left_px, bottom_px, top_px = 46, 30, 34
+        ax = fig.add_axes((x0 + pad_x + left_px / WIDTH_PX, y0 + pad_y + bottom_px / height_px,
+                           wd - 2 * pad_x - (left_px + 10) / WIDTH_PX, ht - 2 * pad_y - (bottom_px + top_px) / height_px))
+        curves = _curves(w, t)
+        for label, ys in curves:
+            ax.plot(t, ys, linewidth=1.0, label=label)
+        y_axis = props.get("yAxis", {}).get("left", {})
+        if "max" in y_axis or "min" in y_axis:
+            ax.set_ylim(y_axis.get("min", None), y_axis.get("max", None))
+        for a in props.get("annotations", {}).get("horizontal", []):
             ax.axhline(a["value"], color="#d13212", linestyle="--", linewidth=0.9)
-            ax.text(t[-1], a["value"], f" {a.get('label', '')}", fontsize=6.5, color="#d13212", va="bottom", ha="right")
-        ax.tick_params(labelsize=6.5)
-        ax.set_xlabel("hours", fontsize=6.5)
-        ax.legend(fontsize=6, loc="upper left", ncol=4, frameon=False)
-        y = w["properties"].get("yAxis", {}).get("left", {})
-        if "max" in y:
-            ax.set_ylim(y.get("min", 0), y["max"])
+            ax.text(t[len(t) // 2], a["value"], a.get("label", ""), fontsize=6.5, color="#d13212", va="bottom",
+                    ha="center")
+        if curves and all(max(ys) == min(ys) for _, ys in curves):  # flat lines: a little room around them
+            lo = min(min(ys) for _, ys in curves)
+            ax.set_ylim(max(lo - 1, y_axis.get("min", lo - 1)), max(max(ys) for _, ys in curves) + 1.5)
+        ax.tick_params(labelsize=6.5, length=2)
+        ax.set_xticks(range(0, 7))
+        ax.set_xticklabels([f"{h}h" for h in range(-6, 1)])
+        ax.grid(color="#eaeded", linewidth=0.6)
+        if curves:
+            ax.legend(fontsize=5.8, loc="upper left", bbox_to_anchor=(0, -0.1), ncol=6, frameon=False,
+                      handlelength=1.2, columnspacing=0.8)
     fig.savefig(out, facecolor=fig.get_facecolor())
     plt.close(fig)
     return drawn
 
 
-def _wrap(text: str, width: int) -> list[str]:
-    out, line = [], ""
-    for word in text.split():
-        if len(line) + len(word) + 1 > width:
-            out.append(line)
-            line = word
-        else:
-            line = f"{line} {word}".strip()
-    return out + [line] if line else out
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--profile", default="multi-node-training")
     p.add_argument("--out", default="docs/dashboard.png")
     a = p.parse_args(argv)
-    titles = render(dashboard_body(a.profile), a.out)
-    print(f"{a.out}: {len(titles)} widgets: {', '.join(titles)}")
+    body, source = dashboard_body(a.profile)
+    titles = render(body, a.out, source=source)
+    print(f"{a.out}: {len(titles)} widgets from {source}: " + "; ".join(titles))
     return 0
 
 
