@@ -111,6 +111,8 @@ FILES = {
     # What the supervisor is doing now, for the monitor: {"phase": PHASES[i], "pid": N, "since": t}.
     "phase": ("DL_RUN_DIR", "phase.json"),
     "cwagent_config": ("DL_RUN_DIR", "cloudwatch-agent.json"),  # the CloudWatch agent's config (boot)
+    # The node monitor's memory across its restarts within a boot (hardware XID lines already counted).
+    "monitor_state": ("DL_RUN_DIR", "monitor.json"),
 }
 PHASES = ("restoring", "training", "between")
 

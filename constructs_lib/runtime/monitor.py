@@ -14,6 +14,14 @@ node replaced) writes health `failed` and tags itself contract.TAG_HEALTH = "rep
 once; the capacity controller replaces it. A failed PutMetricData is logged and its data sent
 with the next minute's; nothing here ever stops the job.
 
+The kernel log is read from the start of this boot every time it is (re)started, so a hardware
+XID logged while the monitor was down (or before it first started) still marks the node; the
+number of hardware XID lines already published this boot is kept in the contract's
+monitor_state file (DL_RUN_DIR, gone at reboot like the boot's kernel log), so M_XID counts
+each line once. nvidia-smi failing outright (the driver down on every GPU) is health
+`degraded` and no M_GPUS datum, not a replacement: a node whose GPUs cannot be counted is not
+known to be short of any.
+
 Hooks (tests): DL_MONITOR_JOB_LOG, DL_MONITOR_KERNEL_LOG (commands whose output is followed),
 DL_MONITOR_NVIDIA_SMI, DL_EXPECTED_GPUS, DL_SDK, DL_CLUSTER, DL_MONITOR_PERIOD.
 """
@@ -40,27 +48,45 @@ HARDWARE_XIDS = {
     79: "the GPU has fallen off the bus", 95: "uncontained ECC error", 119: "GSP RPC timeout", 120: "GSP error",
 }
 XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[^)]*)\): (?P<xid>\d+)")
+# journalctl(1) (https://manpages.ubuntu.com/manpages/jammy/man1/journalctl.1.html): --dmesg is
+# the kernel log of the current boot; --no-tail shows all of it even with --follow (which
+# otherwise starts at the last 10 lines); --lines 0 only what comes next.
 JOB_LOG = "journalctl --unit dl-job.service --follow --output cat --lines 0"
-KERNEL_LOG = "journalctl --dmesg --follow --output cat --lines 0"
+KERNEL_LOG = "journalctl --dmesg --follow --no-tail --output cat"
+GPU_LINE = re.compile(r"^GPU \d+: ")  # `nvidia-smi -L`: "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)"
 Log = Callable[[str], None]
+Handler = Callable[[str], None]
 
 
 @dataclass
 class Minute:
-    """What one period saw (the followers fill it from their threads)."""
+    """What one period saw (the followers fill it from their threads). xids: (xid, GPU bus id,
+    new: not published before this boot); published: hardware XID lines of this boot counted in
+    M_XID so far (the kernel follower's replays are not counted again)."""
     samples: list[float] = field(default_factory=list)
-    xids: list[tuple[int, str]] = field(default_factory=list)
+    xids: list[tuple[int, str, bool]] = field(default_factory=list)
+    published: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def take(self) -> tuple[list[float], list[tuple[int, str]]]:
+    def take(self) -> tuple[list[float], list[tuple[int, str, bool]], int]:
+        """This period's samples and XIDs, and `published` as of them (together, under the lock)."""
         with self.lock:
-            out = (self.samples, self.xids)
+            out = (self.samples, self.xids, self.published)
             self.samples, self.xids = [], []
             return out
 
 
-def follow(command: str, on_line: Callable[[str], None], stop: threading.Event, log: Log) -> threading.Thread:
-    """Run `command` and hand each output line to on_line until stop; restarted if it exits."""
+def follow(command: str, handler: Callable[[], Handler], stop: threading.Event, log: Log,
+           restart_after: float = 5.0) -> threading.Thread:
+    """Run `command` and hand each output line to a handler until stop; restarted (with a new
+    handler from `handler()`, as its output starts over) if it exits."""
+    running: list[subprocess.Popen] = []
+
+    def stopper() -> None:  # one for the follower's life: nothing piles up if the command keeps exiting
+        stop.wait()
+        for proc in running:
+            proc.terminate()
+
     def run() -> None:
         while not stop.is_set():
             try:
@@ -70,18 +96,21 @@ def follow(command: str, on_line: Callable[[str], None], stop: threading.Event, 
                 log(f"monitor: cannot run {command!r}: {e}")
                 stop.wait(60)
                 continue
-            watcher = threading.Thread(target=lambda: (stop.wait(), proc.terminate()), daemon=True)
-            watcher.start()
+            running[:] = [proc]
+            if stop.is_set():  # stop came between the loop's test and the start
+                proc.terminate()
+            on_line = handler()
             for line in proc.stdout:
                 on_line(line)
             proc.wait()
-            stop.wait(5)
+            stop.wait(restart_after)
+    threading.Thread(target=stopper, daemon=True).start()
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t
 
 
-def on_job_line(minute: Minute) -> Callable[[str], None]:
+def on_job_line(minute: Minute) -> Callable[[], Handler]:
     from selector.bench.contract import LineError, parse_line
 
     def handle(line: str) -> None:
@@ -92,27 +121,44 @@ def on_job_line(minute: Minute) -> Callable[[str], None]:
         if w is not None:
             with minute.lock:
                 minute.samples.append(w.samples_per_second)
-    return handle
+    return lambda: handle
 
 
-def on_kernel_line(minute: Minute) -> Callable[[str], None]:
-    def handle(line: str) -> None:
-        m = XID_LINE.search(line)
-        if m:
+def on_kernel_line(minute: Minute) -> Callable[[], Handler]:
+    """A handler per run of the kernel log command: each run replays the boot from its start, so
+    its n-th hardware XID line is new only past the minute.published already counted."""
+    def start() -> Handler:
+        hardware = 0
+
+        def handle(line: str) -> None:
+            nonlocal hardware
+            m = XID_LINE.search(line)
+            if not m:
+                return
+            xid = int(m.group("xid"))
             with minute.lock:
-                minute.xids.append((int(m.group("xid")), m.group("bus").strip()))
-    return handle
+                new = True
+                if xid in HARDWARE_XIDS:
+                    hardware += 1
+                    new = hardware > minute.published
+                    minute.published = max(minute.published, hardware)
+                minute.xids.append((xid, m.group("bus").strip(), new))
+        return handle
+    return start
 
 
 def gpus_listed(command: str) -> Optional[int]:
-    """GPUs `nvidia-smi -L` lists, or None when it cannot run (itself a sign of a broken driver)."""
+    """GPUs `nvidia-smi -L` lists, or None when it cannot run or lists none and fails (the driver
+    down altogether). A GPU the driver has lost makes it fail too, while it still lists the rest:
+    those are counted."""
     try:
         out = subprocess.run(shlex.split(command) + ["-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if out.returncode != 0:
+    listed = sum(1 for line in out.stdout.splitlines() if GPU_LINE.match(line))
+    if out.returncode != 0 and listed == 0:
         return None
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    return listed
 
 
 def phase() -> tuple[bool, bool]:
@@ -135,9 +181,9 @@ def phase() -> tuple[bool, bool]:
     return alive, p.get("phase") == "restoring"
 
 
-def broken(expected: int, listed: Optional[int], xids: list[tuple[int, str]]) -> Optional[str]:
-    """Why this node must be replaced, or None."""
-    hard = [(x, bus) for x, bus in xids if x in HARDWARE_XIDS]
+def broken(expected: int, listed: Optional[int], xids: list[tuple[int, str, bool]]) -> Optional[str]:
+    """Why this node must be replaced, or None (every hardware XID of this boot counts, new or not)."""
+    hard = [(x, bus) for x, bus, _ in xids if x in HARDWARE_XIDS]
     if hard:
         x, bus = hard[0]
         return f"XID {x} ({HARDWARE_XIDS[x]}) on GPU {bus or '?'}"
@@ -154,9 +200,28 @@ class Monitor:
         self.expected, self.gpu = expected_gpus, gpu
         self.nvidia_smi = nvidia_smi
         self.log = log
-        self.minute = Minute()
+        self.saved = self._load_published()  # hardware XID lines of this boot already counted, as saved
+        self.minute = Minute(published=self.saved)
         self.pending: list[dict[str, Any]] = []
+        self.why: Optional[str] = None  # once broken, broken until replaced
         self.marked = self._already_marked()
+
+    @staticmethod
+    def _load_published() -> int:
+        try:
+            with open(contract.path("monitor_state")) as f:
+                return int(json.load(f).get("xid_lines_published", 0))
+        except (OSError, ValueError, TypeError, AttributeError):
+            return 0
+
+    def _save_published(self, n: int) -> None:
+        from .layout import write_atomic
+
+        try:
+            write_atomic(contract.path("monitor_state"), json.dumps({"xid_lines_published": n}))
+            self.saved = n
+        except OSError as e:  # a restart may count these lines again: only the metric is off
+            self.log(f"monitor: cannot save {contract.path('monitor_state')}: {e}")
 
     def _already_marked(self) -> bool:
         """A restarted monitor must not tag (and count) the same node twice."""
@@ -178,10 +243,10 @@ class Monitor:
     def tick(self, now: Optional[float] = None) -> dict[str, Any]:
         """One period: measure, mark the node if broken, publish. Returns what it measured."""
         now = time.time() if now is None else now
-        samples, xids = self.minute.take()
+        samples, xids, published = self.minute.take()
         training, restoring = phase()
         data = []
-        seen: dict[str, Any] = {"training": training, "restoring": restoring, "xids": [x for x, _ in xids]}
+        seen: dict[str, Any] = {"training": training, "restoring": restoring, "xids": [x for x, _, _ in xids]}
         if samples:
             seen["samples_per_second"] = sum(samples) / len(samples)
             data += self.datum(contract.M_SAMPLES, seen["samples_per_second"], now, "Count/Second")
@@ -191,13 +256,22 @@ class Monitor:
         if self.gpu:
             listed = gpus_listed(self.nvidia_smi)
             seen["gpus"] = listed
-            data += self.datum(contract.M_GPUS, float(listed or 0), now, "Count")
-            data += self.datum(contract.M_XID, float(sum(1 for x, _ in xids if x in HARDWARE_XIDS)), now, "Count")
-        why = broken(self.expected, listed, xids) if self.gpu else None
-        if why:
-            seen["broken"] = why
-            self.mark(why)
+            if listed is not None:  # unknown is not zero
+                data += self.datum(contract.M_GPUS, float(listed), now, "Count")
+            new_hardware = sum(1 for x, _, new in xids if new and x in HARDWARE_XIDS)
+            data += self.datum(contract.M_XID, float(new_hardware), now, "Count")
+            self.why = self.why or broken(self.expected, listed, xids)
+            if self.why:
+                seen["broken"] = self.why
+                self.mark(self.why)
+            elif listed is None:
+                write_health("gpu", "degraded", f"`{self.nvidia_smi} -L` failed: GPUs not counted this minute")
+            else:
+                write_health("gpu", "ok", f"{listed} GPUs listed" + (f" of {self.expected}" if self.expected else ""))
         self.publish(data)
+        # After the publish attempt: a failed one keeps its data in self.pending, not lost.
+        if published != self.saved:
+            self._save_published(published)
         return seen
 
     def mark(self, why: str) -> None:
@@ -256,8 +330,16 @@ def _from_node(log: Log) -> Monitor:
     instance_id = Imds().instance_id()
     if not instance_id:
         raise RuntimeError("monitor: no instance id from IMDS (not on EC2?)")
+    job = os.environ.get("DL_CLUSTER", "")
+    if not job:
+        raise RuntimeError("monitor: DL_CLUSTER is not set in node.env: the metrics' Job dimension comes from it")
+    try:
+        expected = int(os.environ.get("DL_EXPECTED_GPUS") or "0")
+    except ValueError:
+        log(f"monitor: DL_EXPECTED_GPUS={os.environ['DL_EXPECTED_GPUS']!r} is not a count: GPUs not compared")
+        expected = 0
     region = os.environ.get("DL_REGION") or None
     sdk = os.environ.get("DL_SDK", "cuda")
     return Monitor(cloudwatch=boto3.client("cloudwatch", region_name=region), ec2=boto3.client("ec2", region_name=region),
-                   instance_id=instance_id, job=os.environ["DL_CLUSTER"], expected_gpus=int(os.environ.get("DL_EXPECTED_GPUS", "0")),
+                   instance_id=instance_id, job=job, expected_gpus=expected,
                    gpu=sdk == "cuda", nvidia_smi=os.environ.get("DL_MONITOR_NVIDIA_SMI", "nvidia-smi"), log=log)

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import boto3
 import pytest
 
 from constructs_lib.runtime import contract
-from constructs_lib.runtime.monitor import Monitor, run
+from constructs_lib.runtime.monitor import Minute, Monitor, follow, on_kernel_line, run
 from tests.runtime.fake_imds import FakeImds
 
 JOB = "dl-llm"
@@ -34,10 +35,11 @@ def program(tmp_path: Path, name: str, text: str) -> str:
     return str(path)
 
 
-def nvidia_smi(tmp_path: Path, gpus: int) -> str:
+def nvidia_smi(tmp_path: Path, gpus: int, also: str = "", rc: int = 0) -> str:
+    """`nvidia-smi -L` listing `gpus` GPUs, then `also`, exiting with rc."""
     path = tmp_path / "nvidia-smi"
-    lines = "\n".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08d})" for i in range(gpus))
-    path.write_text(f"#!/bin/bash\n[ \"$1\" = -L ] || exit 9\ncat <<'EOF'\n{lines}\nEOF\n")
+    lines = "\n".join([f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08d})" for i in range(gpus)] + ([also] if also else []))
+    path.write_text(f"#!/bin/bash\n[ \"$1\" = -L ] || exit 9\ncat <<'EOF'\n{lines}\nEOF\nexit {rc}\n")
     path.chmod(0o755)
     return str(path)
 
@@ -66,6 +68,16 @@ def values(cw, name: str, instance: str | None):
     return r["MetricDataResults"][0]["Values"]
 
 
+def total(cw, name: str, instance: str) -> float:
+    """The Sum of a metric over the last half hour, in one bucket."""
+    now = datetime.now(timezone.utc)
+    dims = [{"Name": contract.DIM_JOB, "Value": JOB}, {"Name": contract.DIM_INSTANCE, "Value": instance}]
+    points = cw.get_metric_statistics(Namespace=contract.NS_JOB, MetricName=name, Dimensions=dims,
+                                      StartTime=now - timedelta(minutes=30), EndTime=now + timedelta(minutes=30),
+                                      Period=3600, Statistics=["Sum"])["Datapoints"]
+    return sum(p["Sum"] for p in points)
+
+
 def health_tags(ec2, instance):
     tags = ec2.describe_tags(Filters=[{"Name": "resource-id", "Values": [instance]}])["Tags"]
     return [t["Value"] for t in tags if t["Key"] == contract.TAG_HEALTH]
@@ -74,7 +86,11 @@ def health_tags(ec2, instance):
 def monitor_for(node, tmp_path, gpus=8, **kw):
     ec2, cw, instance = node
     return Monitor(cloudwatch=kw.pop("cloudwatch", cw), ec2=ec2, instance_id=instance, job=JOB, expected_gpus=8, gpu=True,
-                   nvidia_smi=nvidia_smi(tmp_path, gpus), log=kw.pop("log", print))
+                   nvidia_smi=kw.pop("smi", None) or nvidia_smi(tmp_path, gpus), log=kw.pop("log", print))
+
+
+def gpu_health() -> str:
+    return Path(contract.path("health_dir"), "gpu").read_text()
 
 
 def run_for(monitor, monkeypatch, tmp_path, job_log="", kernel_log="", ticks=1):
@@ -114,21 +130,58 @@ def test_phases_restoring_and_a_dead_training_pid(node, tmp_path):
     assert seen["training"] is False and seen["restoring"] is False and "samples_per_second" not in seen
 
 
-def test_a_hardware_xid_tags_the_node_once_even_across_a_restart(node, tmp_path, monkeypatch):
+def test_a_hardware_xid_tags_the_node_once_and_counts_once_across_a_restart(node, tmp_path, monkeypatch):
     ec2, cw, instance = node
     set_phase("training", os.getpid())
     run_for(monitor_for(node, tmp_path), monkeypatch, tmp_path, kernel_log=XID_79)
     (tag,) = health_tags(ec2, instance)
     assert tag.startswith("replace: XID 79 (the GPU has fallen off the bus) on GPU 0000:a8:00")
     assert values(cw, contract.M_XID, instance) == [1.0]
-    assert Path(contract.path("health_dir"), "gpu").read_text().startswith("failed XID 79")
+    assert gpu_health().startswith("failed XID 79")
+    # systemd restarts the monitor: the kernel log of this boot is read again from its start.
     calls = []
     again = monitor_for(node, tmp_path)
-    again.ec2 = type("Recording", (), {"create_tags": lambda self, **kw: calls.append(kw)})()
     assert again.marked, "the restarted monitor reads the tag it set before"
-    again.minute.xids.append((79, "0000:a8:00"))
-    again.tick()
-    assert calls == []
+    again.ec2 = type("Recording", (), {"create_tags": lambda self, **kw: calls.append(kw)})()
+    run_for(again, monkeypatch, tmp_path, kernel_log=XID_79)
+    assert calls == [], "tagged once"
+    assert gpu_health().startswith("failed XID 79"), "still broken: the XID happened this boot"
+    assert total(cw, contract.M_XID, instance) == 1.0, "the replayed line is not counted again"
+
+
+def test_an_xid_logged_while_the_monitor_was_down_still_marks_the_node(node, tmp_path, monkeypatch):
+    ec2, cw, instance = node
+    # Earlier in this boot: an application error, then the hardware one; the monitor starts after both.
+    run_for(monitor_for(node, tmp_path), monkeypatch, tmp_path, kernel_log=f"{XID_13}\n{XID_79}")
+    assert health_tags(ec2, instance) == ["replace: XID 79 (the GPU has fallen off the bus) on GPU 0000:a8:00"]
+    assert total(cw, contract.M_XID, instance) == 1.0
+
+
+def test_the_kernel_log_follower_restarting_replays_without_counting_twice(tmp_path):
+    """journalctl exiting (and replaying the boot when run again) within one monitor's life."""
+    runs = tmp_path / "runs"
+    cmd = tmp_path / "kernel-log"
+    cmd.write_text(f"#!/bin/bash\necho run >> {runs}\ncat <<'EOF'\n{XID_79}\nEOF\n")
+    cmd.chmod(0o755)
+    minute, stop = Minute(), threading.Event()
+    follow(str(cmd), on_kernel_line(minute), stop, print, restart_after=0.1)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (not runs.exists() or len(runs.read_text().split()) < 3):
+        time.sleep(0.05)
+    stop.set()
+    time.sleep(0.2)
+    _, xids, published = minute.take()
+    assert len(xids) >= 3 and published == 1
+    assert [new for _, _, new in xids][:3] == [True, False, False]
+
+
+def test_a_command_that_keeps_exiting_leaves_no_threads_behind(tmp_path):
+    stop = threading.Event()
+    before = threading.active_count()
+    follow("true", lambda: (lambda line: None), stop, print, restart_after=0.02)
+    time.sleep(2)  # dozens of runs
+    assert threading.active_count() <= before + 2
+    stop.set()
 
 
 def test_an_application_xid_does_not_replace_the_node(node, tmp_path, monkeypatch):
@@ -142,6 +195,31 @@ def test_a_missing_gpu_tags_the_node(node, tmp_path):
     seen = monitor_for(node, tmp_path, gpus=7).tick()
     assert seen["broken"] == "7 of 8 GPUs listed by nvidia-smi"
     assert health_tags(ec2, instance) == ["replace: 7 of 8 GPUs listed by nvidia-smi"]
+
+
+def test_a_lost_gpu_that_makes_nvidia_smi_fail_still_counts_the_others(node, tmp_path):
+    ec2, _, instance = node
+    smi = nvidia_smi(tmp_path, 7, also="Unable to determine the device handle for GPU0000:A8:00.0: Unknown Error", rc=255)
+    seen = monitor_for(node, tmp_path, smi=smi).tick()
+    assert seen["gpus"] == 7
+    assert health_tags(ec2, instance) == ["replace: 7 of 8 GPUs listed by nvidia-smi"]
+
+
+def test_nvidia_smi_failing_outright_is_degraded_not_a_replacement(node, tmp_path):
+    ec2, cw, instance = node
+    smi = nvidia_smi(tmp_path, 0, rc=9, also="NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+                                            "driver. Make sure that the latest NVIDIA driver is installed and running.")
+    seen = monitor_for(node, tmp_path, smi=smi).tick()
+    assert seen["gpus"] is None and "broken" not in seen
+    assert health_tags(ec2, instance) == []
+    assert gpu_health().startswith("degraded")
+    assert cw.list_metrics(Namespace=contract.NS_JOB, MetricName=contract.M_GPUS)["Metrics"] == [], "unknown is not 0"
+    assert values(cw, contract.M_XID, instance) == [0.0]
+
+
+def test_a_healthy_node_says_so(node, tmp_path):
+    monitor_for(node, tmp_path).tick()
+    assert gpu_health() == "ok 8 GPUs listed of 8\n"
 
 
 def test_cloudwatch_failures_never_stop_the_loop_and_the_data_goes_out_later(node, tmp_path):
