@@ -94,7 +94,7 @@ class NodeBootstrap(Construct):
         """Start the job unit for `cluster`, running `command` (a bash script body, written
         verbatim; only the heredoc marker userdata.HEREDOC is refused)."""
         job = SettingsFile("the job command", "$DL_JOB_COMMAND_FILE", command) if command else None
-        self.set_env(DL_CLUSTER=cluster)
+        self._set_cluster(cluster, "enable_job")
         self._job = job
         self.add_unit(JOB_UNIT)
 
@@ -104,10 +104,20 @@ class NodeBootstrap(Construct):
         `job` is the metrics' Job dimension (the cluster id). NVIDIA nodes also count their GPUs
         against the catalog's and watch for hardware XIDs."""
         gpu = self.facts.sdk == "cuda"
+        # The monitor and the agent's config take the Job dimension from DL_CLUSTER: the same id
+        # the job unit uses, so a node's metrics and its job can never disagree.
+        self._set_cluster(job, "enable_monitoring")
         self.set_env(DL_EXPECTED_GPUS=str(self.facts.accelerator_count if gpu else 0))
         if agent_parameter:  # a token until deploy: node_env() adds it after env_text
             self._agent_parameter = agent_parameter
         self.add_unit(MONITOR_UNIT)  # dl_cwagent.sh: the parameter's config, or one written from node.env
+
+    def _set_cluster(self, cluster: str, caller: str) -> None:
+        current = self._env.get("DL_CLUSTER")
+        if current is not None and current != cluster:
+            raise ValueError(f"{caller}: cluster {cluster!r}, but this node's is already {current!r} "
+                             "(the job and its metrics must name the same cluster)")
+        self.set_env(DL_CLUSTER=cluster)
 
     def node_env(self) -> str:
         """node.env: this node's facts, its units and where its bundle is (tokens until deploy)."""
