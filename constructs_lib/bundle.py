@@ -79,7 +79,9 @@ def unit_texts(*, etc_dir: Optional[str] = None, lib_dir: Optional[str] = None) 
         MONITOR_UNIT: _unit("node monitor (CloudWatch agent; throughput, progress and GPU health)",
                             [f"After={RAID_UNIT} network-online.target", "Wants=network-online.target"],
                             ["Type=simple", node_env, f"ExecStartPre=-/bin/bash {lib}/dl_cwagent.sh",
-                             f"ExecStart=/bin/bash {lib}/dl_runtime.sh monitor", "Restart=always", "RestartSec=30"]),
+                             f"ExecStart=/bin/bash {lib}/dl_runtime.sh monitor", "Restart=always", "RestartSec=30",
+                             # Room for dl_cwagent.sh's bounded install (download at most 3 min, 45 s for dpkg's lock).
+                             "TimeoutStartSec=300"]),
     }
 
 

@@ -28,12 +28,17 @@ install_agent() {
     *) log "no CloudWatch agent package for $(uname -m)"; return 1 ;;
   esac
   tmp=$(mktemp -d) || return 1
+  # Bounded, so that the unit's start (TimeoutStartSec) never runs out here: a slow download is
+  # a failed install (degraded), not a monitor that never starts.
+  local get=(curl -fsSL --retry 3 --retry-max-time 90 --connect-timeout 10 --max-time 90 -o)
   if command -v dpkg > /dev/null; then
     pkg="$tmp/amazon-cloudwatch-agent.deb"
-    curl -fsSL --retry 3 -o "$pkg" "$url_base/ubuntu/$arch/latest/amazon-cloudwatch-agent.deb" && dpkg -i -E "$pkg"
+    # dpkg does not wait for its lock (held at boot by cloud-init or unattended-upgrades): try again.
+    "${get[@]}" "$pkg" "$url_base/ubuntu/$arch/latest/amazon-cloudwatch-agent.deb" &&
+      { dpkg -i -E "$pkg" || { sleep 15; dpkg -i -E "$pkg"; } || { sleep 30; dpkg -i -E "$pkg"; }; }
   elif command -v rpm > /dev/null; then
     pkg="$tmp/amazon-cloudwatch-agent.rpm"
-    curl -fsSL --retry 3 -o "$pkg" "$url_base/amazon_linux/$arch/latest/amazon-cloudwatch-agent.rpm" && rpm -U "$pkg"
+    "${get[@]}" "$pkg" "$url_base/amazon_linux/$arch/latest/amazon-cloudwatch-agent.rpm" && rpm -U "$pkg"
   else
     log "neither dpkg nor rpm on this node"
     false

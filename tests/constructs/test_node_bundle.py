@@ -135,7 +135,8 @@ def test_units():
     monitor = _unit("dl-monitor.service")
     assert dict(monitor["Service"]) == {
         "Type": "simple", "EnvironmentFile": f"-{etc}/node.env", "ExecStartPre": f"-/bin/bash {lib}/dl_cwagent.sh",
-        "ExecStart": f"/bin/bash {lib}/dl_runtime.sh monitor", "Restart": "always", "RestartSec": "30"}
+        "ExecStart": f"/bin/bash {lib}/dl_runtime.sh monitor", "Restart": "always", "RestartSec": "30",
+        "TimeoutStartSec": "300"}
     for name in UNITS:
         assert _unit(name)["Install"]["WantedBy"] == "multi-user.target"
 
