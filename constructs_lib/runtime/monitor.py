@@ -40,9 +40,11 @@ from typing import Any, Callable, Optional
 from . import contract
 from .agent import write_health
 
-# NVIDIA's XID catalog (https://docs.nvidia.com/deploy/xid-errors/index.html): the errors that
-# mean the GPU or its links are broken, not the program. 13, 31, 43, 45 and the like are what
-# user code causes (an illegal address, a killed context): those never replace a node.
+# NVIDIA's XID catalog (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html; 48
+# and 64 also https://docs.nvidia.com/deploy/dynamic-page-retirement/visibility.html): the errors
+# that mean the GPU, its memory or its links are broken, not the program. 13, 31, 43, 45 and the
+# like are what user code causes (an illegal address, a killed context; the catalog's
+# RESTART_APP): those never replace a node.
 HARDWARE_XIDS = {
     48: "double-bit ECC error", 64: "ECC page retirement or row remapping failed", 74: "NVLink error",
     79: "the GPU has fallen off the bus", 95: "uncontained ECC error", 119: "GSP RPC timeout", 120: "GSP error",
