@@ -201,7 +201,7 @@ class GpuLaunchTemplate(Construct):
         agent_config [None]: an SSM parameter holding the agent's configuration (the agent fetches
           it; the role may read it); None: the node writes it from node.env.
         grant [True]: False when a sibling template sharing the role already did."""
-        self.bootstrap.enable_monitoring(job=job, agent_parameter=agent_config.parameter_name if agent_config else None)
+        self.bootstrap.enable_monitoring(job=job, agent_parameter=_literal_name(agent_config) if agent_config else None)
         if grant:
             self.identity.grant_monitoring(job)
             if agent_config is not None:
@@ -227,6 +227,17 @@ class GpuLaunchTemplate(Construct):
     @property
     def connections(self) -> ec2.Connections:
         return self.identity.connections
+
+
+def _literal_name(parameter: "ssm.IStringParameter") -> str:
+    """The parameter's name as written, where it was given (a Ref token costs the user data 256
+    bytes of its 16 KB in the size check; the name is known at synth)."""
+    name = parameter.parameter_name
+    cfn = getattr(parameter.node, "default_child", None)
+    given = getattr(cfn, "name", None)
+    if cdk.Token.is_unresolved(name) and isinstance(given, str) and not cdk.Token.is_unresolved(given):
+        return given
+    return name
 
 
 def _pick(scope: Construct, profile: str, region: Optional[str]) -> InstanceFacts:

@@ -184,7 +184,8 @@ def test_every_node_type_runs_the_agent_and_the_monitor(multi_node, monkeypatch,
         config = json.loads(write_for_node(str(tmp_path / "cw.json")))
         assert config["metrics"]["metrics_collected"]["nvidia_gpu"]["append_dimensions"] == {"Job": stack.cluster.cluster}
         assert t.user_data_bytes() <= 16 * 1024
-        assert "DL_CWAGENT_PARAMETER=" in t.node_env()
+        # The name as written, not a Ref token (which the user-data size check counts at 256 bytes).
+        assert env["DL_CWAGENT_PARAMETER"] == "/dl-launcher/dl-multi-node-training/cloudwatch-agent"
 
 
 def test_the_stack_carries_the_agent_configuration_and_only_its_nodes_read_it(multi_node):
