@@ -123,8 +123,9 @@ def _curves(widget: dict[str, Any], t: list[float], nodes: int = 2) -> list[tupl
             out.append(("training", [float(nodes) if x > 0.3 else 0.0 for x in t]))
         elif name == contract.M_RESTORING:
             out.append(("restoring", [float(nodes) if 0.15 < x <= 0.3 else 0.0 for x in t]))
-        elif name == contract.M_GPUS:
-            out += [(f"node {n}", [8.0 for _ in t]) for n in range(nodes)]
+        elif name == contract.M_GPUS:  # as many as the expected count the graph marks
+            marks = [a["value"] for a in widget["properties"].get("annotations", {}).get("horizontal", [])]
+            out += [(f"node {n}", [float(marks[0] if marks else 8) for _ in t]) for n in range(nodes)]
         elif name == contract.M_XID:
             out += [(f"node {n}", [0.0 for _ in t]) for n in range(nodes)]
     if contract.M_TRAINING in names and "cost" in widget["properties"].get("title", "").lower():

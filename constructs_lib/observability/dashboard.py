@@ -101,7 +101,7 @@ class TrainingDashboard(Construct):
             return search(namespace, metric, job, stat, dims=PER_NODE)
 
         how = [
-            f"## {job}: {nodes} x {instance_type}" + (f" ({gpus_per_node} GPUs each)" if gpu_metrics else "")
+            f"## {job}: {nodes} x {instance_type}" + (f" ({gpus_per_node} GPU{'s' if gpus_per_node != 1 else ''} each)" if gpu_metrics else "")
             + (f", about ${cluster_hour:,.2f}/h" if priced else ", no price on record"),
             "**How to read it.** Third row, left to right: GPU utilisation low while **disk reads or CPU iowait** "
             "are high: the GPUs wait on storage; stage the data set on the NVMe RAID at /scratch. Low while "
