@@ -19,6 +19,8 @@ from constructs import Construct
 from selector.interchange import RULES, interchangeable
 
 from .controller import CapacityController
+from selector.facts import InstanceFacts
+
 from .facts import InstanceLike, resolve
 from .launch_template import GpuLaunchTemplate, select_subnets
 from .node_options import NodeOptions
@@ -90,58 +92,37 @@ class ClusterCapacity(Construct):
             raise ConfigurationError(f"interchange {interchange!r}: allowed {', '.join(RULES)}")
         if max_price is not None and max_price <= 0:
             raise ConfigurationError(f"max_price must be above zero, got {max_price}")
-        facts = [resolve(o.instance_type) for o in options]
-        pick, multi = facts[0], nodes > 1
-        for f in facts[1:]:
-            why = interchangeable(pick, f, multi_node=multi, rule=interchange)
-            if why:
-                raise ConfigurationError(f"alternate {f.instance_type} cannot replace {pick.instance_type}: {why}")
-        if multi:
-            no_efa = [f.instance_type for f in facts if not f.efa]
-            if no_efa:
-                raise ConfigurationError(f"a cluster of several nodes needs EFA on every type; not on {', '.join(no_efa)}")
-        self.ceiling = max_price if max_price is not None else options[0].price
-        if self.ceiling is None:
-            raise ConfigurationError(f"{pick.instance_type} has no {market} price on record: pass max_price "
-                                     "(USD per node per hour), the ceiling no node may exceed")
-        self.unused: dict[str, str] = {}
-        usable = []
-        if options[0].price is None and max_price is not None:
-            # The deployer named a ceiling for a pick with no price on record (a Capacity Block,
-            # a private rate): the pick is used, billed at most the ceiling. Alternates are not.
-            options = [InstanceOption(options[0].instance_type, max_price), *options[1:]]
-            cdk.Annotations.of(self).add_warning_v2(
-                "dl-launcher:unpriced-pick", f"{pick.instance_type} has no {market} price on record: "
-                f"max_price ${max_price:.2f}/h stands for it")
-        for o, f in zip(options, facts):
-            if o.price is None:
-                self.unused[f.instance_type] = f"no {market} price on record: never used silently"
-            elif o.price > self.ceiling:
-                self.unused[f.instance_type] = f"${o.price:.2f}/h is above the ceiling ${self.ceiling:.2f}/h"
-            else:
-                usable.append((o, f))
-        for t, why in self.unused.items():
-            cdk.Annotations.of(self).add_warning_v2(f"dl-launcher:unused-{t}", f"{t} will not be used: {why}")
-        if not usable:
-            raise ConfigurationError(f"no option is priced at or below the ceiling ${self.ceiling:.2f}/h: "
-                                     + "; ".join(f"{t}: {w}" for t, w in self.unused.items()))
+        self.ceiling, usable, self.unused = usable_options(
+            self, options, market=market, max_price=max_price, interchange=interchange, multi_node=nodes > 1)
 
-        subnets = subnets or ec2.SubnetSelection(subnet_type=_private_type(vpc),
-                                                 availability_zones=[vpc.availability_zones[0]])
-        props = dict(options=node_options, capacity_reservation=capacity_reservation,
-                     capacity_block=market == "capacity-block")
         self.cluster = cluster
         self.nodes = nodes
+        self._build_templates(vpc, subnets, [f for _o, f in usable], multi_node=nodes > 1, nodes=str(nodes),
+                              options=node_options, capacity_reservation=capacity_reservation,
+                              capacity_block=market == "capacity-block")
+
+        self.subnet_ids = select_subnets(vpc, self.subnets).subnet_ids
+        self.state_bucket, self.state_key = state_bucket, state_key
+        self.spec = self._spec(usable, nodes=nodes, market=market, ceiling=self.ceiling,
+                               capacity_reservation=capacity_reservation, replace_within=replace_within)
+        self._add_controller(self.spec, log_group=log_group, teardown=teardown)
+
+    # ---- the pieces, shared with ChoiceCapacity ----------------------------------------------
+    def _build_templates(self, vpc: ec2.IVpc, subnets: Optional[ec2.SubnetSelection], facts: Sequence[InstanceFacts], *,
+                         multi_node: bool, nodes: str, **props) -> None:
+        """One GpuLaunchTemplate per type (EFA layouts differ: p5 has 32 cards, p4d 4), sharing
+        the first one's role, instance profile, security group and placement group."""
+        self.subnets = subnets or ec2.SubnetSelection(subnet_type=_private_type(vpc),
+                                                      availability_zones=[vpc.availability_zones[0]])
         self.templates: list[GpuLaunchTemplate] = []
-        for i, (_o, f) in enumerate(usable):
+        for i, f in enumerate(facts):
             shared = {} if not self.templates else dict(
                 role=self.primary.role, instance_profile=self.primary.instance_profile,
                 security_group=self.primary.security_group, placement_group=self.primary.placement_group)
-            # EFA layouts differ per type (p5: 33 interfaces, p4d: 5): each type has its own template.
-            t = GpuLaunchTemplate(self, "Node" if i == 0 else f"Alt{i}", vpc=vpc, instance_type=f, multi_node=multi,
-                                  subnets=subnets, **props, **shared)
-            t.add_tag(contract.TAG_NODES, str(nodes))
-            t.add_tag(contract.TAG_CLUSTER, cluster)
+            t = GpuLaunchTemplate(self, "Node" if i == 0 else f"Alt{i}", vpc=vpc, instance_type=f,
+                                  multi_node=multi_node, subnets=self.subnets, **props, **shared)
+            t.add_tag(contract.TAG_NODES, nodes)
+            t.add_tag(contract.TAG_CLUSTER, self.cluster)
             self.templates.append(t)
             if i == 0:
                 self.primary = t
@@ -149,24 +130,30 @@ class ClusterCapacity(Construct):
         self.security_group = self.primary.security_group
         self.placement_group = self.primary.placement_group
 
-        selected = select_subnets(vpc, subnets)
-        spec = {
-            "cluster": cluster, "nodes": nodes, "market": market, "max_price": self.ceiling,
-            "capacity_reservation": capacity_reservation, "subnet_ids": selected.subnet_ids,
+    def _template(self, instance_type: str) -> GpuLaunchTemplate:
+        return next(t for t in self.templates if t.facts.instance_type == instance_type)
+
+    def _spec(self, usable: Sequence[tuple[InstanceOption, InstanceFacts]], *, nodes, market: str, ceiling: float,
+              capacity_reservation: Optional[str], replace_within: cdk.Duration) -> dict:
+        """The controller's spec (constructs_lib.fleet.spec.ClusterSpec's JSON fields)."""
+        return {
+            "cluster": self.cluster, "nodes": nodes, "market": market, "max_price": ceiling,
+            "capacity_reservation": capacity_reservation, "subnet_ids": self.subnet_ids,
             "replace_within_seconds": int(replace_within.to_seconds()),
-            "state_bucket": state_bucket.bucket_name, "state_key": state_key,
-            "options": [{"instance_type": t.facts.instance_type, "launch_template_id": t.launch_template.launch_template_id,
-                         "launch_template_version": t.launch_template.latest_version_number, "price": o.price}
-                        for (o, _f), t in zip(usable, self.templates)],
+            "state_bucket": self.state_bucket.bucket_name, "state_key": self.state_key,
+            "options": [{"instance_type": f.instance_type,
+                         "launch_template_id": self._template(f.instance_type).launch_template.launch_template_id,
+                         "launch_template_version": self._template(f.instance_type).launch_template.latest_version_number,
+                         "price": o.price} for o, f in usable],
         }
-        self.spec = spec
-        self.state_bucket, self.state_key = state_bucket, state_key
+
+    def _add_controller(self, spec, *, log_group: logs.ILogGroup, teardown: bool) -> None:
         protect = [t.launch_template for t in self.templates] + [self.security_group]
         if self.placement_group is not None:
             protect.append(self.placement_group)
-        self.controller = CapacityController(self, "Controller", spec=spec, cluster=cluster, node_role=self.role,
-                                             state_bucket=state_bucket, state_key=state_key, log_group=log_group,
-                                             teardown=teardown, protect=protect)
+        self.controller = CapacityController(self, "Controller", spec=spec, cluster=self.cluster, node_role=self.role,
+                                             state_bucket=self.state_bucket, state_key=self.state_key,
+                                             log_group=log_group, teardown=teardown, protect=protect)
 
     def add_tag(self, key: str, value: str) -> None:
         """A tag on every node, readable on the node through IMDS."""
@@ -197,6 +184,49 @@ class ClusterCapacity(Construct):
         """Checkpoints in `bucket` under `prefix` on every node type (see GpuLaunchTemplate)."""
         for t in self.templates:
             t.enable_checkpoints(bucket, prefix, grant=t is self.primary)
+
+
+def usable_options(scope: Construct, options: Sequence[InstanceOption], *, market: str, max_price: Optional[float],
+                   interchange: str, multi_node: bool) -> tuple[float, list[tuple[InstanceOption, InstanceFacts]], dict[str, str]]:
+    """(ceiling, [(option, facts)] that may be used, {type: why not} for the rest): every
+    alternate interchangeable with the pick, EFA on every type of a multi-node cluster, and no
+    option without a price or above the ceiling. Warnings go on `scope`."""
+    facts = [resolve(o.instance_type) for o in options]
+    pick = facts[0]
+    for f in facts[1:]:
+        why = interchangeable(pick, f, multi_node=multi_node, rule=interchange)
+        if why:
+            raise ConfigurationError(f"alternate {f.instance_type} cannot replace {pick.instance_type}: {why}")
+    if multi_node:
+        no_efa = [f.instance_type for f in facts if not f.efa]
+        if no_efa:
+            raise ConfigurationError(f"a cluster of several nodes needs EFA on every type; not on {', '.join(no_efa)}")
+    ceiling = max_price if max_price is not None else options[0].price
+    if ceiling is None:
+        raise ConfigurationError(f"{pick.instance_type} has no {market} price on record: pass max_price "
+                                 "(USD per node per hour), the ceiling no node may exceed")
+    unused: dict[str, str] = {}
+    usable = []
+    if options[0].price is None and max_price is not None:
+        # The deployer named a ceiling for a pick with no price on record (a Capacity Block,
+        # a private rate): the pick is used, billed at most the ceiling. Alternates are not.
+        options = [InstanceOption(options[0].instance_type, max_price), *options[1:]]
+        cdk.Annotations.of(scope).add_warning_v2(
+            "dl-launcher:unpriced-pick", f"{pick.instance_type} has no {market} price on record: "
+            f"max_price ${max_price:.2f}/h stands for it")
+    for o, f in zip(options, facts):
+        if o.price is None:
+            unused[f.instance_type] = f"no {market} price on record: never used silently"
+        elif o.price > ceiling:
+            unused[f.instance_type] = f"${o.price:.2f}/h is above the ceiling ${ceiling:.2f}/h"
+        else:
+            usable.append((o, f))
+    for t, why in unused.items():
+        cdk.Annotations.of(scope).add_warning_v2(f"dl-launcher:unused-{t}", f"{t} will not be used: {why}")
+    if not usable:
+        raise ConfigurationError(f"no option is priced at or below the ceiling ${ceiling:.2f}/h: "
+                                 + "; ".join(f"{t}: {w}" for t, w in unused.items()))
+    return ceiling, usable, unused
 
 
 def _private_type(vpc: ec2.IVpc) -> ec2.SubnetType:

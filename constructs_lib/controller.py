@@ -35,7 +35,8 @@ def build_controller_code(dest_dir: str) -> None:
 
 class CapacityController(Construct):
     """Keyword-only props:
-      spec: the cluster spec (constructs_lib.fleet.spec.ClusterSpec's JSON fields; tokens allowed).
+      spec: the cluster spec (constructs_lib.fleet.spec.ClusterSpec's JSON fields; tokens allowed),
+        or that JSON already rendered (a string token, e.g. one spec per CloudFormation condition).
       cluster: the cluster id (tag dl-launcher:cluster) it may launch and terminate.
       node_role: the nodes' role, which the fleet passes to the instances.
       state_bucket, state_key: where the controller keeps its state (one JSON object).
@@ -47,7 +48,7 @@ class CapacityController(Construct):
     Attributes: function, role, schedule, state_rule.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, spec: dict[str, Any], cluster: str,
+    def __init__(self, scope: Construct, construct_id: str, *, spec: dict[str, Any] | str, cluster: str,
                  node_role: iam.IRole, state_bucket: s3.IBucket, state_key: str, log_group: logs.ILogGroup,
                  teardown: bool = True, protect: Sequence[IConstruct] = ()) -> None:
         super().__init__(scope, construct_id)
@@ -60,7 +61,7 @@ class CapacityController(Construct):
             code=lambda_.Code.from_asset(staged(build_controller_code)), role=self.role, log_group=log_group,
             timeout=cdk.Duration.minutes(5), memory_size=256,
             description=f"dl-launcher: gang launch, replacement and whole-cluster fallback for {cluster}",
-            environment={"DL_CLUSTER_SPEC": stack.to_json_string(spec)})
+            environment={"DL_CLUSTER_SPEC": spec if isinstance(spec, str) else stack.to_json_string(spec)})
         # aws-cdk-lib's Function declares a DependsOn on its role that its GetAtt already implies;
         # cfn-lint warns (W3005) about CDK's code, not ours.
         self.function.node.default_child.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
