@@ -29,7 +29,10 @@ def main(context: Optional[Mapping[str, Any]] = None, outdir: Optional[str] = No
         ctx = {**_context(app), **(context or {})}
         from stacks.bench_settings import bench_from_context
         bench = bench_from_context(ctx)
-        if bench is not None:  # -c bench=PLAN_FILE: the benchmark stack instead of a training one
+        if "portfolio" in ctx:  # -c portfolio=NAME: the platform team's Service Catalog portfolio
+            from stacks.portfolio_app import build
+            build(app, ctx, synthesizer=_synthesizer_for(ctx))
+        elif bench is not None:  # -c bench=PLAN_FILE: the benchmark stack instead of a training one
             from stacks.bench_stack import bench_stack
             bench_stack(app, bench, synthesizer=_synthesizer(bench))
         else:
@@ -78,6 +81,12 @@ def _synthesizer(settings):
         return None
     import aws_cdk as cdk
     return cdk.LegacyStackSynthesizer()
+
+
+def _synthesizer_for(ctx: Mapping[str, Any]):
+    """-c local=true for a portfolio or product: no bootstrap stack needed (the moto deploy)."""
+    from stacks.settings import _bool
+    return _synthesizer(type("Local", (), {"local": _bool("local", ctx.get("local", False))})())
 
 
 def _context(app) -> dict:

@@ -71,8 +71,10 @@ class NodeBootstrap(Construct):
         self.node.add_validation(_UserDataLimit(self))
 
     def set_env(self, **values: str) -> None:
-        """Settings in node.env, read by the units and login shells."""
-        contract.env_text(values)  # refuses, now, a value that would change meaning in node.env
+        """Settings in node.env, read by the units and login shells. A token (e.g. a parameter's
+        value) is checked by its key only: hold its value to a pattern without quotes, $ or
+        backslashes (an AllowedPattern), as CloudFormation fills it in after this check."""
+        contract.env_text({k: ("" if cdk.Token.is_unresolved(v) else v) for k, v in values.items()})
         self._env.update(values)
 
     def add_unit(self, unit: str, settings: Optional[SettingsFile] = None) -> None:
@@ -126,7 +128,9 @@ class NodeBootstrap(Construct):
         # CloudFormation puts in their place, a bucket name and key and a region, holds no
         # quote, $ or backslash.
         parameter = self._agent_parameter
-        return (contract.env_text({**self._env, "DL_UNITS": units})
+        plain = {k: v for k, v in self._env.items() if not cdk.Token.is_unresolved(v)}
+        tokens = "".join(f'{k}="{v}"\n' for k, v in self._env.items() if k not in plain)
+        return (contract.env_text({**plain, "DL_UNITS": units}) + tokens
                 + f'DL_BUNDLE_URL="{self.bundle.url}"\nDL_REGION="{cdk.Stack.of(self).region}"\n'
                 + (f'DL_CWAGENT_PARAMETER="{parameter}"\n' if parameter else ""))
 

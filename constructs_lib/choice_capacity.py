@@ -24,9 +24,9 @@ class CapacityChoice:
     """What the cluster runs on while `condition` holds: `options` (the chosen type first, then
     the alternates that may replace it) in `market`, no node above `max_price` [the chosen type's
     price]. Exactly one choice's condition must hold in a deployment (e.g. AllowedValues on the
-    parameters it tests)."""
+    parameters it tests); the last choice may leave its condition out: it holds when no other does."""
 
-    condition: cdk.CfnCondition
+    condition: Optional[cdk.CfnCondition]  # None: otherwise (the last choice only)
     options: Sequence[InstanceOption]
     market: str
     max_price: Optional[float] = None
@@ -46,7 +46,7 @@ class ChoiceCapacity(ClusterCapacity):
     Capacity Reservations and Capacity Blocks are not offered here: they are bought for one type.
 
     Attributes: as ClusterCapacity; spec is the first choice's (the one in force is in the
-    controller's DL_CLUSTER_SPEC), specs ({condition logical id: spec}), unused ({type: why}).
+    controller's DL_CLUSTER_SPEC), specs ({condition logical id, None for the otherwise: spec}).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, cluster: str,
@@ -62,6 +62,8 @@ class ChoiceCapacity(ClusterCapacity):
             raise ConfigurationError(f"max_nodes must be at least 1, got {max_nodes}")
         if interchange not in RULES:
             raise ConfigurationError(f"interchange {interchange!r}: allowed {', '.join(RULES)}")
+        if any(c.condition is None for c in choices[:-1]):
+            raise ConfigurationError("only the last choice may go without a condition (it is the otherwise)")
         for c in choices:
             if c.market not in MARKETS or c.market == "capacity-block":
                 raise ConfigurationError(f"market {c.market!r}: allowed spot, on-demand")
@@ -86,7 +88,7 @@ class ChoiceCapacity(ClusterCapacity):
         from .launch_template import select_subnets
         self.subnet_ids = select_subnets(vpc, self.subnets).subnet_ids
         self.state_bucket, self.state_key = state_bucket, state_key
-        self.specs = {c.condition.logical_id: self._spec(usable, nodes=nodes, market=c.market, ceiling=ceiling,
+        self.specs = {(c.condition.logical_id if c.condition else None): self._spec(usable, nodes=nodes, market=c.market, ceiling=ceiling,
                                                          capacity_reservation=None, replace_within=replace_within)
                       for c, ceiling, usable in resolved}
         self.spec = next(iter(self.specs.values()))
@@ -94,11 +96,15 @@ class ChoiceCapacity(ClusterCapacity):
         self._add_controller(self._chosen_spec(), log_group=log_group, teardown=teardown)
 
     def _chosen_spec(self) -> str:
-        """Fn::If over the choices' conditions; the last choice is the fallback (the conditions
-        are exhaustive where parameters are held to their AllowedValues)."""
+        """Fn::If over the choices' conditions. Where none holds (the last choice has a condition
+        and the parameters fall outside them all) the variable is left out and the controller
+        refuses to act, naming it."""
         stack = cdk.Stack.of(self)
         items = list(self.specs.items())
-        chosen = stack.to_json_string(items[-1][1])
-        for condition, spec in reversed(items[:-1]):
+        if items[-1][0] is None:
+            chosen, items = stack.to_json_string(items[-1][1]), items[:-1]
+        else:
+            chosen = cdk.Aws.NO_VALUE
+        for condition, spec in reversed(items):
             chosen = cdk.Token.as_string(cdk.Fn.condition_if(condition, stack.to_json_string(spec), chosen))
         return chosen

@@ -110,6 +110,8 @@ def plan_product(profile: Profile, limits: ProductLimits, region: str, *, source
             except UserError as e:
                 choices.append(Choice(t, m, None, 0, str(e)))
                 continue
+            # Alternates too stay within what the team allows.
+            sel = replace(sel, alternates=tuple(a for a in sel.alternates if a.instance_type in types))
             allowed = max_nodes if cap is None else min(max_nodes, math.floor(cap / sel.ceiling + 1e-9))
             why = "" if allowed == max_nodes else (
                 f"{t} {m} costs up to {money(sel.ceiling)} per node: the cap {money(cap)} per cluster allows "

@@ -64,7 +64,7 @@ from .observability_settings import ObservabilitySettings, observability_from_co
 DEFAULT_PROFILE = "dev-prototyping"  # cheap (one T4-class GPU) and safe to deploy by mistake
 KEYS = ("profile", "instance_type", "nodes", "spot", "market", "region", "vpc_id", "subnet_ids", "availability_zone",
         "command", "command_file", "job", "max_price", "interchange", "capacity_reservation", "profiles_file", "local",
-        "bench", *OBS_KEYS)
+        "bench", "portfolio", "product", *OBS_KEYS)
 MARKETS = ("spot", "on-demand", "capacity-block")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 _RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
@@ -88,7 +88,8 @@ EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "
             "subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef1", "availability_zone": "us-east-1a",
             "command": "dl-torchrun train.py", "command_file": "train.sh", "job": "my-job", "max_price": "12.5",
             "interchange": "same-accelerator", "capacity_reservation": "cr-0123456789abcdef0",
-            "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json", **OBS_EXAMPLES}
+            "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json", "portfolio": "platform",
+            "product": "dev-prototyping", **OBS_EXAMPLES}
 # Look-alikes a copy from a document or chat brings in; NFKC handles full-width forms and the like.
 _LOOKALIKES = str.maketrans({
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
@@ -446,6 +447,9 @@ def network_from_context(ctx: Mapping[str, Any], region: str) -> tuple[Optional[
 def from_context(ctx: Mapping[str, Any]) -> Settings:
     """Validate the app's context. Unknown keys that look like ours (typos) are errors."""
     _check_keys(ctx)
+    if "product" in ctx:
+        raise UserError("context product names a product of a portfolio: pass -c portfolio=NAME with it, or "
+                        "-c profile=NAME for a training stack")
     if "command" in ctx and "command_file" in ctx:
         raise UserError("context command and command_file are both given: pass one (command_file for a "
                         "multi-line script)")

@@ -1,0 +1,153 @@
+"""The portfolio's launch role: what Service Catalog's CloudFormation uses to create a product,
+so end users need no rights beyond servicecatalog:ProvisionProduct.
+
+Least privilege by construction: the actions come from the resource types the product templates
+actually declare (PERMISSIONS, one row per type; a type without a row stops the synth), and every
+statement but CloudFormation's own holds only for calls CloudFormation makes on the role's
+behalf (aws:CalledVia), in the portfolio's region. Service Catalog names the stacks it launches
+SC-<account>-pp-<id>, so CloudFormation and IAM resources are held to names starting SC-.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import aws_cdk as cdk
+import aws_cdk.aws_iam as iam
+import aws_cdk.aws_s3 as s3
+from constructs import Construct
+
+# resource type -> (actions, resource pattern ('{p}' partition, '{r}' region, '{a}' account)).
+# Reads are included: CloudFormation describes what it creates, and deletes on termination.
+_EC2 = "arn:{p}:ec2:{r}:{a}:*"
+PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "AWS::EC2::LaunchTemplate": (("ec2:CreateLaunchTemplate", "ec2:CreateLaunchTemplateVersion",
+                                  "ec2:DeleteLaunchTemplate", "ec2:ModifyLaunchTemplate",
+                                  "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions",
+                                  "ec2:GetLaunchTemplateData", "ec2:CreateTags", "ec2:DeleteTags",
+                                  "ssm:GetParameters"), "*"),
+    "AWS::EC2::VPC": (("ec2:CreateVpc", "ec2:DeleteVpc", "ec2:DescribeVpcs", "ec2:ModifyVpcAttribute",
+                       "ec2:DescribeVpcAttribute", "ec2:CreateTags", "ec2:DeleteTags"), "*"),
+    "AWS::EC2::Subnet": (("ec2:CreateSubnet", "ec2:DeleteSubnet", "ec2:DescribeSubnets", "ec2:ModifySubnetAttribute",
+                          "ec2:DescribeAvailabilityZones", "ec2:CreateTags"), "*"),
+    "AWS::EC2::RouteTable": (("ec2:CreateRouteTable", "ec2:DeleteRouteTable", "ec2:DescribeRouteTables",
+                              "ec2:CreateTags"), "*"),
+    "AWS::EC2::SubnetRouteTableAssociation": (("ec2:AssociateRouteTable", "ec2:DisassociateRouteTable",
+                                               "ec2:DescribeRouteTables"), "*"),
+    "AWS::EC2::Route": (("ec2:CreateRoute", "ec2:DeleteRoute", "ec2:ReplaceRoute", "ec2:DescribeRouteTables"), "*"),
+    "AWS::EC2::EIP": (("ec2:AllocateAddress", "ec2:ReleaseAddress", "ec2:DescribeAddresses", "ec2:CreateTags"), "*"),
+    "AWS::EC2::NatGateway": (("ec2:CreateNatGateway", "ec2:DeleteNatGateway", "ec2:DescribeNatGateways",
+                              "ec2:CreateTags"), "*"),
+    "AWS::EC2::InternetGateway": (("ec2:CreateInternetGateway", "ec2:DeleteInternetGateway",
+                                   "ec2:DescribeInternetGateways", "ec2:CreateTags"), "*"),
+    "AWS::EC2::VPCGatewayAttachment": (("ec2:AttachInternetGateway", "ec2:DetachInternetGateway",
+                                        "ec2:DescribeInternetGateways"), "*"),
+    "AWS::EC2::VPCEndpoint": (("ec2:CreateVpcEndpoint", "ec2:DeleteVpcEndpoints", "ec2:ModifyVpcEndpoint",
+                               "ec2:DescribeVpcEndpoints", "ec2:DescribePrefixLists"), "*"),
+    "AWS::EC2::FlowLog": (("ec2:CreateFlowLogs", "ec2:DeleteFlowLogs", "ec2:DescribeFlowLogs",
+                           "logs:CreateLogDelivery", "logs:DeleteLogDelivery"), "*"),
+    "AWS::EC2::SecurityGroup": (("ec2:CreateSecurityGroup", "ec2:DeleteSecurityGroup",
+                                 "ec2:DescribeSecurityGroups", "ec2:RevokeSecurityGroupEgress",
+                                 "ec2:AuthorizeSecurityGroupEgress", "ec2:CreateTags"), "*"),
+    "AWS::EC2::SecurityGroupIngress": (("ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress",
+                                        "ec2:DescribeSecurityGroupRules"), "*"),
+    "AWS::EC2::SecurityGroupEgress": (("ec2:AuthorizeSecurityGroupEgress", "ec2:RevokeSecurityGroupEgress",
+                                       "ec2:DescribeSecurityGroupRules"), "*"),
+    "AWS::EC2::PlacementGroup": (("ec2:CreatePlacementGroup", "ec2:DeletePlacementGroup",
+                                  "ec2:DescribePlacementGroups", "ec2:CreateTags"), "*"),
+    "AWS::IAM::Role": (("iam:CreateRole", "iam:DeleteRole", "iam:GetRole", "iam:TagRole", "iam:UntagRole",
+                        "iam:UpdateRoleDescription", "iam:AttachRolePolicy", "iam:DetachRolePolicy",
+                        "iam:PassRole", "iam:ListRolePolicies", "iam:ListAttachedRolePolicies"),
+                       "arn:{p}:iam::{a}:role/SC-*"),
+    "AWS::IAM::Policy": (("iam:PutRolePolicy", "iam:DeleteRolePolicy", "iam:GetRolePolicy"),
+                         "arn:{p}:iam::{a}:role/SC-*"),
+    "AWS::IAM::InstanceProfile": (("iam:CreateInstanceProfile", "iam:DeleteInstanceProfile", "iam:GetInstanceProfile",
+                                   "iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile",
+                                   "iam:TagInstanceProfile"), "arn:{p}:iam::{a}:instance-profile/SC-*"),
+    "AWS::Events::Rule": (("events:PutRule", "events:DeleteRule", "events:DescribeRule", "events:PutTargets",
+                           "events:RemoveTargets", "events:TagResource"), "arn:{p}:events:{r}:{a}:rule/SC-*"),
+    "AWS::Logs::LogGroup": (("logs:CreateLogGroup", "logs:DeleteLogGroup", "logs:PutRetentionPolicy",
+                             "logs:DeleteRetentionPolicy", "logs:TagResource", "logs:TagLogGroup",
+                             "logs:DescribeLogGroups", "logs:ListTagsForResource"), "arn:{p}:logs:{r}:{a}:log-group:*"),
+    "AWS::Logs::ResourcePolicy": (("logs:PutResourcePolicy", "logs:DeleteResourcePolicy",
+                                   "logs:DescribeResourcePolicies"), "*"),
+    "AWS::S3::Bucket": (("s3:CreateBucket", "s3:DeleteBucket", "s3:PutEncryptionConfiguration",
+                         "s3:PutBucketVersioning", "s3:PutBucketPublicAccessBlock", "s3:PutLifecycleConfiguration",
+                         "s3:PutBucketLogging", "s3:PutBucketOwnershipControls", "s3:PutBucketTagging",
+                         "s3:GetBucketLocation", "s3:ListBucket"), "arn:{p}:s3:::sc-*"),
+    "AWS::S3::BucketPolicy": (("s3:PutBucketPolicy", "s3:DeleteBucketPolicy", "s3:GetBucketPolicy"),
+                              "arn:{p}:s3:::sc-*"),
+    "AWS::Lambda::Function": (("lambda:CreateFunction", "lambda:DeleteFunction", "lambda:GetFunction",
+                               "lambda:UpdateFunctionCode", "lambda:UpdateFunctionConfiguration",
+                               "lambda:TagResource", "lambda:PutFunctionConcurrency",
+                               "lambda:DeleteFunctionConcurrency", "lambda:InvokeFunction"),
+                              "arn:{p}:lambda:{r}:{a}:function:SC-*"),
+    "AWS::Lambda::Permission": (("lambda:AddPermission", "lambda:RemovePermission"),
+                                "arn:{p}:lambda:{r}:{a}:function:SC-*"),
+    # Custom resources are Lambda invocations (above): CloudFormation invokes the function.
+    "Custom::VpcRestrictDefaultSG": ((), ""),
+    "Custom::DlLauncherClusterTeardown": ((), ""),
+}
+
+
+def permissions_for(resource_types: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """resource pattern -> sorted actions, for these types; a type without a row is a ValueError."""
+    out: dict[str, set[str]] = {}
+    for t in sorted(set(resource_types)):
+        if t not in PERMISSIONS:
+            raise ValueError(f"the launch role has no permissions for {t}: add its row to stacks/launch_role.py")
+        actions, resource = PERMISSIONS[t]
+        if actions:
+            out.setdefault(resource, set()).update(actions)
+    return {r: tuple(sorted(a)) for r, a in out.items()}
+
+
+class LaunchRole(Construct):
+    """iam.Role assumed by Service Catalog, with what the products' resource types need.
+
+    Keyword-only props: resource_types (every type in every product template), assets (the
+    bucket holding the products' assets: Lambda code and the node bundle, read at launch).
+    Attributes: role.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, resource_types: Iterable[str],
+                 assets: s3.IBucket) -> None:
+        super().__init__(scope, construct_id)
+        stack = cdk.Stack.of(self)
+        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("servicecatalog.amazonaws.com"),
+                             description="dl-launcher products: CloudFormation creates the product's resources, "
+                                         "nothing else")
+        via = {"ForAnyValue:StringEquals": {"aws:CalledVia": ["cloudformation.amazonaws.com"]},
+               "StringEquals": {"aws:RequestedRegion": stack.region}}
+        self.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["cloudformation:CreateStack", "cloudformation:UpdateStack", "cloudformation:DeleteStack",
+                     "cloudformation:DescribeStacks", "cloudformation:DescribeStackEvents",
+                     "cloudformation:GetTemplateSummary", "cloudformation:SetStackPolicy",
+                     "cloudformation:ValidateTemplate", "cloudformation:TagResource"],
+            resources=[f"arn:{stack.partition}:cloudformation:{stack.region}:{stack.account}:stack/SC-*"]))
+        # Service Catalog keeps each product version's template in its own bucket and tags it.
+        self.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:GetObject"], resources=["*"],
+            conditions={"StringEquals": {"s3:ExistingObjectTag/servicecatalog:provisioning": "true"}}))
+        # Lambda code and the node bundle, as CloudFormation creates the functions.
+        self.role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"],
+                                                              resources=[assets.arn_for_objects("*")]))
+        fill = dict(p=stack.partition, r=stack.region, a=stack.account)
+        shown = dict(p="<AWS::Partition>", r=stack.region, a="<AWS::AccountId>")  # as cdk-nag names them
+        assets_id = stack.get_logical_id(assets.node.default_child)
+        wildcards = ["*", f"<{assets_id}.Arn>/*", f"arn:<AWS::Partition>:cloudformation:{stack.region}:<AWS::AccountId>:stack/SC-*"]
+        for resource, actions in permissions_for(resource_types).items():
+            if resource == "*" and any(a.startswith("iam:") for a in actions):
+                raise ValueError("internal: IAM actions must be held to SC- names")
+            self.role.add_to_principal_policy(iam.PolicyStatement(
+                actions=list(actions), resources=[resource.format(**fill) if resource != "*" else "*"],
+                conditions=via))
+            wildcards.append(resource.format(**shown))
+        reason = (
+                "CloudFormation creates the product's VPC, subnets, launch templates and groups, whose ids EC2 "
+                "assigns: every statement holds only for calls CloudFormation makes (aws:CalledVia) in this region, "
+                "IAM, Lambda, Events, S3 and stacks are held to the SC- names Service Catalog gives a launch, "
+                "template reads to objects Service Catalog tagged servicecatalog:provisioning, assets to the "
+                "portfolio's asset bucket")
+        for resource in dict.fromkeys(wildcards):
+            cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
+                id=f"AwsSolutions-IAM5[Resource::{resource}]", reason=reason))

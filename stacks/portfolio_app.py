@@ -1,0 +1,83 @@
+"""`-c portfolio=NAME [-c profiles_file=team.toml]`: the portfolio stack; with `-c product=PROFILE`,
+that one product's template as a plain stack instead (parameters as a user enters them, e.g. for
+`cdk deploy --parameters`; the local deploy into moto uses it)."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Mapping
+
+import aws_cdk as cdk
+
+from selector.errors import UserError, closest
+
+from .portfolio_settings import PortfolioSettings, portfolio_from_file
+from .product_plan import plan_product
+from .settings import _bool, _check_keys, _check_text, _check_type, _named, network_from_context, show
+
+# What a portfolio reads from context; the training stack's other keys mean nothing here.
+PORTFOLIO_KEYS = ("portfolio", "product", "profiles_file", "region", "local", "vpc_id", "subnet_ids",
+                  "availability_zone")
+_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+
+
+def portfolio_from_context(ctx: Mapping[str, Any]) -> PortfolioSettings:
+    _check_keys(ctx)
+    from .settings import KEYS
+    for key in KEYS:
+        if key in ctx and key not in PORTFOLIO_KEYS:
+            raise UserError(f"context {key} is not used with portfolio: a product's users choose it when they launch "
+                            f"(or the team limits it in [products.NAME] of profiles_file); allowed with portfolio: "
+                            f"{', '.join(PORTFOLIO_KEYS)}")
+    for key in PORTFOLIO_KEYS:
+        if key in ctx:
+            _check_type(key, ctx[key])
+            if isinstance(ctx[key], str):
+                _check_text(key, ctx[key])
+    name = ctx["portfolio"].strip()
+    if not _NAME.fullmatch(name):
+        near = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", name.lower())).strip("-")[:40]
+        raise UserError(f"context portfolio={show(name)}: use 1-40 lower-case letters, digits and dashes (it names "
+                        "the stack and the products)" + (f"; closest: {near}" if near else ""))
+    from selector.catalog import load_catalog
+    catalog = load_catalog()
+    region = ctx.get("region", "us-east-1").strip()
+    _named("region", region, catalog.regions)
+    region = catalog.check_region(region)
+    vpc_id, subnet_ids, az = network_from_context(ctx, region)
+    path = ctx["profiles_file"].strip() if "profiles_file" in ctx else None
+    settings = portfolio_from_file(name, region, path, local=_bool("local", ctx.get("local", False)),
+                                   vpc_id=vpc_id, subnet_ids=subnet_ids, availability_zone=az)
+    if "product" in ctx:
+        product = ctx["product"].strip()
+        names = [p.name for p in settings.profiles]
+        if product not in names:
+            near = closest(product, names, n=1)
+            raise UserError(f"context product={show(product)} is not a product of portfolio {name}"
+                            + (f"; closest: {near[0]}" if near else "") + f"; allowed: {', '.join(names)}")
+        settings = dataclasses.replace(settings, profiles=tuple(p for p in settings.profiles if p.name == product))
+    return settings
+
+
+def build(app: cdk.App, ctx: Mapping[str, Any], synthesizer=None) -> cdk.Stack:
+    """The portfolio stack (or one product as a plain stack) for the context."""
+    import os
+
+    settings = portfolio_from_context(ctx)
+    plans = [plan_product(p, settings.limits_for(p.name), settings.region, source=settings.source)
+             for p in settings.profiles]
+    env = cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=settings.region)
+    if "product" in ctx:
+        from .portfolio_stack import product_tag
+        from .training_product import TrainingProduct
+        (plan,) = plans
+        stack = cdk.Stack(app, f"dl-{settings.name}-{plan.profile.name}", env=env, synthesizer=synthesizer,
+                          description=f"dl-launcher {settings.name}: {plan.profile.name} (the product's template)")
+        TrainingProduct(stack, "Product", plan=plan, product_tag=product_tag(settings, plan), vpc_id=settings.vpc_id,
+                        subnet_ids=settings.subnet_ids, availability_zone=settings.availability_zone,
+                        local=settings.local)
+        return stack
+    from .portfolio_stack import PortfolioStack
+    return PortfolioStack(app, f"dl-portfolio-{settings.name}", settings=settings, plans=plans, env=env,
+                          synthesizer=synthesizer,
+                          description=f"dl-launcher portfolio {settings.name}: {len(plans)} products")
