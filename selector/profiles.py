@@ -181,6 +181,8 @@ def _read_file(path: str) -> dict[str, Any]:
             raise UserError(f"{shown}: TOML nested too deeply to be a profile file") from None
         except ValueError as e:
             raise UserError(f"{shown}: not valid TOML ({clean(str(e))[:120]})") from None
+    if isinstance(data, dict) and "profiles" not in data and ("portfolio" in data or "products" in data):
+        return {}  # a platform team's portfolio over the built-in profiles only
     if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
         raise UserError(f"{shown}: expected a 'profiles' table, e.g. [profiles.my-training] with description = \"...\"")
     return data["profiles"]

@@ -64,6 +64,8 @@ def build(app: cdk.App, ctx: Mapping[str, Any], synthesizer=None) -> cdk.Stack:
     import os
 
     settings = portfolio_from_context(ctx)
+    # Absolute: the CDK's jsii process keeps the directory it started in, whatever this one does.
+    settings = dataclasses.replace(settings, snapshots=os.path.abspath(settings.snapshots))
     plans = [plan_product(p, settings.limits_for(p.name), settings.region, source=settings.source)
              for p in settings.profiles]
     env = cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=settings.region)

@@ -1,0 +1,260 @@
+"""The platform team's portfolio: `-c portfolio=NAME [-c profiles_file=...]` through app.main
+(cdk-nag runs on every synth), cfn-lint on the portfolio and every product template, and the
+team's limits checked against the catalog's own prices by evaluating the templates' rules the way
+CloudFormation documents them (Fn::And/Or/Not/Equals/Contains over parameter values)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import app
+from selector.catalog import load_catalog
+from selector.profiles import builtin_profiles
+from selector.recommend import recommend
+from tests.cdk_checks import cdk_cli as cli, cfn_lint
+
+REGION = "us-east-1"
+TEAM_FILE = """
+[profiles.team-notebook]
+extends = "dev-prototyping"
+description = "A team's notebook GPU"
+
+[portfolio]
+provider = "ML platform team"
+profiles = ["team-notebook", "multi-node-training"]
+share_with_accounts = ["111122223333", "444455556666"]
+budget_emails = ["platform@example.com"]
+[portfolio.tag_options]
+team = ["ml-research", "ml-platform"]
+project = ["llm"]
+cost-centre = ["cc-1001"]
+
+[products.multi-node-training]
+instance_types = ["p5.48xlarge", "p4d.24xlarge", "p5en.48xlarge"]
+max_nodes = 4
+max_cluster_usd_per_hour = 120
+monthly_budget_usd = 20000
+
+[products.team-notebook]
+spot_only = true
+"""
+
+
+def _synth(tmp_path: Path, monkeypatch, **context) -> tuple[int, Path]:
+    monkeypatch.chdir(tmp_path)  # ProductStackHistory writes its snapshots under the working directory
+    out = tmp_path / "cdk.out"
+    rc = app.main({k: str(v) for k, v in context.items()}, outdir=str(out))
+    return rc, out
+
+
+def _products(out: Path) -> dict[str, dict]:
+    """profile name -> product template (ProductStack templates are named <stack><profile>template<hash>)."""
+    found = {}
+    for f in out.glob("*.product.template.json"):
+        t = json.loads(f.read_text())
+        found[t["Description"].split(": ", 1)[1].split(" ")[0]] = t
+    return found
+
+
+@pytest.fixture(scope="module")
+def default_portfolio(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    tmp = tmp_path_factory.mktemp("portfolio")
+    try:
+        rc, out = _synth(tmp, mp, portfolio="platform")
+    finally:
+        mp.undo()
+    assert rc == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def team_portfolio(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    tmp = tmp_path_factory.mktemp("team")
+    (tmp / "team.toml").write_text(TEAM_FILE)
+    try:
+        rc, out = _synth(tmp, mp, portfolio="team", profiles_file=tmp / "team.toml")
+    finally:
+        mp.undo()
+    assert rc == 0
+    return out
+
+
+def test_every_profile_is_a_product_offering_the_selectors_candidates(default_portfolio):
+    products = _products(default_portfolio)
+    assert sorted(products) == sorted(builtin_profiles())
+    portfolio = json.loads((default_portfolio / "dl-portfolio-platform.template.json").read_text())
+    kinds = [r["Type"] for r in portfolio["Resources"].values()]
+    assert kinds.count("AWS::ServiceCatalog::CloudFormationProduct") == len(products)
+    assert kinds.count("AWS::ServiceCatalog::PortfolioProductAssociation") == len(products)
+    assert kinds.count("AWS::ServiceCatalog::LaunchRoleConstraint") == len(products)
+    assert kinds.count("AWS::Budgets::Budget") == len(products)
+    for name, t in products.items():
+        profile = builtin_profiles()[name]
+        market = "spot" if profile.workload == "training" else "on-demand"
+        ranked = [c.instance_type for c in recommend(profile, region=REGION, market=market).candidates
+                  if not c.facts.capacity_block_only]
+        allowed = t["Parameters"]["InstanceType"]["AllowedValues"]
+        # the selector's candidates, best first, the first eight (one launch template each)
+        assert allowed == ranked[:8], name
+        assert t["Parameters"]["InstanceType"]["Default"] == ranked[0]
+
+
+def test_portfolio_and_every_product_template_pass_cfn_lint(default_portfolio):
+    cfn_lint(sorted(default_portfolio.glob("*.template.json")))
+
+
+def test_real_cli_synth_of_the_portfolio(tmp_path):
+    r = cli("synth", "-c", "portfolio=platform", "--quiet", "-o", str(tmp_path / "out"), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "out" / "dl-portfolio-platform.template.json").exists()
+
+
+def _catalog_price(instance_type: str, market: str) -> float:
+    p = load_catalog().get(instance_type).price(REGION)
+    return p.spot if market == "spot" else p.on_demand
+
+
+def _evaluate(expr, params: dict[str, str]):
+    """CloudFormation's rule functions, as documented, over plain parameter values."""
+    if isinstance(expr, str):
+        return expr
+    if isinstance(expr, list):
+        return [_evaluate(e, params) for e in expr]
+    (fn, arg), = expr.items()
+    if fn == "Ref":
+        return params[arg]
+    if fn == "Fn::Equals":
+        a, b = (_evaluate(x, params) for x in arg)
+        return a == b
+    if fn == "Fn::And":
+        return all(_evaluate(x, params) for x in arg)
+    if fn == "Fn::Or":
+        return any(_evaluate(x, params) for x in arg)
+    if fn == "Fn::Not":
+        return not _evaluate(arg[0], params)
+    if fn == "Fn::Contains":
+        values, value = arg
+        return _evaluate(value, params) in _evaluate(values, params)
+    raise AssertionError(f"unexpected rule function {fn}")
+
+
+def _accepted(template: dict, rules: dict, params: dict[str, str]) -> bool:
+    for name, p in template["Parameters"].items():
+        if name in params and "AllowedValues" in p and params[name] not in p["AllowedValues"]:
+            return False
+    for rule in rules.values():
+        if "RuleCondition" in rule and not _evaluate(rule["RuleCondition"], params):
+            continue
+        if not all(_evaluate(a["Assert"], params) for a in rule["Assertions"]):
+            return False
+    return True
+
+
+def test_rules_hold_every_cluster_under_the_teams_cap_at_catalog_prices(team_portfolio):
+    t = _products(team_portfolio)["multi-node-training"]
+    assert t["Parameters"]["InstanceType"]["AllowedValues"] == ["p5en.48xlarge", "p5.48xlarge", "p4d.24xlarge"]
+    assert t["Parameters"]["Nodes"]["AllowedValues"] == ["1", "2", "3", "4"]
+    portfolio = json.loads((team_portfolio / "dl-portfolio-team.template.json").read_text())
+    constraints = [r["Properties"] for r in portfolio["Resources"].values()
+                   if r["Type"] == "AWS::ServiceCatalog::LaunchTemplateConstraint"]
+    checked = 0
+    for itype in ["p5en.48xlarge", "p5.48xlarge", "p4d.24xlarge", "p6-b200.48xlarge"]:
+        for market in ["spot", "on-demand"]:
+            for nodes in range(1, 6):
+                params = {"InstanceType": itype, "Market": market, "Nodes": str(nodes), "JobName": "j", "Command": ""}
+                price = _catalog_price(itype, market)
+                expected = itype != "p6-b200.48xlarge" and nodes <= 4 and nodes * price <= 120
+                assert _accepted(t, t["Rules"], params) == expected, (params, price)
+                # the same limits as Service Catalog template constraints on the portfolio
+                rules = {}
+                for c in constraints:
+                    rules.update(json.loads(c["Rules"]))
+                assert _accepted(t, rules, params) == expected, ("constraint", params)
+                checked += 1
+    assert checked == 40
+    # p5 on-demand ($55.04/h at the catalog's price) can run 2 nodes under $120/h, not 3
+    assert _accepted(t, t["Rules"], {"InstanceType": "p5.48xlarge", "Market": "on-demand", "Nodes": "2"})
+    assert not _accepted(t, t["Rules"], {"InstanceType": "p5.48xlarge", "Market": "on-demand", "Nodes": "3"})
+
+
+def test_a_profile_added_to_the_file_is_a_product_with_its_governance(team_portfolio):
+    products = _products(team_portfolio)
+    assert sorted(products) == ["multi-node-training", "team-notebook"]
+    notebook = products["team-notebook"]
+    assert notebook["Parameters"]["Market"]["AllowedValues"] == ["spot"]  # spot_only
+    portfolio = json.loads((team_portfolio / "dl-portfolio-team.template.json").read_text())
+    res = portfolio["Resources"].values()
+    tags = {(r["Properties"]["Key"], r["Properties"]["Value"]) for r in res if r["Type"] == "AWS::ServiceCatalog::TagOption"}
+    assert tags == {("team", "ml-research"), ("team", "ml-platform"), ("project", "llm"), ("cost-centre", "cc-1001")}
+    shares = sorted(r["Properties"]["AccountId"] for r in res if r["Type"] == "AWS::ServiceCatalog::PortfolioShare")
+    assert shares == ["111122223333", "444455556666"]
+    budgets = {r["Properties"]["Budget"]["BudgetName"]: r["Properties"] for r in res if r["Type"] == "AWS::Budgets::Budget"}
+    mnt = budgets["dl-launcher team/multi-node-training"]
+    assert mnt["Budget"]["BudgetLimit"] == {"Amount": 20000, "Unit": "USD"}
+    assert mnt["Budget"]["CostFilters"] == {"TagKeyValue": ["user:dl-launcher:product$team/multi-node-training"]}
+    emails = {s["Address"] for n in mnt["NotificationsWithSubscribers"] for s in n["Subscribers"]
+              if s["SubscriptionType"] == "EMAIL"}
+    assert emails == {"platform@example.com"}
+    # every node of the product carries the product tag the budget filters on
+    for lt in (r for r in notebook["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"):
+        specs = lt["Properties"]["LaunchTemplateData"]["TagSpecifications"]
+        for kind in ("instance", "volume"):
+            (spec,) = [s for s in specs if s["ResourceType"] == kind]
+            assert {"Key": "dl-launcher:product", "Value": "team/team-notebook"} in spec["Tags"]
+
+
+def test_launch_role_covers_every_resource_type_and_only_through_cloudformation(team_portfolio):
+    from stacks.launch_role import PERMISSIONS
+    types = {r["Type"] for t in _products(team_portfolio).values() for r in t["Resources"].values()}
+    assert types <= set(PERMISSIONS)
+    portfolio = json.loads((team_portfolio / "dl-portfolio-team.template.json").read_text())
+    (role,) = [k for k, r in portfolio["Resources"].items() if r["Type"] == "AWS::IAM::Role"
+               and r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"].get("Service")
+               == "servicecatalog.amazonaws.com"]
+    (policy,) = [r for r in portfolio["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
+                 and {"Ref": role} in r["Properties"]["Roles"]]
+    for st in policy["Properties"]["PolicyDocument"]["Statement"]:
+        actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+        if all(a.startswith("cloudformation:") for a in actions) or actions == ["s3:GetObject"]:
+            continue
+        assert st["Condition"]["ForAnyValue:StringEquals"]["aws:CalledVia"] == ["cloudformation.amazonaws.com"], st
+
+
+@pytest.mark.parametrize("body,expected", [
+    ("[products.multi-node-training]\nmax_node = 4\n", "unknown key 'max_node' in [products.multi-node-training]; "
+                                                       "closest: max_nodes"),
+    ("[products.multi-node-training]\nmax_nodes = 0\n", "max_nodes = 0: allowed 1 to 64; closest: 1"),
+    ("[products.multi-node-training]\ninstance_types = [\"g4dn.xlarge\"]\n",
+     "instance_types names g4dn.xlarge, which is not a candidate of profile multi-node-training"),
+    ("[products.multi-node-training]\nmax_cluster_usd_per_hour = 1\n", "nothing can launch"),
+    ("[products.multi-node-training]\nbudget_action = \"stop\"\n", "allowed notify (stopping capacity"),
+    ("[portfolio]\nshare_with_accounts = [\"12345\"]\n", "portfolio.share_with_accounts has '12345': expected a "
+                                                          "12-digit AWS account id"),
+    ("[portfolio.tag_options]\nteam = []\n", "portfolio.tag_options.team is empty"),
+    ("[portfolio.tag_options]\ncost_center = [\"x\"]\n", "closest: cost-centre"),
+    ("[portfolio]\n[product.x]\n", "unknown key 'product' in [the file's top level]; closest: products"),
+    ("[products.nope]\n", "[products.nope] is not a profile of the portfolio"),
+])
+def test_a_malformed_file_is_one_line_naming_file_and_key(tmp_path, body, expected):
+    f = tmp_path / "team.toml"
+    f.write_text(body)
+    r = cli("synth", "-c", "portfolio=team", "-c", f"profiles_file={f}", "-o", str(tmp_path / "out"))
+    assert r.returncode != 0, r.stderr[-2000:]  # app.py exits 2; the CDK CLI reports it as 1
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert str(f) in line and expected in line and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert not list((tmp_path / "out").glob("*.template.json")) if (tmp_path / "out").exists() else True
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["-c", "portfolio=Platform"], "context portfolio='Platform': use 1-40 lower-case letters"),
+    (["-c", "portfolio=platform", "-c", "nodes=2"], "context nodes is not used with portfolio"),
+    (["-c", "portfolio=platform", "-c", "product=multinode"], "closest: multi-node-training"),
+    (["-c", "product=inference"], "context product names a product of a portfolio"),
+])
+def test_bad_portfolio_context_is_one_line(tmp_path, args, expected):
+    r = cli("synth", *args, "-o", str(tmp_path))
+    assert r.returncode != 0 and expected in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
