@@ -141,6 +141,7 @@ class ClusterCapacity(Construct):
             "capacity_reservation": capacity_reservation, "subnet_ids": self.subnet_ids,
             "replace_within_seconds": int(replace_within.to_seconds()),
             "state_bucket": self.state_bucket.bucket_name, "state_key": self.state_key,
+            "stack": cdk.Stack.of(self).stack_id,  # its tags (cost allocation) go on every node and volume
             "options": [{"instance_type": f.instance_type,
                          "launch_template_id": self._template(f.instance_type).launch_template.launch_template_id,
                          "launch_template_version": self._template(f.instance_type).launch_template.latest_version_number,

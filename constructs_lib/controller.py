@@ -98,6 +98,12 @@ class CapacityController(Construct):
             iam.PolicyStatement(actions=["ec2:CreateTags"], resources=["*"],
                                 conditions={"StringEquals": {"ec2:CreateAction": ["CreateFleet", "RunInstances"],
                                                              "aws:RequestedRegion": stack.region}}),
+            # The stack's cost tags onto the volumes of its nodes (which carry the cluster tag from
+            # the launch template); the tags themselves come from the stack, read here.
+            iam.PolicyStatement(actions=["ec2:CreateTags"],
+                                resources=[f"arn:{stack.partition}:ec2:{stack.region}:{stack.account}:volume/*"],
+                                conditions={"StringEquals": {f"ec2:ResourceTag/{tag}": cluster}}),
+            iam.PolicyStatement(actions=["cloudformation:DescribeStacks"], resources=[stack.stack_id]),
             iam.PolicyStatement(actions=["ec2:TerminateInstances"], resources=["*"],
                                 conditions={"StringEquals": {f"ec2:ResourceTag/{tag}": cluster}}),
             # Describe calls support no resource-level permissions.
@@ -120,6 +126,10 @@ class CapacityController(Construct):
         ]
         for st in statements:
             self.role.add_to_principal_policy(st)
+        region = "<AWS::Region>" if cdk.Token.is_unresolved(stack.region) else stack.region
+        cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
+            id=f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:{region}:<AWS::AccountId>:volume/*]",
+            reason=f"EC2 names the volumes at launch: tags only, and only on volumes tagged {tag}={cluster}"))
         cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
             id="AwsSolutions-IAM5[Resource::*]", reason=(
                 "EC2 assigns the ids of the instances, interfaces, volumes and fleets a launch creates, describe "

@@ -23,11 +23,12 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence, Mapping
 
 from ..runtime.contract import HEALTH_REPLACE
 from .errors import error_code
-from .instances import LIVE_STATES, Launched, Node, fleet_request, launch, list_cluster, states, terminate
+from .instances import (LIVE_STATES, Launched, Node, fleet_request, launch, list_cluster, states, tag_volumes,
+                        terminate)
 from .spec import CapacityOption, ClusterSpec
 from .state import ControllerState, Lease, LeaseLost, StateStore
 
@@ -63,8 +64,13 @@ class Controller:
     """Decisions for one cluster. Not shared between threads: each invocation builds its own."""
 
     def __init__(self, ec2: Any, spec: ClusterSpec, store: StateStore, *, clock: Callable[[], float] = time.time,
-                 log: Callable[[str], Any] = print) -> None:
+                 log: Callable[[str], Any] = print,
+                 cost_tags: Optional[Callable[[], Mapping[str, str]]] = None) -> None:
+        """cost_tags: what every node and its volumes carry besides the cluster tag (the stack's
+        tags, read once per run); failing to read them is logged and never stops a launch."""
         self.ec2 = ec2
+        self._cost_tags = cost_tags
+        self._tags: Optional[Mapping[str, str]] = None
         self.spec = spec
         self.store = store
         self.clock = clock
@@ -268,7 +274,7 @@ class Controller:
     def _launch(self, option: CapacityOption, count: int, subnets: Sequence[str], *, minimum: int) -> Launched:
         self._guard(f"launching {option.instance_type}")
         try:
-            got = launch(self.ec2, fleet_request(self.spec, option, count, subnets, minimum))
+            got = launch(self.ec2, fleet_request(self.spec, option, count, subnets, minimum, self._extra_tags()))
         except Exception as e:
             # An error about this option (its template, its type in this AZ) sends the cluster to the
             # next one; throttling, outages, permissions and bugs would fail every option alike and
@@ -279,7 +285,22 @@ class Controller:
         now = self.clock()
         for i, subnet in got.instances:
             self._state.recent[i] = {"instance_type": option.instance_type, "subnet": subnet, "at": now}
+        if got.ids and self._extra_tags():
+            try:
+                tag_volumes(self.ec2, got.ids, self._extra_tags())
+            except Exception as e:  # cost tags must never cost the cluster
+                self.log(f"dl-launcher: could not tag the volumes of {', '.join(got.ids)}: {e}")
         return got
+
+    def _extra_tags(self) -> Mapping[str, str]:
+        if self._tags is None:
+            self._tags = {}
+            if self._cost_tags is not None:
+                try:
+                    self._tags = dict(self._cost_tags())
+                except Exception as e:
+                    self.log(f"dl-launcher: could not read the stack's tags, nodes go without them: {e}")
+        return self._tags
 
     def _terminate(self, nodes: Sequence[Node], kind: str, reason: str) -> None:
         self._guard(kind)

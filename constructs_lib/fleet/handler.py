@@ -62,7 +62,13 @@ def _clients() -> tuple[Any, Any]:
 
 
 def _controller(spec: ClusterSpec, ec2: Any, s3: Any) -> Controller:
-    return Controller(ec2, spec, StateStore(s3, spec.state_bucket, spec.state_key))
+    tags = None
+    if spec.stack:
+        import boto3
+
+        from .instances import stack_tags
+        tags = lambda: stack_tags(boto3.client("cloudformation"), spec.stack)  # noqa: E731
+    return Controller(ec2, spec, StateStore(s3, spec.state_bucket, spec.state_key), cost_tags=tags)
 
 
 # ---- EventBridge ---------------------------------------------------------------------------------

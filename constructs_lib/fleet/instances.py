@@ -8,7 +8,7 @@ answer with instances and errors at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..runtime.contract import TAG_CLUSTER, TAG_HEALTH
 from .errors import error_code
@@ -64,8 +64,10 @@ def usd(value: float) -> str:
 
 
 def fleet_request(spec: ClusterSpec, option: CapacityOption, count: int, subnets: Sequence[str],
-                  minimum: int) -> dict[str, Any]:
-    """CreateFleet keywords: `count` nodes of exactly option's type, at least `minimum` or none."""
+                  minimum: int, tags: Mapping[str, str] = {}) -> dict[str, Any]:
+    """CreateFleet keywords: `count` nodes of exactly option's type, at least `minimum` or none;
+    `tags` (the stack's cost tags) on every instance beside the cluster tag."""
+    extra = [{"Key": k, "Value": v} for k, v in sorted(tags.items()) if k != TAG_CLUSTER]
     spot = spec.market == "spot"
     overrides = [{"InstanceType": option.instance_type, "SubnetId": s, **({"MaxPrice": usd(spec.max_price)} if spot else {})}
                  for s in subnets]
@@ -78,7 +80,8 @@ def fleet_request(spec: ClusterSpec, option: CapacityOption, count: int, subnets
             "Overrides": overrides}],
         "TargetCapacitySpecification": {"TotalTargetCapacity": count, "DefaultTargetCapacityType": spec.market},
         # The launch template's own tags apply too; this one is how the controller finds its nodes.
-        "TagSpecifications": [{"ResourceType": "instance", "Tags": [{"Key": TAG_CLUSTER, "Value": spec.cluster}]}],
+        "TagSpecifications": [{"ResourceType": "instance",
+                               "Tags": [{"Key": TAG_CLUSTER, "Value": spec.cluster}, *extra]}],
     }
     if spot:
         # One type in one AZ leaves little to allocate; capacity-optimized picks the pool least
@@ -125,3 +128,24 @@ def terminate(ec2: Any, ids: Sequence[str]) -> None:
         if len(ids) > 1:  # one unknown id fails the whole call: the others still must go
             for i in ids:
                 terminate(ec2, [i])
+
+
+def stack_tags(cfn: Any, stack: str) -> dict[str, str]:
+    """The stack's own tags a user or Service Catalog set (team, project, cost-centre, ...); the
+    aws: ones are AWS's and EC2 refuses them."""
+    (found,) = cfn.describe_stacks(StackName=stack)["Stacks"]
+    return {t["Key"]: t["Value"] for t in found.get("Tags", []) if not t["Key"].startswith("aws:")}
+
+
+def tag_volumes(ec2: Any, ids: Sequence[str], tags: Mapping[str, str]) -> list[str]:
+    """Put `tags` on the EBS volumes attached to `ids` (an instant fleet tags instances only;
+    the launch template's volume tags are fixed at deploy). Returns the volume ids tagged."""
+    if not ids or not tags:
+        return []
+    volumes = []
+    for r in ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": list(ids)}]).get("Reservations", []):
+        for i in r.get("Instances", []):
+            volumes += [b["Ebs"]["VolumeId"] for b in i.get("BlockDeviceMappings", []) if "Ebs" in b]
+    if volumes:
+        ec2.create_tags(Resources=volumes, Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())])
+    return volumes

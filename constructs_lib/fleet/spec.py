@@ -23,6 +23,7 @@ _LAUNCH_TEMPLATE = re.compile(r"^lt-[0-9a-f]{8,17}$")
 _VERSION = re.compile(r"^(\$Latest|\$Default|[1-9][0-9]*)$")
 _SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 _RESERVATION = re.compile(r"^(cr-[0-9a-f]{8,17}|arn:aws[a-z-]*:resource-groups:[a-z0-9-]+:\d{12}:group/[\w.+=,@-]+)$")
+_STACK = re.compile(r"^arn:aws[a-z-]*:cloudformation:[a-z0-9-]+:\d{12}:stack/[A-Za-z][A-Za-z0-9-]*/[0-9a-f-]+$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
@@ -99,6 +100,9 @@ class ClusterSpec:
     replace_within_seconds: int = 600
     state_bucket: str
     state_key: str
+    # The CloudFormation stack (id or ARN) whose own tags (Service Catalog's TagOptions, `cdk deploy
+    # --tags`) every node and its volumes carry, so that cost allocation sees them; None: none.
+    stack: Optional[str] = None
 
     def __post_init__(self) -> None:
         # Lists from JSON (or a caller) become tuples, so the spec stays hashable and immutable.
@@ -143,6 +147,8 @@ class ClusterSpec:
             raise ValueError(f"state_bucket {self.state_bucket!r} is not an S3 bucket name")
         if not isinstance(self.state_key, str) or not self.state_key or self.state_key.startswith("/"):
             raise ValueError(f"state_key {self.state_key!r} must be a non-empty S3 key without a leading /")
+        if self.stack is not None and (not isinstance(self.stack, str) or not _STACK.match(self.stack)):
+            raise ValueError(f"stack {self.stack!r} is not a CloudFormation stack ARN")
 
     def option_index(self, instance_type: Optional[str]) -> Optional[int]:
         for i, o in enumerate(self.options):
