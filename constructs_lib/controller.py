@@ -126,9 +126,11 @@ class CapacityController(Construct):
         ]
         for st in statements:
             self.role.add_to_principal_policy(st)
+        # As cdk-nag names the resource: pseudo parameters where the stack's environment is open.
         region = "<AWS::Region>" if cdk.Token.is_unresolved(stack.region) else stack.region
+        account = "<AWS::AccountId>" if cdk.Token.is_unresolved(stack.account) else stack.account
         cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
-            id=f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:{region}:<AWS::AccountId>:volume/*]",
+            id=f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:{region}:{account}:volume/*]",
             reason=f"EC2 names the volumes at launch: tags only, and only on volumes tagged {tag}={cluster}"))
         cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
             id="AwsSolutions-IAM5[Resource::*]", reason=(

@@ -132,9 +132,11 @@ class LaunchRole(Construct):
         self.role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"],
                                                               resources=[assets.arn_for_objects("*")]))
         fill = dict(p=stack.partition, r=stack.region, a=stack.account)
-        shown = dict(p="<AWS::Partition>", r=stack.region, a="<AWS::AccountId>")  # as cdk-nag names them
+        # As cdk-nag names them: pseudo parameters where the stack's environment is open.
+        shown = dict(p="<AWS::Partition>", r=stack.region,
+                     a="<AWS::AccountId>" if cdk.Token.is_unresolved(stack.account) else stack.account)
         assets_id = stack.get_logical_id(assets.node.default_child)
-        wildcards = ["*", f"<{assets_id}.Arn>/*", f"arn:<AWS::Partition>:cloudformation:{stack.region}:<AWS::AccountId>:stack/SC-*"]
+        wildcards = ["*", f"<{assets_id}.Arn>/*", "arn:{p}:cloudformation:{r}:{a}:stack/SC-*".format(**shown)]
         for resource, actions in permissions_for(resource_types).items():
             if resource == "*" and any(a.startswith("iam:") for a in actions):
                 raise ValueError("internal: IAM actions must be held to SC- names")

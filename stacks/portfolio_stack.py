@@ -211,7 +211,8 @@ def _acknowledge_asset_deployment(stack: cdk.Stack) -> None:
 def _resources_of(construct: Construct) -> list[str]:
     """The wildcard resources of the BucketDeployment's role policy, as cdk-nag names them."""
     stack = cdk.Stack.of(construct)
-    out = [f"arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-{stack.region}/*"]
+    account = "<AWS::AccountId>" if cdk.Token.is_unresolved(stack.account) else stack.account
+    out = [f"arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-{account}-{stack.region}/*"]
     for c in construct.node.find_all():
         if isinstance(c, s3.CfnBucket):
             out.append(f"<{stack.get_logical_id(c)}.Arn>/*")

@@ -258,3 +258,17 @@ def test_a_malformed_file_is_one_line_naming_file_and_key(tmp_path, body, expect
 def test_bad_portfolio_context_is_one_line(tmp_path, args, expected):
     r = cli("synth", *args, "-o", str(tmp_path))
     assert r.returncode != 0 and expected in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def test_the_product_as_a_plain_stack_is_the_portfolios_product(default_portfolio, tmp_path, monkeypatch):
+    rc, out = _synth(tmp_path, monkeypatch, portfolio="platform", product="dev-prototyping")
+    assert rc == 0
+    plain = json.loads((out / "dl-platform-dev-prototyping.template.json").read_text())
+    product = _products(default_portfolio)["dev-prototyping"]
+    rules = {k: v for k, v in plain.get("Rules", {}).items() if k != "CheckBootstrapVersion"}  # the CDK's own
+    assert rules == product.get("Rules", {})
+    assert plain["Conditions"] == product["Conditions"]
+    strip = {"BootstrapVersion"}
+    assert ({k: v for k, v in plain["Parameters"].items() if k not in strip and not k.startswith("AssetParameters")}
+            == {k: v for k, v in product["Parameters"].items() if k not in strip})
+    assert sorted(r["Type"] for r in plain["Resources"].values()) == sorted(r["Type"] for r in product["Resources"].values())
