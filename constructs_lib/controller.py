@@ -62,6 +62,7 @@ class CapacityController(Construct):
             timeout=cdk.Duration.minutes(5), memory_size=256,
             description=f"dl-launcher: gang launch, replacement and whole-cluster fallback for {cluster}",
             environment={"DL_CLUSTER_SPEC": spec if isinstance(spec, str) else stack.to_json_string(spec)})
+        cdk.Tags.of(self.function).add(contract.TAG_FUNCTION, contract.FUNCTION_CONTROLLER)
         # aws-cdk-lib's Function declares a DependsOn on its role that its GetAtt already implies;
         # cfn-lint warns (W3005) about CDK's code, not ours.
         self.function.node.default_child.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})

@@ -17,8 +17,9 @@
     max_cluster_usd_per_hour = 250                # every node of the chosen type, in its market [no cap]
     spot_only = true                              # [false]
     monthly_budget_usd = 20000                    # [100 hours of the dearest allowed cluster]
-    budget_action = "notify"                      # tell the budget topic and budget_emails [notify]
-                                                  # (a budget action that stops capacity is not built yet)
+    budget_action = "stop"                        # notify: tell the budget topic and budget_emails;
+                                                  # stop: also, at 100% actual, stop the product's
+                                                  # clusters (resumable; checkpoints kept) [notify]
 
 Every bad value is one UserError line naming the file, the key and what is allowed.
 """
@@ -38,7 +39,7 @@ TAG_KEYS = ("team", "project", "cost-centre")  # mandatory: the issue's cost all
 DEFAULT_TAG_VALUE = "unassigned"  # the built-in portfolio's only value; set yours in the file
 MAX_TYPES = 8  # launch templates per product: each type is one, and the template must stay small
 MAX_NODES = 64  # as the training stack's nodes
-BUDGET_ACTIONS = ("notify",)  # "stop" (a budget action on the product's capacity) is not built yet
+BUDGET_ACTIONS = ("notify", "stop")
 DEFAULT_BUDGET_HOURS = 100
 _ACCOUNT = re.compile(r"\d{12}")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
@@ -170,10 +171,8 @@ def _limits(path: str, name: str, raw: Any) -> ProductLimits:
         v = raw["budget_action"]
         if v not in BUDGET_ACTIONS:
             near = closest(str(v), BUDGET_ACTIONS, n=1)
-            later = " (stopping capacity from a budget is not built yet: the idle guard stops idle clusters)" \
-                if v == "stop" else ""
             raise UserError(f"{_where(path, table + '.budget_action')} = {clean(repr(v))[:40]}: allowed "
-                            f"{', '.join(BUDGET_ACTIONS)}{later}" + (f"; closest: {near[0]}" if near else ""))
+                            f"{', '.join(BUDGET_ACTIONS)}" + (f"; closest: {near[0]}" if near else ""))
         kw["budget_action"] = v
     return ProductLimits(**kw)
 

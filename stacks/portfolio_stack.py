@@ -15,6 +15,7 @@ import aws_cdk.aws_budgets as budgets
 import aws_cdk.aws_iam as iam
 import aws_cdk.aws_s3 as s3
 import aws_cdk.aws_servicecatalog as sc
+import aws_cdk.aws_sns as sns
 from constructs import Construct
 
 from constructs_lib.observability.notifications import NotificationTopic
@@ -23,7 +24,9 @@ from .launch_role import LaunchRole
 from .portfolio_settings import PortfolioSettings
 from .product_plan import ProductPlan
 from .selection import money
-from .training_product import TAG_PRODUCT, TrainingProduct, product_rules
+from constructs_lib.runtime.contract import TAG_PRODUCT
+
+from .training_product import TrainingProduct, product_rules
 
 
 def version_name(plan: ProductPlan) -> str:
@@ -67,6 +70,7 @@ class PortfolioStack(cdk.Stack):
         self.product_stacks: dict[str, sc.ProductStack] = {}
         self.products: dict[str, sc.CloudFormationProduct] = {}
         self.budgets: dict[str, budgets.CfnBudget] = {}
+        self.stop_topics: dict[str, sns.ITopic] = {}
         histories = {}
         for plan in plans:
             name = plan.profile.name
@@ -101,7 +105,15 @@ class PortfolioStack(cdk.Stack):
                     rule_name=rule_name, condition=condition,
                     assertions=[sc.TemplateRuleAssertion(assert_=assertion, description=text)]))
             self.products[name] = product
-            self.budgets[name] = _budget(self, settings, plan, self.topic)
+            stop = None
+            if plan.limits.budget_action == "stop":
+                stop = _budget_topic(self, f"{name}-budget-stop").topic
+                self.stop_topics[product_tag(settings, plan)] = stop
+            self.budgets[name] = _budget(self, settings, plan, self.topic, stop)
+        self.stopper = None
+        if self.stop_topics:
+            from .budget_stop import BudgetStopper
+            self.stopper = BudgetStopper(self, "BudgetStopper", topics=self.stop_topics, alerts=self.topic.topic)
         for account in settings.share_with_accounts:
             self.portfolio.share_with_account(account, share_tag_options=True)
         _acknowledge_asset_deployment(self)
@@ -144,8 +156,9 @@ def _asset_bucket(stack: cdk.Stack, settings: PortfolioSettings) -> s3.Bucket:
                      server_access_logs_prefix="assets/")
 
 
-def _budget_topic(stack: cdk.Stack) -> NotificationTopic:
-    topic = NotificationTopic(stack, "BudgetAlerts", display_name="dl-launcher budgets")
+def _budget_topic(stack: cdk.Stack, construct_id: str = "BudgetAlerts") -> NotificationTopic:
+    """An encrypted topic AWS Budgets may publish to (its key lets Budgets encrypt)."""
+    topic = NotificationTopic(stack, construct_id, display_name="dl-launcher budgets")
     budgets_principal = iam.ServicePrincipal("budgets.amazonaws.com")
     topic.topic.add_to_resource_policy(iam.PolicyStatement(
         principals=[budgets_principal], actions=["sns:Publish"], resources=[topic.topic.topic_arn],
@@ -156,18 +169,24 @@ def _budget_topic(stack: cdk.Stack) -> NotificationTopic:
     return topic
 
 
-def _budget(stack: cdk.Stack, settings: PortfolioSettings, plan: ProductPlan,
-            topic: NotificationTopic) -> budgets.CfnBudget:
+def _budget(stack: cdk.Stack, settings: PortfolioSettings, plan: ProductPlan, topic: NotificationTopic,
+            stop: "sns.ITopic | None" = None) -> budgets.CfnBudget:
     """A monthly cost budget over the resources tagged with the product (activate the
     dl-launcher:product cost allocation tag once in Billing), told at 80% and 100% actual and
-    100% forecast."""
-    subscribers = [budgets.CfnBudget.SubscriberProperty(subscription_type="SNS", address=topic.topic.topic_arn)]
-    subscribers += [budgets.CfnBudget.SubscriberProperty(subscription_type="EMAIL", address=e)
-                    for e in settings.budget_emails]
+    100% forecast. With `stop`, the 100% actual notification goes to that topic instead (a
+    notification takes one SNS topic), whose stopper tells `topic` what it stopped."""
+    emails = [budgets.CfnBudget.SubscriberProperty(subscription_type="EMAIL", address=e)
+              for e in settings.budget_emails]
+
+    def subscribers(to: str) -> list:
+        return [budgets.CfnBudget.SubscriberProperty(subscription_type="SNS", address=to), *emails]
+
     notes = [budgets.CfnBudget.NotificationWithSubscribersProperty(
         notification=budgets.CfnBudget.NotificationProperty(
             notification_type=kind, comparison_operator="GREATER_THAN", threshold=pct, threshold_type="PERCENTAGE"),
-        subscribers=subscribers) for kind, pct in (("ACTUAL", 80), ("ACTUAL", 100), ("FORECASTED", 100))]
+        subscribers=subscribers(stop.topic_arn if stop is not None and (kind, pct) == ("ACTUAL", 100)
+                                else topic.topic.topic_arn))
+        for kind, pct in (("ACTUAL", 80), ("ACTUAL", 100), ("FORECASTED", 100))]
     return budgets.CfnBudget(stack, f"{plan.profile.name}-budget", budget=budgets.CfnBudget.BudgetDataProperty(
         budget_name=f"dl-launcher {product_tag(settings, plan)}"[:100], budget_type="COST", time_unit="MONTHLY",
         budget_limit=budgets.CfnBudget.SpendProperty(amount=plan.monthly_budget(), unit="USD"),

@@ -15,14 +15,13 @@ from constructs import Construct
 
 from constructs_lib import CheckpointBucket, InstanceOption, InterruptionAlerts, NodeOptions
 from constructs_lib.choice_capacity import CapacityChoice, ChoiceCapacity
-from constructs_lib.runtime.contract import CAPACITY_STATE, TAG_CLUSTER
+from constructs_lib.runtime.contract import CAPACITY_STATE, TAG_CLUSTER, TAG_PRODUCT
 
 from .network import existing_subnets, training_vpc
 from .product_plan import Choice, ProductPlan
 from .selection import money
 from .settings import COMMAND_LIMIT, HEREDOC, USER_DATA_LIMIT
 
-TAG_PRODUCT = "dl-launcher:product"  # portfolio/profile on every resource and node: the budget's filter
 JOB_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
 # The command is one line in the console and the CLI; the job file's heredoc marker may not appear.
 COMMAND_PATTERN = rf"^(?!.*{HEREDOC})[^\r\n]*$"

@@ -36,6 +36,7 @@ instance_types = ["p5.48xlarge", "p4d.24xlarge", "p5en.48xlarge"]
 max_nodes = 4
 max_cluster_usd_per_hour = 120
 monthly_budget_usd = 20000
+budget_action = "stop"
 
 [products.team-notebook]
 spot_only = true
@@ -231,7 +232,7 @@ def test_launch_role_covers_every_resource_type_and_only_through_cloudformation(
     ("[products.multi-node-training]\ninstance_types = [\"g4dn.xlarge\"]\n",
      "instance_types names g4dn.xlarge, which is not a candidate of profile multi-node-training"),
     ("[products.multi-node-training]\nmax_cluster_usd_per_hour = 1\n", "nothing can launch"),
-    ("[products.multi-node-training]\nbudget_action = \"stop\"\n", "allowed notify (stopping capacity"),
+    ("[products.multi-node-training]\nbudget_action = \"halt\"\n", "allowed notify, stop"),
     ("[portfolio]\nshare_with_accounts = [\"12345\"]\n", "portfolio.share_with_accounts has '12345': expected a "
                                                           "12-digit AWS account id"),
     ("[portfolio.tag_options]\nteam = []\n", "portfolio.tag_options.team is empty"),
@@ -272,3 +273,29 @@ def test_the_product_as_a_plain_stack_is_the_portfolios_product(default_portfoli
     assert ({k: v for k, v in plain["Parameters"].items() if k not in strip and not k.startswith("AssetParameters")}
             == {k: v for k, v in product["Parameters"].items() if k not in strip})
     assert sorted(r["Type"] for r in plain["Resources"].values()) == sorted(r["Type"] for r in product["Resources"].values())
+
+
+def test_an_opted_in_budget_stops_the_products_clusters_through_a_stop_topic(team_portfolio):
+    portfolio = json.loads((team_portfolio / "dl-portfolio-team.template.json").read_text())
+    res = portfolio["Resources"]
+    budgets = {r["Properties"]["Budget"]["BudgetName"]: r["Properties"] for r in res.values()
+               if r["Type"] == "AWS::Budgets::Budget"}
+
+    def sns_of(budget: dict) -> dict:
+        return {(n["Notification"]["NotificationType"], n["Notification"]["Threshold"]):
+                next(s["Address"] for s in n["Subscribers"] if s["SubscriptionType"] == "SNS")
+                for n in budget["NotificationsWithSubscribers"]}
+
+    stop, notify = sns_of(budgets["dl-launcher team/multi-node-training"]), sns_of(budgets["dl-launcher team/team-notebook"])
+    assert stop[("ACTUAL", 100)] != stop[("ACTUAL", 80)] == stop[("FORECASTED", 100)]  # only 100% actual stops
+    assert len({json.dumps(v) for v in notify.values()}) == 1  # notify-only: every alert to the budget topic
+    (fn,) = [r for r in res.values() if r["Type"] == "AWS::Lambda::Function"
+             and r["Properties"].get("Handler") == "constructs_lib.fleet.budget_stop.handle"]
+    subs = [r["Properties"] for r in res.values() if r["Type"] == "AWS::SNS::Subscription"
+            and r["Properties"]["Protocol"] == "lambda"]
+    assert [s["TopicArn"] for s in subs] == [stop[("ACTUAL", 100)]]
+    (policy,) = [r["Properties"]["PolicyDocument"] for r in res.values() if r["Type"] == "AWS::IAM::Policy"
+                 and any("BudgetStopper" in ref.get("Ref", "") for ref in r["Properties"]["Roles"])]
+    (invoke,) = [st for st in policy["Statement"] if st["Action"] == "lambda:InvokeFunction"]
+    assert invoke["Condition"]["StringEquals"] == {"aws:ResourceTag/dl-launcher:function": "capacity-controller",
+                                                   "aws:ResourceTag/dl-launcher:product": ["team/multi-node-training"]}

@@ -43,6 +43,11 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
         spec = load_spec()
         ec2, s3 = _clients()
         return {"transitions": [t.to_dict() for t in _controller(spec, ec2, s3).reconcile(resume=True)]}
+    if event.get(COMMAND_KEY) == "stop":  # the budget stopper: release the nodes until resumed
+        spec = load_spec()
+        ec2, s3 = _clients()
+        why = " ".join(str(event.get("reason") or "a stop was requested").split())[:300]
+        return {"transitions": [t.to_dict() for t in _controller(spec, ec2, s3).teardown(why=why)]}
     return _eventbridge(event)
 
 

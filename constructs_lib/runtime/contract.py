@@ -25,6 +25,13 @@ TAG_CHECKPOINT_PREFIX = "dl-launcher:checkpoint-prefix"
 TAG_HEALTH = "dl-launcher:health"
 HEALTH_REPLACE = "replace"
 
+# ---- resource tags beyond the nodes -----------------------------------------------------------------
+# What a dl-launcher Lambda function is (the budget stopper finds a product's controllers by it),
+# and which portfolio product (portfolio/profile) a resource belongs to: the product's budget filters on it.
+TAG_FUNCTION = "dl-launcher:function"
+FUNCTION_CONTROLLER = "capacity-controller"
+TAG_PRODUCT = "dl-launcher:product"
+
 # ---- metrics (CloudWatch) -------------------------------------------------------------------------
 # Every metric of both namespaces carries DIM_JOB (the cluster id, as in TAG_CLUSTER) and
 # DIM_INSTANCE (the node); the agent's per-GPU metrics also its own DIM_GPU.
