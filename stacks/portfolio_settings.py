@@ -5,6 +5,9 @@
     description = "GPU capacity, approved setups"
     profiles = ["dev-prototyping", "multi-node-training"]   # which profiles become products [all]
     share_with_accounts = ["111122223333"]        # accounts that may import the portfolio
+    share_with_organization_units = ["ou-ab12-34cd56ef"]  # OUs or the organization (o-...): CloudFormation
+                                                  # cannot share with them; the stack outputs the command
+    principals = ["arn:aws:iam::123456789012:role/ml-engineers"]  # who may launch (roles, groups, users)
     budget_emails = ["platform@example.com"]      # told at 80% actual, 100% actual and forecast
     [portfolio.tag_options]                        # mandatory cost tags: the user picks one value each
     team = ["ml-research", "ml-platform"]
@@ -44,7 +47,10 @@ DEFAULT_BUDGET_HOURS = 100
 _ACCOUNT = re.compile(r"\d{12}")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 _TAG_VALUE = re.compile(r"[\w .:/=+@-]{1,256}")  # Service Catalog TagOption values
-_PORTFOLIO_KEYS = ("provider", "description", "profiles", "share_with_accounts", "budget_emails", "tag_options")
+_PORTFOLIO_KEYS = ("provider", "description", "profiles", "share_with_accounts", "share_with_organization_units",
+                   "principals", "budget_emails", "tag_options")
+_ORG_NODE = re.compile(r"ou-[0-9a-z]{4,32}-[a-z0-9]{8,32}|o-[a-z0-9]{10,32}")
+_PRINCIPAL = re.compile(r"arn:aws(?:-cn|-us-gov)?:iam::\d{12}:(?:role|group|user)/[\w+=,.@/-]{1,512}")
 _PRODUCT_KEYS = ("instance_types", "max_nodes", "max_cluster_usd_per_hour", "spot_only", "monthly_budget_usd",
                  "budget_action")
 _TOP_KEYS = ("profiles", "portfolio", "products")
@@ -71,6 +77,8 @@ class PortfolioSettings:
     provider: str = "dl-launcher"
     description: str = ""
     share_with_accounts: tuple[str, ...] = ()
+    share_with_organization_units: tuple[str, ...] = ()
+    principals: tuple[str, ...] = ()
     budget_emails: tuple[str, ...] = ()
     tag_options: tuple[tuple[str, tuple[str, ...]], ...] = tuple((k, (DEFAULT_TAG_VALUE,)) for k in TAG_KEYS)
     source: str = "built-in"
@@ -217,6 +225,13 @@ def portfolio_from_file(name: str, region: str, path: Optional[str], **network: 
     if "share_with_accounts" in portfolio:
         kw["share_with_accounts"] = _strings(path, "portfolio.share_with_accounts", portfolio["share_with_accounts"],
                                              _ACCOUNT, "a 12-digit AWS account id")
+    if "share_with_organization_units" in portfolio:
+        kw["share_with_organization_units"] = _strings(
+            path, "portfolio.share_with_organization_units", portfolio["share_with_organization_units"], _ORG_NODE,
+            "an organizational unit id (ou-ab12-34cd56ef) or the organization's id (o-a1b2c3d4e5)")
+    if "principals" in portfolio:
+        kw["principals"] = _strings(path, "portfolio.principals", portfolio["principals"], _PRINCIPAL,
+                                    "an IAM role, group or user ARN, e.g. arn:aws:iam::123456789012:role/ml-engineers")
     if "budget_emails" in portfolio:
         kw["budget_emails"] = _strings(path, "portfolio.budget_emails", portfolio["budget_emails"], _EMAIL,
                                        "an e-mail address")

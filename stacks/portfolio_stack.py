@@ -116,6 +116,25 @@ class PortfolioStack(cdk.Stack):
             self.stopper = BudgetStopper(self, "BudgetStopper", topics=self.stop_topics, alerts=self.topic.topic)
         for account in settings.share_with_accounts:
             self.portfolio.share_with_account(account, share_tag_options=True)
+        for i, arn in enumerate(settings.principals):
+            kind = arn.split(":")[5].split("/")[0]
+            if kind == "role":
+                self.portfolio.give_access_to_role(iam.Role.from_role_arn(self, f"Principal{i}", arn, mutable=False))
+            elif kind == "group":
+                self.portfolio.give_access_to_group(iam.Group.from_group_arn(self, f"Principal{i}", arn))
+            else:
+                self.portfolio.give_access_to_user(iam.User.from_user_arn(self, f"Principal{i}", arn))
+        if settings.share_with_organization_units:
+            # AWS::ServiceCatalog::PortfolioShare takes accounts only; an organization share is an API
+            # call from the management or a delegated administrator account.
+            cdk.CfnOutput(self, "OrganizationShareCommands", value=" && ".join(
+                cdk.Fn.join("", [f"aws servicecatalog create-portfolio-share --region {settings.region} --portfolio-id ",
+                                 self.portfolio.portfolio_id, f" --organization-node Type="
+                                 f"{'ORGANIZATIONAL_UNIT' if node.startswith('ou-') else 'ORGANIZATION'},Value={node}"
+                                 " --share-tag-options"])
+                for node in settings.share_with_organization_units),
+                description="run from the organization's management or delegated administrator account "
+                            "(aws servicecatalog enable-aws-organizations-access first)")
         _acknowledge_asset_deployment(self)
         cdk.CfnOutput(self, "PortfolioId", value=self.portfolio.portfolio_id,
                       description="give users access: aws servicecatalog associate-principal-with-portfolio")

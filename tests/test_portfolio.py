@@ -25,6 +25,8 @@ description = "A team's notebook GPU"
 provider = "ML platform team"
 profiles = ["team-notebook", "multi-node-training"]
 share_with_accounts = ["111122223333", "444455556666"]
+share_with_organization_units = ["ou-ab12-34cd56ef"]
+principals = ["arn:aws:iam::123456789012:role/ml-engineers"]
 budget_emails = ["platform@example.com"]
 [portfolio.tag_options]
 team = ["ml-research", "ml-platform"]
@@ -193,6 +195,10 @@ def test_a_profile_added_to_the_file_is_a_product_with_its_governance(team_portf
     assert tags == {("team", "ml-research"), ("team", "ml-platform"), ("project", "llm"), ("cost-centre", "cc-1001")}
     shares = sorted(r["Properties"]["AccountId"] for r in res if r["Type"] == "AWS::ServiceCatalog::PortfolioShare")
     assert shares == ["111122223333", "444455556666"]
+    (who,) = [r["Properties"] for r in res if r["Type"] == "AWS::ServiceCatalog::PortfolioPrincipalAssociation"]
+    assert who["PrincipalARN"] == "arn:aws:iam::123456789012:role/ml-engineers" and who["PrincipalType"] == "IAM"
+    share = json.dumps(portfolio["Outputs"]["OrganizationShareCommands"]["Value"])
+    assert "--organization-node Type=ORGANIZATIONAL_UNIT,Value=ou-ab12-34cd56ef --share-tag-options" in share
     budgets = {r["Properties"]["Budget"]["BudgetName"]: r["Properties"] for r in res if r["Type"] == "AWS::Budgets::Budget"}
     mnt = budgets["dl-launcher team/multi-node-training"]
     assert mnt["Budget"]["BudgetLimit"] == {"Amount": 20000, "Unit": "USD"}
@@ -236,6 +242,8 @@ def test_launch_role_covers_every_resource_type_and_only_through_cloudformation(
     ("[portfolio]\nshare_with_accounts = [\"12345\"]\n", "portfolio.share_with_accounts has '12345': expected a "
                                                           "12-digit AWS account id"),
     ("[portfolio.tag_options]\nteam = []\n", "portfolio.tag_options.team is empty"),
+    ("[portfolio]\nshare_with_organization_units = [\"r-ab12\"]\n", "expected an organizational unit id"),
+    ("[portfolio]\nprincipals = [\"ml-engineers\"]\n", "expected an IAM role, group or user ARN"),
     ("[portfolio.tag_options]\ncost_center = [\"x\"]\n", "closest: cost-centre"),
     ("[portfolio]\n[product.x]\n", "unknown key 'product' in [the file's top level]; closest: products"),
     ("[products.nope]\n", "[products.nope] is not a profile of the portfolio"),
@@ -299,3 +307,8 @@ def test_an_opted_in_budget_stops_the_products_clusters_through_a_stop_topic(tea
     (invoke,) = [st for st in policy["Statement"] if st["Action"] == "lambda:InvokeFunction"]
     assert invoke["Condition"]["StringEquals"] == {"aws:ResourceTag/dl-launcher:function": "capacity-controller",
                                                    "aws:ResourceTag/dl-launcher:product": ["team/multi-node-training"]}
+
+
+def test_checkov_on_the_portfolio_and_its_products(team_portfolio):
+    from tests.cdk_checks import checkov
+    checkov(sorted(team_portfolio.glob("*.template.json")))
