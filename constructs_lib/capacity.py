@@ -66,7 +66,7 @@ class ClusterCapacity(Construct):
       node_options [NodeOptions()]: how every node is set up whatever its type (root volume, RAID, AMI, ...).
 
     Attributes: templates (GpuLaunchTemplate per usable type, pick first), primary, controller
-    (CapacityController), spec (the controller's), state_bucket, state_key, ceiling, unused
+    (CapacityController), spec (the controller's), spec_json (as the controller reads it), state_bucket, state_key, ceiling, unused
     (type -> why it will never be used), role, security_group, placement_group.
     """
 
@@ -149,6 +149,8 @@ class ClusterCapacity(Construct):
         }
 
     def _add_controller(self, spec, *, log_group: logs.ILogGroup, teardown: bool) -> None:
+        # What the controller reads as DL_CLUSTER_SPEC (a rendered token); the idle guard gets the same.
+        self.spec_json = spec if isinstance(spec, str) else cdk.Stack.of(self).to_json_string(spec)
         protect = [t.launch_template for t in self.templates] + [self.security_group]
         if self.placement_group is not None:
             protect.append(self.placement_group)
@@ -173,9 +175,14 @@ class ClusterCapacity(Construct):
         from .runtime.cwagent_config import agent_config
 
         gpu = all(t.facts.sdk == "cuda" for t in self.templates)
-        config = json.dumps(agent_config(job=self.cluster, gpu=gpu), separators=(",", ":"), sort_keys=True)
+        # A cluster id that is a token (a product's JobName, held to [a-z0-9-] by its pattern) goes in
+        # where the agent configuration names the job; the configuration itself is checked with a stand-in.
+        stand_in = "dl-launcher-job" if cdk.Token.is_unresolved(self.cluster) else self.cluster
+        config = json.dumps(agent_config(job=stand_in, gpu=gpu), separators=(",", ":"), sort_keys=True)
+        config = config.replace(f'"{stand_in}"', f'"{self.cluster}"')
         self.agent_config = aws_ssm.StringParameter(
             self, "AgentConfig", parameter_name=f"/dl-launcher/{self.cluster}/cloudwatch-agent", string_value=config,
+            simple_name=False,  # a path (its ARN has no extra '/'), also where the cluster is a token
             description=f"CloudWatch agent configuration of the {self.cluster} nodes (dl-launcher)")
         for t in self.templates:
             t.enable_monitoring(job=self.cluster, grant=t is self.primary, agent_config=self.agent_config)

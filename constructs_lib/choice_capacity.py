@@ -4,7 +4,7 @@ per type that any choice may use, and the capacity controller's spec picked by a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import aws_cdk as cdk
 import aws_cdk.aws_ec2 as ec2
@@ -12,6 +12,7 @@ import aws_cdk.aws_logs as logs
 import aws_cdk.aws_s3 as s3
 from constructs import Construct
 
+from selector.facts import InstanceFacts
 from selector.interchange import RULES
 
 from .capacity import MARKETS, ClusterCapacity, InstanceOption, usable_options
@@ -88,12 +89,22 @@ class ChoiceCapacity(ClusterCapacity):
         from .launch_template import select_subnets
         self.subnet_ids = select_subnets(vpc, self.subnets).subnet_ids
         self.state_bucket, self.state_key = state_bucket, state_key
+        self._resolved = [(c.condition.logical_id if c.condition else None, usable) for c, _ceiling, usable in resolved]
         self.specs = {(c.condition.logical_id if c.condition else None): self._spec(usable, nodes=nodes, market=c.market, ceiling=ceiling,
                                                          capacity_reservation=None, replace_within=replace_within)
                       for c, ceiling, usable in resolved}
         self.spec = next(iter(self.specs.values()))
         self.ceiling = max(ceiling for _c, ceiling, _u in resolved)
         self._add_controller(self._chosen_spec(), log_group=log_group, teardown=teardown)
+
+    def per_choice(self, value: Callable[[InstanceOption, InstanceFacts], Union[str, float]]) -> str:
+        """A string token: `value(option, facts)` of the chosen type (each choice's first option),
+        picked by the same conditions as the spec (wrap in cdk.Token.as_number for a number)."""
+        items = [(cid, str(value(*usable[0]))) for cid, usable in self._resolved]
+        chosen = items[-1][1] if items[-1][0] is None else cdk.Aws.NO_VALUE
+        for cid, v in reversed(items[:-1] if items[-1][0] is None else items):
+            chosen = cdk.Token.as_string(cdk.Fn.condition_if(cid, v, chosen))
+        return chosen
 
     def _chosen_spec(self) -> str:
         """Fn::If over the choices' conditions. Where none holds (the last choice has a condition

@@ -16,6 +16,7 @@ import aws_cdk.aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from .bundle import PACKAGE, _copy, staged
+from .nag import nag_arn
 from .runtime import contract
 
 HANDLER = "constructs_lib.fleet.handler.handle"
@@ -128,10 +129,8 @@ class CapacityController(Construct):
         for st in statements:
             self.role.add_to_principal_policy(st)
         # As cdk-nag names the resource: pseudo parameters where the stack's environment is open.
-        region = "<AWS::Region>" if cdk.Token.is_unresolved(stack.region) else stack.region
-        account = "<AWS::AccountId>" if cdk.Token.is_unresolved(stack.account) else stack.account
         cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
-            id=f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:{region}:{account}:volume/*]",
+            id=f"AwsSolutions-IAM5[Resource::{nag_arn(self, 'ec2', 'volume/*')}]",
             reason=f"EC2 names the volumes at launch: tags only, and only on volumes tagged {tag}={cluster}"))
         cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
             id="AwsSolutions-IAM5[Resource::*]", reason=(

@@ -10,6 +10,7 @@ import aws_cdk.aws_iam as iam
 import jsii
 from constructs import Construct
 
+from .nag import nag_arn
 from .runtime import contract
 
 # What the SSM Agent calls for Session Manager (ssmmessages, ssm) and for its message polling
@@ -84,10 +85,8 @@ class NodeIdentity(Construct):
                 service="ec2", resource="instance", resource_name="*")],
             conditions={"StringEquals": {f"ec2:ResourceTag/{contract.TAG_CLUSTER}": cluster},
                         "ForAllValues:StringEquals": {"aws:TagKeys": [contract.TAG_HEALTH]}}))
-        stack = cdk.Stack.of(self)
-        region = "<AWS::Region>" if cdk.Token.is_unresolved(stack.region) else stack.region
         cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
-            id=f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:{region}:<AWS::AccountId>:instance/*]",
+            id=f"AwsSolutions-IAM5[Resource::{nag_arn(self, 'ec2', 'instance/*')}]",
             reason=f"a node tags itself for replacement: only {contract.TAG_HEALTH}, only on instances tagged "
                    f"{contract.TAG_CLUSTER}={cluster} (instance ids are assigned at launch)"))
 

@@ -15,6 +15,7 @@ from constructs import Construct
 
 from constructs_lib.bundle import staged
 from constructs_lib.controller import build_controller_code
+from constructs_lib.nag import nag_arn
 from constructs_lib.fleet.budget_stop import ALERTS_ENV, TOPICS_ENV
 from constructs_lib.runtime.contract import FUNCTION_CONTROLLER, TAG_FUNCTION, TAG_PRODUCT
 
@@ -51,12 +52,11 @@ class BudgetStopper(Construct):
                                          f"aws:ResourceTag/{TAG_PRODUCT}": sorted(topics)}}))
         alerts.grant_publish(self.role)
         log_group.grant_write(self.role)
-        account = "<AWS::AccountId>" if cdk.Token.is_unresolved(stack.account) else stack.account
         cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
             id="AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
             reason="publishing to an encrypted topic needs a data key of the topic's one key (aws-cdk-lib's grant)"))
         for resource, why in (("*", "tag:GetResources supports no resource-level permissions"),
-                              (f"arn:<AWS::Partition>:lambda:{stack.region}:{account}:function:*",
+                              (nag_arn(self, "lambda", "function:*"),
                                "controller functions are named at each launch: invocation is held to functions "
                                f"tagged {TAG_FUNCTION}={FUNCTION_CONTROLLER} and {TAG_PRODUCT} of an opted-in product")):
             cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(

@@ -16,6 +16,8 @@ import aws_cdk.aws_iam as iam
 import aws_cdk.aws_s3 as s3
 from constructs import Construct
 
+from constructs_lib.nag import env_names
+
 # resource type -> (actions, resource pattern ('{p}' partition, '{r}' region, '{a}' account)).
 # Reads are included: CloudFormation describes what it creates, and deletes on termination.
 _EC2 = "arn:{p}:ec2:{r}:{a}:*"
@@ -83,6 +85,19 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
                               "arn:{p}:lambda:{r}:{a}:function:SC-*"),
     "AWS::Lambda::Permission": (("lambda:AddPermission", "lambda:RemovePermission"),
                                 "arn:{p}:lambda:{r}:{a}:function:SC-*"),
+    "AWS::CloudWatch::Alarm": (("cloudwatch:PutMetricAlarm", "cloudwatch:DeleteAlarms", "cloudwatch:DescribeAlarms",
+                                "cloudwatch:TagResource"), "arn:{p}:cloudwatch:{r}:{a}:alarm:SC-*"),
+    "AWS::CloudWatch::Dashboard": (("cloudwatch:PutDashboard", "cloudwatch:DeleteDashboards",
+                                    "cloudwatch:GetDashboard"), "arn:{p}:cloudwatch::{a}:dashboard/*"),
+    "AWS::SSM::Parameter": (("ssm:PutParameter", "ssm:DeleteParameter", "ssm:GetParameters", "ssm:AddTagsToResource",
+                             "ssm:RemoveTagsFromResource"), "arn:{p}:ssm:{r}:{a}:parameter/dl-launcher/*"),
+    "AWS::SNS::Topic": (("sns:CreateTopic", "sns:DeleteTopic", "sns:GetTopicAttributes", "sns:SetTopicAttributes",
+                         "sns:TagResource", "sns:ListTagsForResource"), "arn:{p}:sns:{r}:{a}:SC-*"),
+    "AWS::SNS::TopicPolicy": (("sns:SetTopicAttributes", "sns:GetTopicAttributes"), "arn:{p}:sns:{r}:{a}:SC-*"),
+    # A key's id is made by KMS: CreateKey cannot be scoped by resource (still CloudFormation-only).
+    "AWS::KMS::Key": (("kms:CreateKey", "kms:PutKeyPolicy", "kms:EnableKeyRotation", "kms:DescribeKey",
+                       "kms:GetKeyPolicy", "kms:GetKeyRotationStatus", "kms:ScheduleKeyDeletion", "kms:TagResource",
+                       "kms:ListResourceTags", "kms:UpdateKeyDescription"), "*"),
     # Custom resources are Lambda invocations (above): CloudFormation invokes the function.
     "Custom::VpcRestrictDefaultSG": ((), ""),
     "Custom::DlLauncherClusterTeardown": ((), ""),
@@ -133,8 +148,8 @@ class LaunchRole(Construct):
                                                               resources=[assets.arn_for_objects("*")]))
         fill = dict(p=stack.partition, r=stack.region, a=stack.account)
         # As cdk-nag names them: pseudo parameters where the stack's environment is open.
-        shown = dict(p="<AWS::Partition>", r=stack.region,
-                     a="<AWS::AccountId>" if cdk.Token.is_unresolved(stack.account) else stack.account)
+        region, account = env_names(stack)
+        shown = dict(p="<AWS::Partition>", r=region, a=account)
         assets_id = stack.get_logical_id(assets.node.default_child)
         wildcards = ["*", f"<{assets_id}.Arn>/*", "arn:{p}:cloudformation:{r}:{a}:stack/SC-*".format(**shown)]
         for resource, actions in permissions_for(resource_types).items():

@@ -20,6 +20,9 @@
     max_cluster_usd_per_hour = 250                # every node of the chosen type, in its market [no cap]
     spot_only = true                              # [false]
     monthly_budget_usd = 20000                    # [100 hours of the dearest allowed cluster]
+    idle_guard = true                             # stop a launch whose GPUs all idle [true]
+    idle_minutes = 30                             # for this long [30]
+    idle_action = "stop"                          # stop (checkpoints pushed, resumable) or notify [stop]
     budget_action = "stop"                        # notify: tell the budget topic and budget_emails;
                                                   # stop: also, at 100% actual, stop the product's
                                                   # clusters (resumable; checkpoints kept) [notify]
@@ -38,6 +41,9 @@ from selector.errors import UserError, closest
 from selector.profiles import Profile, load_profiles
 from selector.validate import clean, read_text
 
+from .observability_settings import ACTIONS as IDLE_ACTIONS
+from .observability_settings import IDLE_MINUTES
+
 TAG_KEYS = ("team", "project", "cost-centre")  # mandatory: the cost allocation tags
 DEFAULT_TAG_VALUE = "unassigned"  # the built-in portfolio's only value; set yours in the file
 MAX_TYPES = 8  # launch templates per product: each type is one, and the template must stay small
@@ -52,7 +58,7 @@ _PORTFOLIO_KEYS = ("provider", "description", "profiles", "share_with_accounts",
 _ORG_NODE = re.compile(r"ou-[0-9a-z]{4,32}-[a-z0-9]{8,32}|o-[a-z0-9]{10,32}")
 _PRINCIPAL = re.compile(r"arn:aws(?:-cn|-us-gov)?:iam::\d{12}:(?:role|group|user)/[\w+=,.@/-]{1,512}")
 _PRODUCT_KEYS = ("instance_types", "max_nodes", "max_cluster_usd_per_hour", "spot_only", "monthly_budget_usd",
-                 "budget_action")
+                 "budget_action", "idle_guard", "idle_minutes", "idle_action")
 _TOP_KEYS = ("profiles", "portfolio", "products")
 
 
@@ -66,6 +72,9 @@ class ProductLimits:
     spot_only: bool = False
     monthly_budget_usd: Optional[float] = None
     budget_action: str = "notify"
+    idle_guard: bool = True
+    idle_minutes: int = 30
+    idle_action: str = "stop"
 
 
 @dataclass(frozen=True)
@@ -167,11 +176,19 @@ def _limits(path: str, name: str, raw: Any) -> ProductLimits:
         v = _number(path, f"{table}.max_cluster_usd_per_hour", raw["max_cluster_usd_per_hour"], 0.01, 100_000,
                     integer=False)
         kw["max_cluster_usd_per_hour"] = v
-    if "spot_only" in raw:
-        if not isinstance(raw["spot_only"], bool):
-            raise UserError(f"{_where(path, table + '.spot_only')} must be true or false, got "
-                            f"{clean(repr(raw['spot_only']))[:40]}")
-        kw["spot_only"] = raw["spot_only"]
+    for key in ("spot_only", "idle_guard"):
+        if key in raw:
+            if not isinstance(raw[key], bool):
+                raise UserError(f"{_where(path, table + '.' + key)} must be true or false, got "
+                                f"{clean(repr(raw[key]))[:40]}")
+            kw[key] = raw[key]
+    if "idle_minutes" in raw:
+        kw["idle_minutes"] = _number(path, f"{table}.idle_minutes", raw["idle_minutes"], *IDLE_MINUTES, integer=True)
+    if "idle_action" in raw:
+        if raw["idle_action"] not in IDLE_ACTIONS:
+            raise UserError(f"{_where(path, table + '.idle_action')} = {clean(repr(raw['idle_action']))[:40]}: allowed "
+                            f"{', '.join(IDLE_ACTIONS)}")
+        kw["idle_action"] = raw["idle_action"]
     if "monthly_budget_usd" in raw:
         kw["monthly_budget_usd"] = _number(path, f"{table}.monthly_budget_usd", raw["monthly_budget_usd"], 1,
                                            10_000_000, integer=False)

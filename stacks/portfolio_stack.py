@@ -18,6 +18,7 @@ import aws_cdk.aws_servicecatalog as sc
 import aws_cdk.aws_sns as sns
 from constructs import Construct
 
+from constructs_lib.nag import env_names
 from constructs_lib.observability.notifications import NotificationTopic
 
 from .launch_role import LaunchRole
@@ -249,8 +250,8 @@ def _acknowledge_asset_deployment(stack: cdk.Stack) -> None:
 def _resources_of(construct: Construct) -> list[str]:
     """The wildcard resources of the BucketDeployment's role policy, as cdk-nag names them."""
     stack = cdk.Stack.of(construct)
-    account = "<AWS::AccountId>" if cdk.Token.is_unresolved(stack.account) else stack.account
-    out = [f"arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-{account}-{stack.region}/*"]
+    region, account = env_names(stack)
+    out = [f"arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-{account}-{region}/*"]
     for c in construct.node.find_all():
         if isinstance(c, s3.CfnBucket):
             out.append(f"<{stack.get_logical_id(c)}.Arn>/*")

@@ -15,6 +15,7 @@ from constructs import Construct
 
 from constructs_lib import CheckpointBucket, InstanceOption, InterruptionAlerts, NodeOptions
 from constructs_lib.choice_capacity import CapacityChoice, ChoiceCapacity
+from constructs_lib.observability.cluster import ClusterObservability
 from constructs_lib.runtime.contract import CAPACITY_STATE, TAG_CLUSTER, TAG_PRODUCT
 
 from .network import existing_subnets, training_vpc
@@ -81,7 +82,16 @@ class TrainingProduct(Construct):
             node_options=NodeOptions(root_volume_gib=p.root_volume_gib))
         self.capacity.enable_checkpoints(self.checkpoints, prefix)
         self.capacity.configure_job(command=self.parameters["Command"].value_as_string)
-        cdk.Tags.of(self).add(TAG_PRODUCT, product_tag)
+        limits = plan.limits
+        self.observability = ClusterObservability(
+            self, "Observability", capacity=self.capacity, log_group=self.alerts.log_group,
+            checkpoints=self.checkpoints.bucket, checkpoint_prefix=prefix, idle_guard=limits.idle_guard,
+            idle_minutes=limits.idle_minutes, idle_action=limits.idle_action, alarm_status=not local)
+        # Not on the agent's SSM parameter: a standard parameter costs nothing, and moto's CloudFormation
+        # reads that type's tag map as a list. Nor, locally, on KMS keys, whose tags moto's
+        # CloudFormation passes to its KMS in the wrong shape (both would fail the local deploy).
+        skip = ["AWS::SSM::Parameter", *(["AWS::KMS::Key"] if local else [])]
+        cdk.Tags.of(self).add(TAG_PRODUCT, product_tag, exclude_resource_types=skip)
         self._outputs(stack, plan, prefix)
 
     @staticmethod
@@ -133,6 +143,17 @@ class TrainingProduct(Construct):
 
     def _outputs(self, stack: cdk.Stack, plan: ProductPlan, prefix: str) -> None:
         job = self.parameters["JobName"].value_as_string
+        obs, limits = self.observability, plan.limits
+        cdk.CfnOutput(stack, "NotificationTopic", value=obs.topic.topic_arn, description=(
+            "the idle guard and the alarms tell this topic; subscribe: aws sns subscribe --protocol email "
+            "--notification-endpoint you@example.com --topic-arn <this>"))
+        cdk.CfnOutput(stack, "Dashboard", value=cdk.Fn.join("", [
+            f"https://{stack.region}.console.aws.amazon.com/cloudwatch/home?region={stack.region}#dashboards/dashboard/",
+            obs.dashboard.dashboard.dashboard_name]),
+            description="GPU utilisation, the loader-bound pattern, samples/s and per dollar, cost so far, GPU health")
+        cdk.CfnOutput(stack, "IdleGuard", value=(
+            f"{limits.idle_action} after {limits.idle_minutes} min under 5% GPU utilisation with no progress"
+            if obs.guard else "off"), description="a stopped cluster starts again with ResumeCommand")
         cdk.CfnOutput(stack, "CheckpointBucket", value=self.checkpoints.bucket.bucket_name,
                       description=f"checkpoints under s3://<bucket>/{prefix}/; kept after the product is terminated")
         cdk.CfnOutput(stack, "SsmSessionCommand", value=cdk.Fn.join("", [

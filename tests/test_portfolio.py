@@ -312,3 +312,22 @@ def test_an_opted_in_budget_stops_the_products_clusters_through_a_stop_topic(tea
 def test_checkov_on_the_portfolio_and_its_products(team_portfolio):
     from tests.cdk_checks import checkov
     checkov(sorted(team_portfolio.glob("*.template.json")))
+
+
+def test_a_product_watches_its_gpus_with_the_spec_cloudformation_chose(team_portfolio):
+    t = _products(team_portfolio)["multi-node-training"]
+    functions = {r["Properties"].get("Handler"): r["Properties"] for r in t["Resources"].values()
+                 if r["Type"] == "AWS::Lambda::Function"}
+    controller = functions["constructs_lib.fleet.handler.handle"]["Environment"]["Variables"]["DL_CLUSTER_SPEC"]
+    guard = [p for h, p in functions.items() if h and "idle" in h]
+    assert len(guard) == 1, sorted(h for h in functions if h)
+    # the guard stops the cluster through the same spec the controller runs (Fn::If over the choices)
+    assert guard[0]["Environment"]["Variables"]["DL_CLUSTER_SPEC"] == controller
+    assert "Fn::If" in controller
+    (dashboard,) = [r["Properties"] for r in t["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
+    body = json.dumps(dashboard["DashboardBody"])
+    # nodes and the chosen type's price enter the metric math as the launch's own values
+    assert '{"Ref": "Nodes"}' in body and '"Fn::If"' in body and '{"Ref": "JobName"}' in body
+    alarms = [r for r in t["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+    assert len(alarms) == 2
+    assert json.dumps(t["Outputs"]["IdleGuard"]["Value"]).startswith('"stop after 30 min')

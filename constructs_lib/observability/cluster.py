@@ -55,14 +55,20 @@ class ClusterObservability(Construct):
             self.health = NodeHealthAlarm(self, "NodeHealth", job=capacity.cluster, topic=topic,
                                           expected_gpus=min(f.accelerator_count for f in facts))
             alarms = [self.starved.alarm, self.health.alarm]
-        self.dashboard = TrainingDashboard(
-            self, "Dashboard", job=capacity.cluster, nodes=capacity.nodes, instance_type=pick.instance_type,
-            gpus_per_node=pick.accelerator_count, price_per_node_hour=capacity.spec["options"][0]["price"] or 0.0,
-            alarms=alarms if alarm_status else ())
+        choose = getattr(capacity, "per_choice", None)  # ChoiceCapacity: the type is chosen at deploy
+        if choose is not None:
+            shown = dict(instance_type=choose(lambda o, f: f.instance_type),
+                         gpus_per_node=cdk.Token.as_number(choose(lambda o, f: f.accelerator_count)),
+                         price_per_node_hour=cdk.Token.as_number(choose(lambda o, f: o.price)))
+        else:
+            shown = dict(instance_type=pick.instance_type, gpus_per_node=pick.accelerator_count,
+                         price_per_node_hour=capacity.spec["options"][0]["price"] or 0.0)
+        self.dashboard = TrainingDashboard(self, "Dashboard", job=capacity.cluster, nodes=capacity.nodes, **shown,
+                                           alarms=alarms if alarm_status else ())
         self.guard = None
         if idle_guard and cuda:
             self.guard = IdleGuard(
-                self, "IdleGuard", cluster=capacity.cluster, spec=capacity.spec, state_bucket=capacity.state_bucket,
+                self, "IdleGuard", cluster=capacity.cluster, spec=capacity.spec_json, state_bucket=capacity.state_bucket,
                 state_key=capacity.state_key, expected_gpus={f.instance_type: f.accelerator_count for f in facts},
                 topic=topic, log_group=log_group, checkpoints=checkpoints, checkpoint_prefix=checkpoint_prefix,
                 threshold_pct=idle_threshold, idle_minutes=idle_minutes, action=idle_action)

@@ -18,7 +18,7 @@ The cost figure counts the nodes whose monitor reports each minute (see `Trainin
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import aws_cdk as cdk
 import aws_cdk.aws_cloudwatch as cw
@@ -85,24 +85,38 @@ class TrainingDashboard(Construct):
     Attributes: dashboard (cloudwatch.Dashboard), widgets (the rows, top to bottom: lists of widgets).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, job: str, nodes: int, gpus_per_node: int,
+    def __init__(self, scope: Construct, construct_id: str, *, job: str, nodes: Union[int, float], gpus_per_node: Union[int, float],
                  price_per_node_hour: float, instance_type: str, gpu_metrics: bool = True,
                  alarms: Sequence[cw.IAlarm] = (), dashboard_name: Optional[str] = None) -> None:
         super().__init__(scope, construct_id)
-        if not _JOB.match(job):
+        # Tokens (a product's parameters, chosen at launch) are held to safe values by the
+        # parameters' own patterns; their arithmetic happens in the metric math.
+        tokens = any(cdk.Token.is_unresolved(x) for x in (job, nodes, gpus_per_node, price_per_node_hour))
+        if not cdk.Token.is_unresolved(job) and not _JOB.match(job):
             raise ValueError(f"job {job!r}: letters, digits, '.', '_' and '-' only (it goes into SEARCH strings)")
-        if nodes < 1 or gpus_per_node < 0:
+        if not tokens and (nodes < 1 or gpus_per_node < 0):
             raise ValueError(f"nodes {nodes}, gpus_per_node {gpus_per_node}: at least one node, no negative count")
-        priced = price_per_node_hour > 0
-        cluster_hour = nodes * price_per_node_hour
+        priced = tokens or price_per_node_hour > 0
+        num = cdk.Tokenization.stringify_number
+        if tokens:
+            cluster_hour_math = f"({num(nodes)} * {num(price_per_node_hour)})"
+            hour_text, node_hour_text = "the cluster's price per hour", "the price per node-hour"
+            price_math = num(price_per_node_hour)
+        else:
+            cluster_hour = nodes * price_per_node_hour
+            cluster_hour_math = f"{cluster_hour:.4f}"
+            hour_text, node_hour_text = f"${cluster_hour:,.2f} per cluster-hour", f"${price_per_node_hour:,.2f}/node-hour"
+            price_math = f"{price_per_node_hour:.4f}"
         node_ns, job_ns = contract.NS_NODE, contract.NS_JOB
 
         def per_node(namespace: str, metric: str, stat: str) -> str:
             return search(namespace, metric, job, stat, dims=PER_NODE)
 
         how = [
-            f"## {job}: {nodes} x {instance_type}" + (f" ({gpus_per_node} GPU{'s' if gpus_per_node != 1 else ''} each)" if gpu_metrics else "")
-            + (f", about ${cluster_hour:,.2f}/h" if priced else ", no price on record"),
+            f"## {job}: {num(nodes)} x {instance_type}"
+            + (f" ({num(gpus_per_node)} GPU{'s' if tokens or gpus_per_node != 1 else ''} each)" if gpu_metrics else "")
+            + ((f", about {num(price_per_node_hour)} USD per node-hour" if tokens else f", about ${cluster_hour:,.2f}/h")
+               if priced else ", no price on record"),
             "**How to read it.** Third row, left to right: GPU utilisation low while **disk reads or CPU iowait** "
             "are high: the GPUs wait on storage; stage the data set on the NVMe RAID at /scratch. Low while "
             "**CPU active** is near 100%: the data loader is short of workers or of vCPUs (more `num_workers`, a "
@@ -154,12 +168,12 @@ class TrainingDashboard(Construct):
                                  dimensions_map={contract.DIM_JOB: job}, statistic="SampleCount", period=PERIOD)
             value += [
                 _graph("Samples per dollar, live", [_expression(
-                    f"{samples} * 3600 / {cluster_hour:.4f}", f"samples/s x 3600 / ${cluster_hour:,.2f} per cluster-hour")],
+                    f"{samples} * 3600 / {cluster_hour_math}", f"samples/s x 3600 / {hour_text}")],
                     width=8, unit_label="samples/$"),
                 _graph("Estimated cost so far (USD)", [_expression(
-                    f"RUNNING_SUM(nodeminutes) * {price_per_node_hour:.4f} / 60",
+                    f"RUNNING_SUM(nodeminutes) * {price_math} / 60",
                     f"since the start of the time range shown: node-minutes reported (assumes one "
-                    f"{contract.M_TRAINING} datum per node per minute) x ${price_per_node_hour:,.2f}/node-hour",
+                    f"{contract.M_TRAINING} datum per node per minute) x {node_hour_text}",
                     {"nodeminutes": reported})],
                     width=8, unit_label="USD"),
             ]
@@ -174,7 +188,7 @@ class TrainingDashboard(Construct):
             health += [
                 _graph("GPUs listed per node", [_expression(per_node(job_ns, contract.M_GPUS, "Minimum"), "")],
                        width=8, unit_label="GPUs",
-                       annotations=[cw.HorizontalAnnotation(value=gpus_per_node, label=f"expected: {gpus_per_node}")]),
+                       annotations=[cw.HorizontalAnnotation(value=gpus_per_node, label=f"expected: {num(gpus_per_node)}")]),
                 _graph("Hardware XID errors per node", [_expression(per_node(job_ns, contract.M_XID, "Sum"), "")],
                        width=8, unit_label="errors"),
             ]
@@ -182,7 +196,7 @@ class TrainingDashboard(Construct):
             _expression(f"SUM({per_node(job_ns, contract.M_TRAINING, 'Maximum')})", "training"),
             _expression(f"SUM({per_node(job_ns, contract.M_RESTORING, 'Maximum')})", "restoring")],
             width=8 if gpu_metrics else 24, unit_label="nodes",
-            annotations=[cw.HorizontalAnnotation(value=nodes, label=f"cluster: {nodes}")]))
+            annotations=[cw.HorizontalAnnotation(value=nodes, label=f"cluster: {num(nodes)}")]))
         self.widgets.append(health)
         if alarms:
             self.widgets.append([cw.AlarmStatusWidget(alarms=list(alarms), title="Alarms", width=24, height=2)])

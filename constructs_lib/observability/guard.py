@@ -20,6 +20,7 @@ from ..bundle import staged
 from ..controller import build_controller_code
 from ..fleet.handler import SPEC_ENV
 from ..fleet.idle_watch import GUARD_ENV, GuardSettings
+from ..nag import nag_arn
 from ..runtime import contract
 from ..runtime.layout import MANIFEST
 from ..validation import ConfigurationError
@@ -50,7 +51,7 @@ class IdleGuard(Construct):
     Attributes: function, role, schedule.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster: str, spec: Mapping[str, Any],
+    def __init__(self, scope: Construct, construct_id: str, *, cluster: str, spec: "Mapping[str, Any] | str",
                  state_bucket: s3.IBucket, state_key: str, expected_gpus: Mapping[str, int], topic: sns.ITopic,
                  log_group: logs.ILogGroup, checkpoints: Optional[s3.IBucket] = None, checkpoint_prefix: str = "",
                  threshold_pct: float = 5.0, idle_minutes: float = 30.0, grace_minutes: float = 20.0,
@@ -79,7 +80,7 @@ class IdleGuard(Construct):
             # A run may outlast the schedule (a slow final push): one at a time, never two stops at once.
             reserved_concurrent_executions=1,
             description=f"dl-launcher: stops {cluster} when every GPU idles and the job makes no progress",
-            environment={SPEC_ENV: stack.to_json_string(dict(spec)),
+            environment={SPEC_ENV: spec if isinstance(spec, str) else stack.to_json_string(dict(spec)),
                          GUARD_ENV: stack.to_json_string(_settings_dict(settings))})
         # As for the controller: aws-cdk-lib's own DependsOn on the role, which cfn-lint flags.
         self.function.node.default_child.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
@@ -129,9 +130,8 @@ class IdleGuard(Construct):
                 "CloudWatch metric reads, DescribeInstances and GetCommandInvocation support no resource-level "
                 "permissions (held to this region); TerminateInstances "
                 f"is held to instances tagged {tag}={cluster}")))
-        region = "<AWS::Region>" if cdk.Token.is_unresolved(stack.region) else stack.region
         findings = {
-            f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:{region}:<AWS::AccountId>:instance/*]": (
+            f"AwsSolutions-IAM5[Resource::{nag_arn(self, 'ec2', 'instance/*')}]": (
                 f"instance ids are assigned at launch: SendCommand is held to instances tagged {tag}={cluster}"),
             "AwsSolutions-IAM5[Action::kms:GenerateDataKey*]": (
                 "publishing to an encrypted topic needs a data key of the topic's one key (aws-cdk-lib's grant)"),
