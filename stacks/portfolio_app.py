@@ -17,7 +17,7 @@ from .settings import _bool, _check_keys, _check_text, _check_type, _named, netw
 
 # What a portfolio reads from context; the training stack's other keys mean nothing here.
 PORTFOLIO_KEYS = ("portfolio", "product", "profiles_file", "region", "local", "vpc_id", "subnet_ids",
-                  "availability_zone")
+                  "availability_zone", "snapshots")
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 
 
@@ -65,7 +65,8 @@ def build(app: cdk.App, ctx: Mapping[str, Any], synthesizer=None) -> cdk.Stack:
 
     settings = portfolio_from_context(ctx)
     # Absolute: the CDK's jsii process keeps the directory it started in, whatever this one does.
-    settings = dataclasses.replace(settings, snapshots=os.path.abspath(settings.snapshots))
+    snapshots = ctx["snapshots"].strip() if "snapshots" in ctx else settings.snapshots
+    settings = dataclasses.replace(settings, snapshots=os.path.abspath(snapshots))
     plans = [plan_product(p, settings.limits_for(p.name), settings.region, source=settings.source)
              for p in settings.profiles]
     env = cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=settings.region)

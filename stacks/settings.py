@@ -64,7 +64,7 @@ from .observability_settings import ObservabilitySettings, observability_from_co
 DEFAULT_PROFILE = "dev-prototyping"  # cheap (one T4-class GPU) and safe to deploy by mistake
 KEYS = ("profile", "instance_type", "nodes", "spot", "market", "region", "vpc_id", "subnet_ids", "availability_zone",
         "command", "command_file", "job", "max_price", "interchange", "capacity_reservation", "profiles_file", "local",
-        "bench", "portfolio", "product", *OBS_KEYS)
+        "bench", "portfolio", "product", "snapshots", *OBS_KEYS)
 MARKETS = ("spot", "on-demand", "capacity-block")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 _RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
@@ -81,7 +81,7 @@ NODES = (1, 64)
 MAX_PRICE = 1000.0  # USD per hour per node: above any instance or Capacity Block on record
 _BOOL_KEYS = ("spot", "local", *OBS_BOOL_KEYS)
 _NUMBER_KEYS = ("nodes", "max_price", *OBS_NUMBER_KEYS)
-_PATH_KEYS = ("profiles_file", "command_file", "bench")
+_PATH_KEYS = ("profiles_file", "command_file", "bench", "snapshots")
 _NAME_LIMIT, _PATH_LIMIT = 256, 4096
 EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "nodes": "2", "spot": "true",
             "market": "spot", "region": "us-east-1", "vpc_id": "vpc-0123456789abcdef0",
@@ -89,7 +89,7 @@ EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "
             "command": "dl-torchrun train.py", "command_file": "train.sh", "job": "my-job", "max_price": "12.5",
             "interchange": "same-accelerator", "capacity_reservation": "cr-0123456789abcdef0",
             "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json", "portfolio": "platform",
-            "product": "dev-prototyping", **OBS_EXAMPLES}
+            "product": "dev-prototyping", "snapshots": "product-stack-snapshots", **OBS_EXAMPLES}
 # Look-alikes a copy from a document or chat brings in; NFKC handles full-width forms and the like.
 _LOOKALIKES = str.maketrans({
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
@@ -447,9 +447,9 @@ def network_from_context(ctx: Mapping[str, Any], region: str) -> tuple[Optional[
 def from_context(ctx: Mapping[str, Any]) -> Settings:
     """Validate the app's context. Unknown keys that look like ours (typos) are errors."""
     _check_keys(ctx)
-    if "product" in ctx:
-        raise UserError("context product names a product of a portfolio: pass -c portfolio=NAME with it, or "
-                        "-c profile=NAME for a training stack")
+    if "product" in ctx or "snapshots" in ctx:
+        raise UserError(f"context {'product' if 'product' in ctx else 'snapshots'} belongs to a portfolio: pass "
+                        "-c portfolio=NAME with it, or -c profile=NAME for a training stack")
     if "command" in ctx and "command_file" in ctx:
         raise UserError("context command and command_file are both given: pass one (command_file for a "
                         "multi-line script)")

@@ -111,9 +111,11 @@ def test_portfolio_and_every_product_template_pass_cfn_lint(default_portfolio):
 
 
 def test_real_cli_synth_of_the_portfolio(tmp_path):
-    r = cli("synth", "-c", "portfolio=platform", "--quiet", "-o", str(tmp_path / "out"), timeout=600)
+    r = cli("synth", "-c", "portfolio=platform", "-c", f"snapshots={tmp_path / 'snap'}", "--quiet",
+            "-o", str(tmp_path / "out"), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "out" / "dl-portfolio-platform.template.json").exists()
+    assert len(list((tmp_path / "snap").glob("*.product.template.json"))) == len(builtin_profiles())
 
 
 def _catalog_price(instance_type: str, market: str) -> float:
@@ -262,7 +264,7 @@ def test_a_malformed_file_is_one_line_naming_file_and_key(tmp_path, body, expect
     (["-c", "portfolio=Platform"], "context portfolio='Platform': use 1-40 lower-case letters"),
     (["-c", "portfolio=platform", "-c", "nodes=2"], "context nodes is not used with portfolio"),
     (["-c", "portfolio=platform", "-c", "product=multinode"], "closest: multi-node-training"),
-    (["-c", "product=inference"], "context product names a product of a portfolio"),
+    (["-c", "product=inference"], "context product belongs to a portfolio"),
 ])
 def test_bad_portfolio_context_is_one_line(tmp_path, args, expected):
     r = cli("synth", *args, "-o", str(tmp_path))
@@ -331,3 +333,16 @@ def test_a_product_watches_its_gpus_with_the_spec_cloudformation_chose(team_port
     alarms = [r for r in t["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"]
     assert len(alarms) == 2
     assert json.dumps(t["Outputs"]["IdleGuard"]["Value"]).startswith('"stop after 30 min')
+
+
+def test_the_built_in_portfolios_current_versions_are_committed():
+    from stacks.portfolio_stack import version_name
+    from stacks.portfolio_settings import ProductLimits
+    from stacks.product_plan import plan_product
+    folder = Path(__file__).resolve().parents[1] / "product-stack-snapshots"
+    names = [f.name for f in folder.glob("*.product.template.json")]
+    for profile in builtin_profiles().values():
+        version = version_name(plan_product(profile, ProductLimits(), REGION))
+        stem = "dlportfolioplatform" + profile.name.replace("-", "")
+        assert any(n.startswith(stem) and n.endswith(f".{version}.product.template.json") for n in names), (
+            f"{profile.name} {version}: run `cdk synth -c portfolio=platform` and commit product-stack-snapshots/")
