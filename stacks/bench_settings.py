@@ -16,15 +16,7 @@ from selector.catalog import load_catalog
 from selector.errors import UserError
 from selector.facts import InstanceFacts
 
-from .settings import (
-    KEYS,
-    _bool,
-    _check_keys,
-    _check_text,
-    _check_type,
-    network_from_context,
-    show,
-)
+from .settings import _bool, check_only, network_from_context, show
 
 ALLOWED = ("bench", "local", "vpc_id", "subnet_ids", "availability_zone")
 
@@ -44,16 +36,9 @@ def bench_from_context(ctx: Mapping[str, Any]) -> BenchSettings | None:
     """BenchSettings when `bench` is given, else None (the training stack); UserError otherwise."""
     if "bench" not in ctx:
         return None
-    _check_keys(ctx)
-    extra = [k for k in KEYS if k in ctx and k not in ALLOWED]
-    if extra:
-        raise UserError(f"context bench takes everything from its plan file; drop {extra[0]} "
-                        f"(allowed with bench: {', '.join(ALLOWED)}; change the plan with 'python -m selector bench plan')")
-    for key in ALLOWED:
-        if key in ctx:
-            _check_type(key, ctx[key])
-            if isinstance(ctx[key], str):
-                _check_text(key, ctx[key])
+    check_only(ctx, ALLOWED, lambda key: (
+        f"context bench takes everything from its plan file; drop {key} (allowed with bench: {', '.join(ALLOWED)}; "
+        "change the plan with 'python -m selector bench plan')"))
     path = ctx["bench"].strip()
     if not path:
         raise UserError("context bench is empty: pass the plan file, e.g. -c bench=bench-plan.json")

@@ -13,7 +13,7 @@ from selector.errors import UserError, closest
 
 from .portfolio_settings import PortfolioSettings, portfolio_from_file
 from .product_plan import plan_product
-from .settings import _bool, _check_keys, _check_text, _check_type, _named, network_from_context, show
+from .settings import _bool, _named, check_only, network_from_context, show
 
 # What a portfolio reads from context; the training stack's other keys mean nothing here.
 PORTFOLIO_KEYS = ("portfolio", "product", "profiles_file", "region", "local", "vpc_id", "subnet_ids",
@@ -22,18 +22,9 @@ _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 
 
 def portfolio_from_context(ctx: Mapping[str, Any]) -> PortfolioSettings:
-    _check_keys(ctx)
-    from .settings import KEYS
-    for key in KEYS:
-        if key in ctx and key not in PORTFOLIO_KEYS:
-            raise UserError(f"context {key} is not used with portfolio: a product's users choose it when they launch "
-                            f"(or the team limits it in [products.NAME] of profiles_file); allowed with portfolio: "
-                            f"{', '.join(PORTFOLIO_KEYS)}")
-    for key in PORTFOLIO_KEYS:
-        if key in ctx:
-            _check_type(key, ctx[key])
-            if isinstance(ctx[key], str):
-                _check_text(key, ctx[key])
+    check_only(ctx, PORTFOLIO_KEYS, lambda key: (
+        f"context {key} is not used with portfolio: a product's users choose it when they launch (or the team "
+        f"limits it in [products.NAME] of profiles_file); allowed with portfolio: {', '.join(PORTFOLIO_KEYS)}"))
     name = ctx["portfolio"].strip()
     if not _NAME.fullmatch(name):
         near = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", name.lower())).strip("-")[:40]

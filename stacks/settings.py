@@ -414,6 +414,20 @@ def _check_keys(ctx: Mapping[str, Any]) -> None:
             raise UserError(f"unknown context key {show(key)}; closest: {near[0]}; allowed: {', '.join(KEYS)}")
 
 
+def check_only(ctx: Mapping[str, Any], allowed: tuple[str, ...], refuse) -> None:
+    """For a mode that reads only `allowed` keys (bench, portfolio): any other key of ours is an
+    error, `refuse(key)` its message; each allowed key present gets its type and text checked."""
+    _check_keys(ctx)
+    extra = [k for k in KEYS if k in ctx and k not in allowed]
+    if extra:
+        raise UserError(refuse(extra[0]))
+    for key in allowed:
+        if key in ctx:
+            _check_type(key, ctx[key])
+            if isinstance(ctx[key], str):
+                _check_text(key, ctx[key])
+
+
 def network_from_context(ctx: Mapping[str, Any], region: str) -> tuple[Optional[str], tuple[str, ...], Optional[str]]:
     """(vpc_id, subnet_ids, availability_zone) from context, each checked; a new VPC is (None, (), None)."""
     vpc_id = ctx["vpc_id"].strip() if "vpc_id" in ctx else None
