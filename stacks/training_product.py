@@ -21,11 +21,15 @@ from constructs_lib.runtime.contract import CAPACITY_STATE, TAG_CLUSTER, TAG_PRO
 from .network import existing_subnets, training_vpc
 from .product_plan import Choice, ProductPlan
 from .selection import money
+from constructs_lib.userdata import TOKEN_BYTES
+from constructs_lib.validation import ConfigurationError
+
 from .settings import COMMAND_LIMIT, HEREDOC, USER_DATA_LIMIT
 
 JOB_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
-# The command is one line in the console and the CLI; the job file's heredoc marker may not appear.
-COMMAND_PATTERN = rf"^(?!.*{HEREDOC})[^\r\n]*$"
+# One line of printable ASCII (so that characters are bytes in the user data's budget), without the
+# job file's heredoc marker.
+COMMAND_PATTERN = rf"^(?!.*{HEREDOC})[\x20-\x7E\t]*$"
 
 
 def condition_id(choice: Choice) -> str:
@@ -92,6 +96,7 @@ class TrainingProduct(Construct):
         # CloudFormation passes to its KMS in the wrong shape (both would fail the local deploy).
         skip = ["AWS::SSM::Parameter", *(["AWS::KMS::Key"] if local else [])]
         cdk.Tags.of(self).add(TAG_PRODUCT, product_tag, exclude_resource_types=skip)
+        self._command_room()
         self._outputs(stack, plan, prefix)
 
     @staticmethod
@@ -125,13 +130,23 @@ class TrainingProduct(Construct):
                 description=(f"How many nodes (at most {plan.max_nodes}); per-node ceilings: {prices}")[:4000],
                 constraint_description=f"a whole number from 1 to {plan.max_nodes} (the team's limit)"),
             "Command": cdk.CfnParameter(
-                stack, "Command", type="String", default="", max_length=command_limit(),
-                allowed_pattern=COMMAND_PATTERN,
+                stack, "Command", type="String", default="", allowed_pattern=COMMAND_PATTERN,
                 description="What every node runs, e.g. dl-torchrun train.py --epochs 3 (empty: the nodes wait "
                             "for you; connect with SSM)",
-                constraint_description=f"one line of at most {command_limit()} characters, without the word "
-                                       f"{HEREDOC}"),
+                constraint_description="set with the room the user data leaves (_command_room)"),
         }
+
+    def _command_room(self) -> None:
+        """The Command parameter's MaxLength: what EC2's 16 KB user data leaves on the fullest node
+        type (the synth's own check counts the parameter as a token of TOKEN_BYTES)."""
+        fullest = max(t.user_data_bytes() for t in self.capacity.templates)
+        room = USER_DATA_LIMIT - fullest + TOKEN_BYTES
+        if room < 256:
+            raise ConfigurationError(f"the node's bootstrap leaves {room} bytes of user data for the command")
+        command = self.parameters["Command"]
+        command.max_length = min(COMMAND_LIMIT, room)
+        command.constraint_description = (f"one line of printable ASCII, at most {command.max_length} characters, "
+                                          f"without the word {HEREDOC}")
 
     @staticmethod
     def _rules(stack: cdk.Stack, plan: ProductPlan) -> list[cdk.CfnRule]:
@@ -171,13 +186,6 @@ class TrainingProduct(Construct):
             self.capacity.controller.function.function_name,
             " --cli-binary-format raw-in-base64-out --payload '{\"dl-launcher\": \"resume\"}' /dev/stdout"]),
             description="start the cluster again after a teardown stopped it (newest checkpoint)")
-
-
-def command_limit() -> int:
-    """The Command parameter's MaxLength: the room the node's bootstrap leaves in EC2's 16 KB user
-    data, as the training stack allows a command (the synth checks the user data with a token
-    standing for it at its full size)."""
-    return min(COMMAND_LIMIT, USER_DATA_LIMIT // 4)
 
 
 def product_rules(plan: ProductPlan, stack: Optional[cdk.Stack] = None):

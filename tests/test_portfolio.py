@@ -346,3 +346,33 @@ def test_the_built_in_portfolios_current_versions_are_committed():
         stem = "dlportfolioplatform" + profile.name.replace("-", "")
         assert any(n.startswith(stem) and n.endswith(f".{version}.product.template.json") for n in names), (
             f"{profile.name} {version}: run `cdk synth -c portfolio=platform` and commit product-stack-snapshots/")
+
+
+def _render(value, fill) -> str:
+    """A launch template's user data with every reference replaced by fill(reference)."""
+    if isinstance(value, str):
+        return value
+    (fn, arg), = value.items()
+    if fn == "Fn::Base64":
+        return _render(arg, fill)
+    if fn == "Fn::Join":
+        sep, parts = arg
+        return sep.join(_render(p, fill) for p in parts)
+    return fill(value)
+
+
+def test_the_longest_command_a_user_may_enter_fits_every_nodes_user_data(default_portfolio):
+    for name, t in _products(default_portfolio).items():
+        longest = t["Parameters"]["Command"]["MaxLength"]
+        assert longest >= 4096, name  # room for a real one-line command
+
+        def fill(ref):
+            if ref == {"Ref": "Command"}:
+                return "x" * longest
+            if ref == {"Ref": "JobName"}:
+                return "j" * t["Parameters"]["JobName"]["MaxLength"]
+            return "r" * 128  # bucket names, keys, region: each well under this
+
+        for lt in (r for r in t["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"):
+            data = _render(lt["Properties"]["LaunchTemplateData"]["UserData"], fill)
+            assert len(data.encode()) <= 16 * 1024, (name, len(data.encode()))
