@@ -120,15 +120,17 @@ class LaunchRole(Construct):
     """iam.Role assumed by Service Catalog, with what the products' resource types need.
 
     Keyword-only props: resource_types (every type in every product template), assets (the
-    bucket holding the products' assets: Lambda code and the node bundle, read at launch).
+    bucket holding the products' assets: Lambda code and the node bundle, read at launch),
+    role_name [generated]: a shared portfolio's launch role is found by name in each account.
     Attributes: role.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, resource_types: Iterable[str],
-                 assets: s3.IBucket) -> None:
+                 assets: s3.IBucket, role_name: "str | None" = None) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("servicecatalog.amazonaws.com"),
+                             role_name=role_name,
                              description="dl-launcher products: CloudFormation creates the product's resources, "
                                          "nothing else")
         via = {"ForAnyValue:StringEquals": {"aws:CalledVia": ["cloudformation.amazonaws.com"]},
@@ -150,8 +152,10 @@ class LaunchRole(Construct):
         # As cdk-nag names them: pseudo parameters where the stack's environment is open.
         region, account = env_names(stack)
         shown = dict(p="<AWS::Partition>", r=region, a=account)
-        assets_id = stack.get_logical_id(assets.node.default_child)
-        wildcards = ["*", f"<{assets_id}.Arn>/*", "arn:{p}:cloudformation:{r}:{a}:stack/SC-*".format(**shown)]
+        owned = getattr(assets.node, "default_child", None)
+        objects = f"<{stack.get_logical_id(owned)}.Arn>/*" if owned is not None else (
+            f"arn:<AWS::Partition>:s3:::{assets.bucket_name}/*")
+        wildcards = ["*", objects, "arn:{p}:cloudformation:{r}:{a}:stack/SC-*".format(**shown)]
         for resource, actions in permissions_for(resource_types).items():
             if resource == "*" and any(a.startswith("iam:") for a in actions):
                 raise ValueError("internal: IAM actions must be held to SC- names")

@@ -71,7 +71,12 @@ def build(app: cdk.App, ctx: Mapping[str, Any], synthesizer=None) -> cdk.Stack:
                         subnet_ids=settings.subnet_ids, availability_zone=settings.availability_zone,
                         local=settings.local)
         return stack
-    from .portfolio_stack import PortfolioStack
-    return PortfolioStack(app, f"dl-portfolio-{settings.name}", settings=settings, plans=plans, env=env,
-                          synthesizer=synthesizer,
-                          description=f"dl-launcher portfolio {settings.name}: {len(plans)} products")
+    from .portfolio_stack import LaunchRoleStack, PortfolioStack
+    stack = PortfolioStack(app, f"dl-portfolio-{settings.name}", settings=settings, plans=plans, env=env,
+                           synthesizer=synthesizer,
+                           description=f"dl-launcher portfolio {settings.name}: {len(plans)} products")
+    if stack.shared:
+        LaunchRoleStack(app, f"dl-portfolio-{settings.name}-launch-role", settings=settings, portfolio=stack,
+                        env=cdk.Environment(region=settings.region), synthesizer=synthesizer,
+                        description=f"dl-launcher portfolio {settings.name}: its launch role, for a shared account")
+    return stack

@@ -47,6 +47,23 @@ def version_name(plan: ProductPlan) -> str:
     return f"v{package}-{digest}"
 
 
+def launch_role_name(settings: PortfolioSettings) -> str:
+    return f"dl-launcher-{settings.name}-launch"[:64]
+
+
+class LaunchRoleStack(cdk.Stack):
+    """The launch role alone, by its shared name, for each account the portfolio is shared with
+    (`cdk deploy dl-portfolio-NAME-launch-role` there, or a StackSet): the same permissions, the
+    hub's asset bucket (which the portfolio's shares let those accounts read)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: PortfolioSettings, portfolio: "PortfolioStack",
+                 **kwargs) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        assets = s3.Bucket.from_bucket_name(self, "HubAssets", portfolio.asset_bucket_name)
+        self.role = LaunchRole(self, "LaunchRole", resource_types=portfolio.resource_types, assets=assets,
+                               role_name=launch_role_name(settings)).role
+
+
 def product_tag(settings: PortfolioSettings, plan: ProductPlan) -> str:
     return f"{settings.name}/{plan.profile.name}"
 
@@ -85,9 +102,12 @@ class PortfolioStack(cdk.Stack):
                 self, f"{name}-history", product_stack=ps, current_version_name=version_name(plan),
                 current_version_locked=False, directory=settings.snapshots,
                 description=f"limits and candidates as of catalog {plan.catalog_as_of}")
-        types = {r.cfn_resource_type for ps in self.product_stacks.values() for r in ps.node.find_all()
-                 if isinstance(r, cdk.CfnResource)}
-        self.launch_role = LaunchRole(self, "LaunchRole", resource_types=types, assets=self.assets).role
+        self.resource_types = {r.cfn_resource_type for ps in self.product_stacks.values() for r in ps.node.find_all()
+                               if isinstance(r, cdk.CfnResource)}
+        # Shared: Service Catalog looks the launch role up by name in each account that launches.
+        self.shared = bool(settings.share_with_accounts or settings.share_with_organization_units)
+        self.launch_role = LaunchRole(self, "LaunchRole", resource_types=self.resource_types, assets=self.assets,
+                                      role_name=launch_role_name(settings) if self.shared else None).role
         for plan in plans:
             name = plan.profile.name
             history = histories[name]
@@ -100,7 +120,10 @@ class PortfolioStack(cdk.Stack):
                                     "the SSM session command and the controller's log",
                 product_versions=[history.current_version(), *(history.version_from_snapshot(v) for v in older)])
             self.portfolio.add_product(product)
-            self.portfolio.set_launch_role(product, self.launch_role)
+            if self.shared:
+                self.portfolio.set_local_launch_role(product, self.launch_role)
+            else:
+                self.portfolio.set_launch_role(product, self.launch_role)
             for rule_name, condition, assertion, text in product_rules(plan):
                 self.portfolio.constrain_cloud_formation_parameters(product, rule=sc.TemplateRule(
                     rule_name=rule_name, condition=condition,
@@ -171,6 +194,7 @@ def _asset_bucket(stack: cdk.Stack, settings: PortfolioSettings) -> s3.Bucket:
     logs.node.default_child.add_metadata("checkov", {"skip": [{
         "id": "CKV_AWS_21", "comment": "access logs: S3 log delivery writes each record once under a new key"}]})
     # Versioned: a provisioned product keeps reading the asset of its own version.
+    stack.asset_bucket_name = bucket_name  # literal: the shared accounts' launch role stacks name it
     return s3.Bucket(stack, "ProductAssets", **common, versioned=True, bucket_name=bucket_name,
                      server_access_logs_bucket=logs,
                      server_access_logs_prefix="assets/")

@@ -27,6 +27,7 @@ from constructs_lib.validation import ConfigurationError
 from .settings import COMMAND_LIMIT, HEREDOC, USER_DATA_LIMIT
 
 JOB_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
+PARAMETER_VALUE_LIMIT = 4096  # CloudFormation's limit on a parameter value, in bytes
 # One line of printable ASCII (so that characters are bytes in the user data's budget), without the
 # job file's heredoc marker.
 COMMAND_PATTERN = rf"^(?!.*{HEREDOC})[\x20-\x7E\t]*$"
@@ -137,14 +138,15 @@ class TrainingProduct(Construct):
         }
 
     def _command_room(self) -> None:
-        """The Command parameter's MaxLength: what EC2's 16 KB user data leaves on the fullest node
-        type (the synth's own check counts the parameter as a token of TOKEN_BYTES)."""
+        """The Command parameter's MaxLength: CloudFormation's 4 KB per parameter value, or less where
+        EC2's 16 KB user data leaves less on the fullest node type (the synth's own check counts the
+        parameter as a token of TOKEN_BYTES). Longer scripts go in the image or S3."""
         fullest = max(t.user_data_bytes() for t in self.capacity.templates)
         room = USER_DATA_LIMIT - fullest + TOKEN_BYTES
         if room < 256:
             raise ConfigurationError(f"the node's bootstrap leaves {room} bytes of user data for the command")
         command = self.parameters["Command"]
-        command.max_length = min(COMMAND_LIMIT, room)
+        command.max_length = min(COMMAND_LIMIT, PARAMETER_VALUE_LIMIT, room)
         command.constraint_description = (f"one line of printable ASCII, at most {command.max_length} characters, "
                                           f"without the word {HEREDOC}")
 

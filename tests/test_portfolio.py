@@ -376,3 +376,24 @@ def test_the_longest_command_a_user_may_enter_fits_every_nodes_user_data(default
         for lt in (r for r in t["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"):
             data = _render(lt["Properties"]["LaunchTemplateData"]["UserData"], fill)
             assert len(data.encode()) <= 16 * 1024, (name, len(data.encode()))
+
+
+def test_a_shared_portfolio_names_its_launch_role_and_ships_it_for_the_other_accounts(team_portfolio):
+    portfolio = json.loads((team_portfolio / "dl-portfolio-team.template.json").read_text())
+    constraints = [r["Properties"] for r in portfolio["Resources"].values()
+                   if r["Type"] == "AWS::ServiceCatalog::LaunchRoleConstraint"]
+    (named,) = [k for k, r in portfolio["Resources"].items() if r["Type"] == "AWS::IAM::Role"
+                and r["Properties"].get("RoleName") == "dl-launcher-team-launch"]
+    # Ref of a role is its name: Service Catalog finds the role by that name in the launching account
+    assert constraints and all(c.get("LocalRoleName") == {"Ref": named} and "RoleArn" not in c for c in constraints)
+    spoke = json.loads((team_portfolio / "dl-portfolio-team-launch-role.template.json").read_text())
+    (role,) = [r["Properties"] for r in spoke["Resources"].values() if r["Type"] == "AWS::IAM::Role"]
+    assert role["RoleName"] == "dl-launcher-team-launch"
+
+    def actions(template):
+        return sorted(a for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
+                      and "LaunchRole" in json.dumps(r["Properties"]["Roles"])
+                      for st in r["Properties"]["PolicyDocument"]["Statement"]
+                      for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]]))
+    assert actions(spoke) == actions(portfolio)
+    assert "Export" not in json.dumps(portfolio.get("Outputs", {})), "no cross-stack reference between accounts"
