@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from aws_cdk.assertions import Match, Template
 
 import app
 from selector.catalog import load_catalog
@@ -89,12 +90,14 @@ def team_portfolio(tmp_path_factory):
 def test_every_profile_is_a_product_offering_the_selectors_candidates(default_portfolio):
     products = _products(default_portfolio)
     assert sorted(products) == sorted(builtin_profiles())
-    portfolio = json.loads((default_portfolio / "dl-portfolio-platform.template.json").read_text())
-    kinds = [r["Type"] for r in portfolio["Resources"].values()]
-    assert kinds.count("AWS::ServiceCatalog::CloudFormationProduct") == len(products)
-    assert kinds.count("AWS::ServiceCatalog::PortfolioProductAssociation") == len(products)
-    assert kinds.count("AWS::ServiceCatalog::LaunchRoleConstraint") == len(products)
-    assert kinds.count("AWS::Budgets::Budget") == len(products)
+    portfolio = Template.from_json(json.loads((default_portfolio / "dl-portfolio-platform.template.json").read_text()))
+    for kind in ("AWS::ServiceCatalog::CloudFormationProduct", "AWS::ServiceCatalog::PortfolioProductAssociation",
+                 "AWS::ServiceCatalog::LaunchRoleConstraint", "AWS::Budgets::Budget"):
+        portfolio.resource_count_is(kind, len(products))
+    portfolio.has_resource_properties("AWS::ServiceCatalog::TagOption", {"Key": "cost-centre", "Value": "unassigned"})
+    portfolio.has_resource_properties("AWS::ServiceCatalog::CloudFormationProduct", {
+        "Name": "platform: multi-node-training", "ProvisioningArtifactParameters": Match.array_with([
+            Match.object_like({"Name": Match.string_like_regexp(r"^v[0-9.]+-[0-9a-f]{8}$")})])})
     for name, t in products.items():
         profile = builtin_profiles()[name]
         market = "spot" if profile.workload == "training" else "on-demand"
