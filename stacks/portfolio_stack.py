@@ -120,6 +120,8 @@ class PortfolioStack(cdk.Stack):
                                     "the SSM session command and the controller's log",
                 product_versions=[history.current_version(), *(history.version_from_snapshot(v) for v in older)])
             self.portfolio.add_product(product)
+            # The cost tags a user picked at launch stay: updating a launch cannot change them.
+            self.portfolio.constrain_tag_updates(product, allow=False)
             if self.shared:
                 self.portfolio.set_local_launch_role(product, self.launch_role)
             else:

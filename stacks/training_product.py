@@ -171,6 +171,13 @@ class TrainingProduct(Construct):
         cdk.CfnOutput(stack, "IdleGuard", value=(
             f"{limits.idle_action} after {limits.idle_minutes} min under 5% GPU utilisation with no progress"
             if obs.guard else "off"), description="a stopped cluster starts again with ResumeCommand")
+        cap = self.capacity
+        cdk.CfnOutput(stack, "NodeCostPerHour", value=cdk.Fn.join("", [
+            "USD ", cap.per_choice(lambda o, f: f"{o.price:.4f}"), " per node-hour at most (",
+            cap.per_choice(lambda o, f: f.instance_type), " ", self.parameters["Market"].value_as_string,
+            f", catalog as of {plan.catalog_as_of}); the cluster: that times ",
+            self.parameters["Nodes"].value_as_string]),
+            description="the ceiling every node is held to; alternates the controller may move to cost no more")
         cdk.CfnOutput(stack, "CheckpointBucket", value=self.checkpoints.bucket.bucket_name,
                       description=f"checkpoints under s3://<bucket>/{prefix}/; kept after the product is terminated")
         cdk.CfnOutput(stack, "SsmSessionCommand", value=cdk.Fn.join("", [

@@ -31,4 +31,5 @@ def test_a_product_deploys_with_user_parameters_and_launches_what_was_chosen():
         assert "team=ml-research, project=llm, cost-centre=cc-1001" in line
         assert "dl-launcher:product=platform/multi-node-training, dl-launcher:cluster=llm-ft" in line
         assert "with cost tags: True" in line
+    assert ".NodeCostPerHour = USD 55.0400 per node-hour at most (p5.48xlarge on-demand" in out
     assert "cluster llm-ft: 2 of 2 running" in out and '"kind": "torn-down"' in out

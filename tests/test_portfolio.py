@@ -95,6 +95,9 @@ def test_every_profile_is_a_product_offering_the_selectors_candidates(default_po
                  "AWS::ServiceCatalog::LaunchRoleConstraint", "AWS::Budgets::Budget"):
         portfolio.resource_count_is(kind, len(products))
     portfolio.has_resource_properties("AWS::ServiceCatalog::TagOption", {"Key": "cost-centre", "Value": "unassigned"})
+    portfolio.resource_count_is("AWS::ServiceCatalog::ResourceUpdateConstraint", len(products))
+    portfolio.has_resource_properties("AWS::ServiceCatalog::ResourceUpdateConstraint",
+                                      {"TagUpdateOnProvisionedProduct": "NOT_ALLOWED"})
     portfolio.has_resource_properties("AWS::ServiceCatalog::CloudFormationProduct", {
         "Name": "platform: multi-node-training", "ProvisioningArtifactParameters": Match.array_with([
             Match.object_like({"Name": Match.string_like_regexp(r"^v[0-9.]+-[0-9a-f]{8}$")})])})
