@@ -338,6 +338,9 @@ def test_a_product_watches_its_gpus_with_the_spec_cloudformation_chose(team_port
     assert '{"Ref": "Nodes"}' in body and '"Fn::If"' in body and '{"Ref": "JobName"}' in body
     alarms = [r for r in t["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"]
     assert len(alarms) == 2
+    # the health alarm expects the chosen type's GPU count (8 on every p-type here), picked by the same conditions
+    health = next(json.dumps(a) for a in alarms if "gpus <" in json.dumps(a))
+    assert '"Fn::If"' in health and '"UseP5En48XlargeSpot", "8"' in health
     assert json.dumps(t["Outputs"]["IdleGuard"]["Value"]).startswith('"stop after 30 min')
 
 

@@ -106,16 +106,17 @@ class NodeHealthAlarm(Construct):
 
     Keyword-only props (defaults in brackets):
       job: the cluster id (the Job dimension).
-      expected_gpus: the GPUs every node should list (the catalog's count).
+      expected_gpus: the GPUs every node should list (the catalog's count); a string token where the
+        type is chosen at deploy (ChoiceCapacity.per_choice).
       period [5 minutes].
       topic [None]: told on ALARM.
     Attributes: alarm (cloudwatch.Alarm), condition (the MathExpression it watches).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, job: str, expected_gpus: int,
+    def __init__(self, scope: Construct, construct_id: str, *, job: str, expected_gpus: "int | str",
                  period: cdk.Duration = cdk.Duration.minutes(5), topic: Optional[sns.ITopic] = None) -> None:
         super().__init__(scope, construct_id)
-        if expected_gpus < 1:
+        if not cdk.Token.is_unresolved(expected_gpus) and expected_gpus < 1:
             raise ValueError(f"expected_gpus {expected_gpus}: at least 1 (the alarm is for GPU nodes)")
         ns = contract.NS_JOB
         self.condition = cw.MathExpression(

@@ -52,8 +52,9 @@ class ClusterObservability(Construct):
         alarms = []
         if cuda:
             self.starved = StarvedGpuAlarm(self, "StarvedGpu", job=capacity.cluster, topic=topic)
-            self.health = NodeHealthAlarm(self, "NodeHealth", job=capacity.cluster, topic=topic,
-                                          expected_gpus=min(f.accelerator_count for f in facts))
+            choose = getattr(capacity, "per_choice", None)  # ChoiceCapacity: the chosen type's count
+            self.health = NodeHealthAlarm(self, "NodeHealth", job=capacity.cluster, topic=topic, expected_gpus=(
+                choose(lambda o, f: f.accelerator_count) if choose else min(f.accelerator_count for f in facts)))
             alarms = [self.starved.alarm, self.health.alarm]
         choose = getattr(capacity, "per_choice", None)  # ChoiceCapacity: the type is chosen at deploy
         if choose is not None:
