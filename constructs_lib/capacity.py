@@ -16,11 +16,10 @@ import aws_cdk.aws_logs as logs
 import aws_cdk.aws_s3 as s3
 from constructs import Construct
 
+from selector.facts import InstanceFacts
 from selector.interchange import RULES, interchangeable
 
 from .controller import CapacityController
-from selector.facts import InstanceFacts
-
 from .facts import InstanceLike, resolve
 from .launch_template import GpuLaunchTemplate, select_subnets
 from .node_options import NodeOptions

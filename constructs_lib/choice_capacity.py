@@ -16,6 +16,7 @@ from selector.facts import InstanceFacts
 from selector.interchange import RULES
 
 from .capacity import MARKETS, ClusterCapacity, InstanceOption, usable_options
+from .launch_template import select_subnets
 from .node_options import NodeOptions
 from .validation import ConfigurationError
 
@@ -86,7 +87,6 @@ class ChoiceCapacity(ClusterCapacity):
         self.max_nodes = max_nodes
         nodes_text = str(nodes) if isinstance(nodes, int) else cdk.Token.as_string(nodes)
         self._build_templates(vpc, subnets, facts, multi_node=multi, nodes=nodes_text, options=node_options)
-        from .launch_template import select_subnets
         self.subnet_ids = select_subnets(vpc, self.subnets).subnet_ids
         self.state_bucket, self.state_key = state_bucket, state_key
         self._resolved = [(c.condition.logical_id if c.condition else None, usable) for c, _ceiling, usable in resolved]
@@ -100,22 +100,21 @@ class ChoiceCapacity(ClusterCapacity):
     def per_choice(self, value: Callable[[InstanceOption, InstanceFacts], Union[str, float]]) -> str:
         """A string token: `value(option, facts)` of the chosen type (each choice's first option),
         picked by the same conditions as the spec (wrap in cdk.Token.as_number for a number)."""
-        items = [(cid, str(value(*usable[0]))) for cid, usable in self._resolved]
-        chosen = items[-1][1] if items[-1][0] is None else cdk.Aws.NO_VALUE
-        for cid, v in reversed(items[:-1] if items[-1][0] is None else items):
-            chosen = cdk.Token.as_string(cdk.Fn.condition_if(cid, v, chosen))
-        return chosen
+        return _chosen([(cid, str(value(*usable[0]))) for cid, usable in self._resolved])
 
     def _chosen_spec(self) -> str:
-        """Fn::If over the choices' conditions. Where none holds (the last choice has a condition
-        and the parameters fall outside them all) the variable is left out and the controller
-        refuses to act, naming it."""
+        """The spec in force, as the controller reads it. Where no condition holds (the last
+        choice has one and the parameters fall outside them all) the variable is left out and the
+        controller refuses to act, naming it."""
         stack = cdk.Stack.of(self)
-        items = list(self.specs.items())
-        if items[-1][0] is None:
-            chosen, items = stack.to_json_string(items[-1][1]), items[:-1]
-        else:
-            chosen = cdk.Aws.NO_VALUE
-        for condition, spec in reversed(items):
-            chosen = cdk.Token.as_string(cdk.Fn.condition_if(condition, stack.to_json_string(spec), chosen))
-        return chosen
+        return _chosen([(cid, stack.to_json_string(spec)) for cid, spec in self.specs.items()])
+
+
+def _chosen(values: Sequence[tuple[Optional[str], str]]) -> str:
+    """Fn::If over (condition logical id, value) in order; a last entry without a condition is the
+    otherwise, else AWS::NoValue is."""
+    *first, (last_id, last) = values
+    chosen = last if last_id is None else cdk.Token.as_string(cdk.Fn.condition_if(last_id, last, cdk.Aws.NO_VALUE))
+    for cid, value in reversed(first):
+        chosen = cdk.Token.as_string(cdk.Fn.condition_if(cid, value, chosen))
+    return chosen
