@@ -20,7 +20,6 @@ from constructs_lib.nag import env_names
 
 # resource type -> (actions, resource pattern ('{p}' partition, '{r}' region, '{a}' account)).
 # Reads are included: CloudFormation describes what it creates, and deletes on termination.
-_EC2 = "arn:{p}:ec2:{r}:{a}:*"
 PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "AWS::EC2::LaunchTemplate": (("ec2:CreateLaunchTemplate", "ec2:CreateLaunchTemplateVersion",
                                   "ec2:DeleteLaunchTemplate", "ec2:ModifyLaunchTemplate",

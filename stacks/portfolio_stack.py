@@ -90,6 +90,7 @@ class PortfolioStack(cdk.Stack):
         self.budgets: dict[str, budgets.CfnBudget] = {}
         self.stop_topics: dict[str, sns.ITopic] = {}
         histories = {}
+        versions = {plan.profile.name: version_name(plan) for plan in plans}
         for plan in plans:
             name = plan.profile.name
             ps = sc.ProductStack(self, f"{name}-template", asset_bucket=self.assets,
@@ -99,7 +100,7 @@ class PortfolioStack(cdk.Stack):
                             availability_zone=settings.availability_zone, local=settings.local)
             self.product_stacks[name] = ps
             histories[name] = sc.ProductStackHistory(
-                self, f"{name}-history", product_stack=ps, current_version_name=version_name(plan),
+                self, f"{name}-history", product_stack=ps, current_version_name=versions[name],
                 current_version_locked=False, directory=settings.snapshots,
                 description=f"limits and candidates as of catalog {plan.catalog_as_of}")
         self.resource_types = {r.cfn_resource_type for ps in self.product_stacks.values() for r in ps.node.find_all()
@@ -112,7 +113,7 @@ class PortfolioStack(cdk.Stack):
             name = plan.profile.name
             history = histories[name]
             older = [v for v in _snapshot_versions(settings.snapshots, history, self.product_stacks[name])
-                     if v != version_name(plan)]
+                     if v != versions[name]]
             product = sc.CloudFormationProduct(
                 self, name, product_name=f"{settings.name}: {name}"[:127], owner=settings.provider,
                 distributor="dl-launcher", description=_describe(plan)[:8191],

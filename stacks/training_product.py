@@ -153,7 +153,7 @@ class TrainingProduct(Construct):
     @staticmethod
     def _rules(stack: cdk.Stack, plan: ProductPlan) -> list[cdk.CfnRule]:
         rules = []
-        for name, condition, assertion, text in product_rules(plan, stack):
+        for name, condition, assertion, text in product_rules(plan):
             rules.append(cdk.CfnRule(stack, name, rule_condition=condition, assertions=[
                 cdk.CfnRuleAssertion(assert_=assertion, assert_description=text)]))
         return rules
@@ -197,7 +197,7 @@ class TrainingProduct(Construct):
             description="start the cluster again after a teardown stopped it (newest checkpoint)")
 
 
-def product_rules(plan: ProductPlan, stack: Optional[cdk.Stack] = None):
+def product_rules(plan: ProductPlan):
     """(name, condition, assertion, description) for every (type, market) the team's limits
     restrict: fewer nodes than max_nodes under the $/hour cap, or none at all."""
     itype = cdk.Fn.ref("InstanceType")

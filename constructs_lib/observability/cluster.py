@@ -48,15 +48,14 @@ class ClusterObservability(Construct):
         self.topic = topic
         facts = [t.facts for t in capacity.templates]
         pick = facts[0]
+        choose = getattr(capacity, "per_choice", None)  # ChoiceCapacity: the type is chosen at deploy
         cuda = all(f.sdk == "cuda" for f in facts)
         alarms = []
         if cuda:
             self.starved = StarvedGpuAlarm(self, "StarvedGpu", job=capacity.cluster, topic=topic)
-            choose = getattr(capacity, "per_choice", None)  # ChoiceCapacity: the chosen type's count
             self.health = NodeHealthAlarm(self, "NodeHealth", job=capacity.cluster, topic=topic, expected_gpus=(
                 choose(lambda o, f: f.accelerator_count) if choose else min(f.accelerator_count for f in facts)))
             alarms = [self.starved.alarm, self.health.alarm]
-        choose = getattr(capacity, "per_choice", None)  # ChoiceCapacity: the type is chosen at deploy
         if choose is not None:
             shown = dict(instance_type=choose(lambda o, f: f.instance_type),
                          gpus_per_node=cdk.Token.as_number(choose(lambda o, f: f.accelerator_count)),
