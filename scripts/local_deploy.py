@@ -125,6 +125,21 @@ def toolkit_stack(region: str) -> None:
     cfn.create_stack(StackName="CDKToolkit", TemplateBody=json.dumps(template))
 
 
+def synth_into_moto(context: list[str], *, stack: str, out: Path, env: dict) -> dict:
+    """Everything before `cdk deploy`: an existing VPC in moto, `cdk synth` with `context` (-c
+    pairs) into it with -c local=true, the DLAMI parameters seeded, the toolkit stand-in.
+    Returns the stack's template."""
+    vpc, subnet, az = existing_vpc(REGION)
+    log(f"existing VPC {vpc}, private subnet {subnet} in {az}")
+    cdk("synth", *context, "-c", "local=true", "-c", f"vpc_id={vpc}", "-c", f"subnet_ids={subnet}",
+        "-c", f"availability_zone={az}", "--quiet", "-o", str(out), env=env)
+    template = json.loads((out / f"{stack}.template.json").read_text())
+    for name in seed_ssm(template, REGION):
+        log(f"seeded SSM {name}")
+    toolkit_stack(REGION)
+    return template
+
+
 def cdk(*args: str, env: dict, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [str(ROOT / "node_modules" / ".bin" / "cdk"), *args]
     log("$ " + " ".join(["cdk", *args]))
@@ -280,14 +295,7 @@ def main(argv=None) -> int:
     stack = f"dl-{a.profile}"
     try:
         log(f"moto_server on {endpoint} (in-process); account {ACCOUNT}, region {REGION}")
-        vpc, subnet, az = existing_vpc(REGION)
-        log(f"existing VPC {vpc}, private subnet {subnet} in {az}")
-        cdk("synth", "-c", f"profile={a.profile}", "-c", "local=true", "-c", f"vpc_id={vpc}", "-c", f"subnet_ids={subnet}",
-            "-c", f"availability_zone={az}", "--quiet", "-o", str(out), env=env)
-        template = json.loads((out / f"{stack}.template.json").read_text())
-        for name in seed_ssm(template, REGION):
-            log(f"seeded SSM {name}")
-        toolkit_stack(REGION)
+        synth_into_moto(["-c", f"profile={a.profile}"], stack=stack, out=out, env=env)
         started = time.monotonic()
         cdk("deploy", "--app", str(out), "--require-approval", "never", "--method=direct",
             "--no-previous-parameters", "--progress", "events", stack, env=env)

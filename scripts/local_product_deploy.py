@@ -11,15 +11,14 @@ template rules: tests/test_portfolio.py evaluates those against the catalog's pr
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from local_deploy import (REGION, cdk, cluster_instances, controller, existing_vpc, local_env, log,  # noqa: E402
-                          seed_ssm, start_moto, toolkit_stack)
+from local_deploy import (REGION, cdk, cluster_instances, controller, local_env, log, start_moto,  # noqa: E402
+                          synth_into_moto)
 
 TAGS = {"team": "ml-research", "project": "llm", "cost-centre": "cc-1001"}
 
@@ -43,16 +42,11 @@ def main(argv=None) -> int:
     stack = f"dl-{a.portfolio}-{a.product}"
     try:
         log(f"moto_server on {endpoint} (in-process)")
-        vpc, subnet, az = existing_vpc(REGION)
         extra = ["-c", f"profiles_file={a.profiles_file}"] if a.profiles_file else []
-        cdk("synth", "-c", f"portfolio={a.portfolio}", "-c", f"product={a.product}", "-c", "local=true",
-            "-c", f"vpc_id={vpc}", "-c", f"subnet_ids={subnet}", "-c", f"availability_zone={az}", *extra,
-            "--quiet", "-o", str(out), env=env)
-        template = json.loads((out / f"{stack}.template.json").read_text())
+        template = synth_into_moto(["-c", f"portfolio={a.portfolio}", "-c", f"product={a.product}", *extra],
+                                   stack=stack, out=out, env=env)
         log("parameters: " + "; ".join(f"{k} in {v['AllowedValues']}" for k, v in template["Parameters"].items()
                                        if "AllowedValues" in v))
-        seed_ssm(template, REGION)
-        toolkit_stack(REGION)
         params = [x for kv in a.parameter for x in ("--parameters", f"{stack}:{kv}")]
         tags = [x for k, v in TAGS.items() for x in ("--tags", f"{k}={v}")]
         cdk("deploy", "--app", str(out), "--require-approval", "never", "--method=direct", "--no-previous-parameters",
