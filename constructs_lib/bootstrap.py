@@ -11,7 +11,7 @@ import aws_cdk.aws_iam as iam
 import jsii
 from constructs import Construct, IValidation
 
-from .bundle import AGENT_UNIT, JOB_UNIT, MONITOR_UNIT, UNITS, NodeBundle
+from .bundle import AGENT_UNIT, JOB_UNIT, LOGS_UNIT, MONITOR_UNIT, UNITS, NodeBundle
 from .facts import InstanceLike, resolve
 from .runtime import contract
 from .userdata import SettingsFile, limit_problem, upper_bound, user_data_parts
@@ -67,6 +67,7 @@ class NodeBootstrap(Construct):
         self._job: Optional[SettingsFile] = None
         self._extra = list(extra_user_data)
         self._agent_parameter: Optional[str] = None
+        self.log_group: Optional[str] = None
         self.user_data = ec2.UserData.custom(cdk.Lazy.string(_UserDataProducer(self)))
         self.node.add_validation(_UserDataLimit(self))
 
@@ -100,6 +101,28 @@ class NodeBootstrap(Construct):
         self._job = job
         self.add_unit(JOB_UNIT)
 
+    def enable_job_definition(self, values: dict[str, str]) -> None:
+        """node.env's pointer to the job's definition (JobDefinition.node_env()): the supervisor
+        prepares and runs that instead of a command written here."""
+        if self._job is not None:
+            raise ValueError("enable_job_definition: this node already has a command written at boot; "
+                             "give the command to the JobDefinition instead")
+        self.set_env(**values)
+
+    def enable_logs(self, *, log_group: str) -> None:
+        """The job's log file to `log_group` through the CloudWatch agent (one stream per node):
+        the monitor unit's agent when monitoring is on, else a unit of its own (dl-logs)."""
+        self.log_group = log_group
+        self.set_env(DL_LOG_GROUP=log_group)
+        self.add_unit(LOGS_UNIT)
+
+    def units(self) -> list[str]:
+        """The units this node starts, in order. The monitor unit starts the agent itself."""
+        units = [u for u in UNITS if u in self._units]
+        if MONITOR_UNIT in units and LOGS_UNIT in units:
+            units.remove(LOGS_UNIT)
+        return units
+
     def enable_monitoring(self, *, job: str, agent_parameter: Optional[str] = None) -> None:
         """The CloudWatch agent (GPU, CPU, memory, scratch reads; agent_config.py) and the node
         monitor (throughput, progress, GPU health: runtime/monitor.py) under dl-monitor.service.
@@ -123,7 +146,7 @@ class NodeBootstrap(Construct):
 
     def node_env(self) -> str:
         """node.env: this node's facts, its units and where its bundle is (tokens until deploy)."""
-        units = " ".join(u for u in UNITS if u in self._units)
+        units = " ".join(self.units())
         # Tokens cannot go through env_text (their ${Token[..]} markers hold a $); what
         # CloudFormation puts in their place, a bucket name and key and a region, holds no
         # quote, $ or backslash.

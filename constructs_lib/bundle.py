@@ -30,7 +30,7 @@ LINE_FORMAT = (("__init__.py",), ("bench", "__init__.py"), ("bench", "contract.p
 
 # Scripts at the top of the bundle, where the units and each other expect them ($DL_LIB_DIR/x.sh).
 BUNDLE_SCRIPTS = ("dl_job.sh", "dl_runtime.sh", "dl_torchrun.sh", "dl_env.sh", "nvme_raid0.sh", "efa_env.sh",
-                  "install.sh", "dl_cwagent.sh")
+                  "install.sh", "dl_cwagent.sh", "dl_container.sh")
 
 # Settings files of the boot-time units, beside the contract's own in DL_ETC_DIR.
 NVME_ENV = "nvme.env"
@@ -41,7 +41,8 @@ EFA_UNIT = "dl-efa-env.service"
 AGENT_UNIT = "dl-node-agent.service"
 JOB_UNIT = "dl-job.service"
 MONITOR_UNIT = "dl-monitor.service"
-UNITS = (RAID_UNIT, EFA_UNIT, AGENT_UNIT, JOB_UNIT, MONITOR_UNIT)  # install.sh starts them in this order
+LOGS_UNIT = "dl-logs.service"  # the CloudWatch agent for the job's log alone, where the monitor is off
+UNITS = (RAID_UNIT, EFA_UNIT, AGENT_UNIT, LOGS_UNIT, JOB_UNIT, MONITOR_UNIT)  # install.sh starts them in this order
 
 
 def _unit(description: str, unit: list[str], service: list[str]) -> str:
@@ -69,13 +70,18 @@ def unit_texts(*, etc_dir: Optional[str] = None, lib_dir: Optional[str] = None) 
                           ["Type=simple", node_env, f"ExecStart=/bin/bash {lib}/dl_runtime.sh agent",
                            "Restart=always", "RestartSec=5"]),
         JOB_UNIT: _unit("the training job",
-                        [f"After={RAID_UNIT} {EFA_UNIT} {AGENT_UNIT} network-online.target",
+                        # The log shipper first where there is one: the run's first lines go with the rest.
+                        [f"After={RAID_UNIT} {EFA_UNIT} {AGENT_UNIT} {LOGS_UNIT} network-online.target",
                          "Wants=network-online.target"],
                         ["Type=simple", node_env, f"ExecStart=/bin/bash {lib}/dl_job.sh",
                          "Restart=on-failure", "RestartSec=30",
                          # A wrong setting or a job that keeps failing is not cured by a restart.
                          "RestartPreventExitStatus=" + " ".join(str(c) for c in contract.NO_RESTART_EXITS),
                          "KillMode=control-group", "TimeoutStopSec=90"]),
+        LOGS_UNIT: _unit("CloudWatch agent for the job's log",
+                         ["After=network-online.target", "Wants=network-online.target"],
+                         ["Type=oneshot", "RemainAfterExit=yes", node_env, f"ExecStart=/bin/bash {lib}/dl_cwagent.sh",
+                          "TimeoutStartSec=300"]),
         MONITOR_UNIT: _unit("node monitor (CloudWatch agent; throughput, progress and GPU health)",
                             [f"After={RAID_UNIT} network-online.target", "Wants=network-online.target"],
                             ["Type=simple", node_env, f"ExecStartPre=-/bin/bash {lib}/dl_cwagent.sh",

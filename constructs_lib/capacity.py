@@ -28,6 +28,7 @@ from .validation import ConfigurationError
 
 if TYPE_CHECKING:
     from .checkpoints import CheckpointBucket
+    from .job import JobDefinition, JobLogs
 
 MARKETS = ("spot", "on-demand", "capacity-block")
 
@@ -162,10 +163,20 @@ class ClusterCapacity(Construct):
         for t in self.templates:
             t.add_tag(key, value)
 
-    def configure_job(self, *, command: str = "") -> None:
-        """Rendezvous and the job unit on every node type (see GpuLaunchTemplate.enable_job)."""
+    def configure_job(self, *, command: str = "", definition: Optional["JobDefinition"] = None,
+                      logs: Optional["JobLogs"] = None) -> None:
+        """Rendezvous and the job unit on every node type (see GpuLaunchTemplate.enable_job): a
+        `command` written at boot, or a `definition` (code, setup, env, secrets, image), and the
+        job's output to `logs`."""
+        if command and definition is not None:
+            raise ConfigurationError("configure_job: pass the command inside the JobDefinition, not beside it")
+        self.job_logs = logs
         for t in self.templates:
             t.enable_job(cluster=self.cluster, command=command, grant=t is self.primary)
+            if definition is not None:
+                t.enable_job_definition(definition, grant=t is self.primary)
+            if logs is not None:
+                t.enable_logs(logs, grant=t is self.primary)
 
     def enable_monitoring(self) -> "aws_ssm.StringParameter":
         """The CloudWatch agent and the node monitor on every node type (GpuLaunchTemplate), the
@@ -177,10 +188,13 @@ class ClusterCapacity(Construct):
         # A cluster id that is a token (a product's JobName, held to [a-z0-9-] by its pattern) goes in
         # where the agent configuration names the job; the configuration itself is checked with a stand-in.
         stand_in = "dl-launcher-job" if cdk.Token.is_unresolved(self.cluster) else self.cluster
-        config = json.dumps(agent_config(job=stand_in, gpu=gpu), separators=(",", ":"), sort_keys=True)
-        config = config.replace(f'"{stand_in}"', f'"{self.cluster}"')
+        logs = getattr(self, "job_logs", None)
+        config = json.dumps(agent_config(job=stand_in, gpu=gpu,
+                                         log_group=contract.job_log_group(stand_in) if logs is not None else None),
+                            separators=(",", ":"), sort_keys=True)
+        config = config.replace(stand_in, self.cluster) if stand_in != self.cluster else config
         self.agent_config = aws_ssm.StringParameter(
-            self, "AgentConfig", parameter_name=f"/dl-launcher/{self.cluster}/cloudwatch-agent", string_value=config,
+            self, "AgentConfig", parameter_name=contract.agent_parameter(self.cluster), string_value=config,
             simple_name=False,  # a path (its ARN has no extra '/'), also where the cluster is a token
             description=f"CloudWatch agent configuration of the {self.cluster} nodes (dl-launcher)")
         for t in self.templates:

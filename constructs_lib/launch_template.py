@@ -27,6 +27,7 @@ from .validation import ConfigurationError, Finding, NodeRequest, validate
 if TYPE_CHECKING:
     import aws_cdk.aws_ssm as ssm
     from .checkpoints import CheckpointBucket
+    from .job import JobDefinition, JobLogs
 
 
 class GpuLaunchTemplate(Construct):
@@ -193,6 +194,20 @@ class GpuLaunchTemplate(Construct):
         self.add_tag(contract.TAG_CLUSTER, cluster)
         if grant:
             self.identity.grant_find_peers()
+
+    def enable_job_definition(self, definition: "JobDefinition", *, grant: bool = True) -> None:
+        """The job unit runs `definition` (code, setup, env, secrets, image: constructs_lib.job)
+        instead of a command written at boot; call enable_job(cluster=...) without a command too.
+        grant [True]: let the role read exactly the definition, its code, secrets and image."""
+        self.bootstrap.enable_job_definition(definition.node_env())
+        if grant:
+            definition.grant_run(self.role)
+
+    def enable_logs(self, logs: "JobLogs", *, grant: bool = True) -> None:
+        """The job's output, setup's and the supervisor's lines to `logs` (one stream per node)."""
+        self.bootstrap.enable_logs(log_group=logs.log_group_name)
+        if grant:
+            logs.grant_write(self.role)
 
     def enable_monitoring(self, *, job: str, grant: bool = True,
                           agent_config: Optional["ssm.IStringParameter"] = None) -> None:

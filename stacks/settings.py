@@ -55,6 +55,11 @@ from selector.errors import UserError, closest
 from selector.interchange import DEFAULT_RULE, RULES
 from selector.profiles import Profile, get_profile, load_profiles
 
+from .job_settings import EXAMPLES as JOB_EXAMPLES
+from .job_settings import KEYS as JOB_KEYS
+from .job_settings import LONG_KEYS as JOB_LONG_KEYS
+from .job_settings import PATH_KEYS as JOB_PATH_KEYS
+from .job_settings import JobSettings, job_from_context
 from .observability_settings import BOOL_KEYS as OBS_BOOL_KEYS
 from .observability_settings import EXAMPLES as OBS_EXAMPLES
 from .observability_settings import KEYS as OBS_KEYS
@@ -64,7 +69,7 @@ from .observability_settings import ObservabilitySettings, observability_from_co
 DEFAULT_PROFILE = "dev-prototyping"  # cheap (one T4-class GPU) and safe to deploy by mistake
 KEYS = ("profile", "instance_type", "nodes", "spot", "market", "region", "vpc_id", "subnet_ids", "availability_zone",
         "command", "command_file", "job", "max_price", "interchange", "capacity_reservation", "profiles_file", "local",
-        "bench", "portfolio", "product", "snapshots", *OBS_KEYS)
+        "bench", "portfolio", "product", "snapshots", *JOB_KEYS, *OBS_KEYS)
 MARKETS = ("spot", "on-demand", "capacity-block")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 _RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
@@ -81,7 +86,7 @@ NODES = (1, 64)
 MAX_PRICE = 1000.0  # USD per hour per node: above any instance or Capacity Block on record
 _BOOL_KEYS = ("spot", "local", *OBS_BOOL_KEYS)
 _NUMBER_KEYS = ("nodes", "max_price", *OBS_NUMBER_KEYS)
-_PATH_KEYS = ("profiles_file", "command_file", "bench", "snapshots")
+_PATH_KEYS = ("profiles_file", "command_file", "bench", "snapshots", *JOB_PATH_KEYS)
 _NAME_LIMIT, _PATH_LIMIT = 256, 4096
 EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "nodes": "2", "spot": "true",
             "market": "spot", "region": "us-east-1", "vpc_id": "vpc-0123456789abcdef0",
@@ -89,7 +94,7 @@ EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "
             "command": "dl-torchrun train.py", "command_file": "train.sh", "job": "my-job", "max_price": "12.5",
             "interchange": "same-accelerator", "capacity_reservation": "cr-0123456789abcdef0",
             "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json", "portfolio": "platform",
-            "product": "dev-prototyping", "snapshots": "product-stack-snapshots", **OBS_EXAMPLES}
+            "product": "dev-prototyping", "snapshots": "product-stack-snapshots", **JOB_EXAMPLES, **OBS_EXAMPLES}
 # Look-alikes a copy from a document or chat brings in; NFKC handles full-width forms and the like.
 _LOOKALIKES = str.maketrans({
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
@@ -121,6 +126,7 @@ class Settings:
     interchange: str = DEFAULT_RULE
     capacity_reservation: Optional[str] = None
     observability: ObservabilitySettings = ObservabilitySettings()
+    job_settings: JobSettings = JobSettings()
 
     def __post_init__(self) -> None:
         if self.market is None:
@@ -200,6 +206,13 @@ def _check_text(key: str, value: str) -> None:
     if not value.strip():
         what = "leave it out for nodes that wait for you" if key == "command" else "leave the key out for its default"
         raise UserError(f"context {key} is empty: give a value or {what}" + _closest(key, None))
+    if key in JOB_LONG_KEYS:
+        bad = [c for c in value if (ord(c) < 32 or ord(c) == 127) and c != "\t"]
+        if bad and not (key == "setup" and set(bad) <= {"\n", "\r"}):
+            raise UserError(f"context {key}={show(value)} has a control character ({ascii(bad[0])}): not allowed")
+        if len(value) > 16 * 1024:
+            raise UserError(f"context {key} is {len(value)} characters: at most {16 * 1024}")
+        return
     if key == "command":
         if "\n" in value.strip() or "\r" in value.strip():
             raise UserError("context command has a line break: the CDK CLI cuts -c values at one, so a multi-line "
@@ -361,37 +374,45 @@ def _market(ctx: Mapping[str, Any], profile: Profile, reservation: Optional[str]
     return market
 
 
+def read_script(key: str, path: str, limit: int) -> str:
+    """The text of a script file named in context (command_file, setup_file): UTF-8, LF line
+    ends, not empty, at most `limit` bytes."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise UserError(f"context {key}={show(path, 300)}: no such file (relative paths are from "
+                        f"{show(os.getcwd(), 300)})") from None
+    except IsADirectoryError:
+        raise UserError(f"context {key}={show(path, 300)} is a directory: expected a script file") from None
+    except OSError as e:
+        raise UserError(f"context {key}={show(path, 300)} cannot be read: {e.strerror or type(e).__name__}") from None
+    if len(data) > limit:
+        why = (f" (the node's bootstrap takes the rest of EC2's {USER_DATA_LIMIT}-byte user data)"
+               if key == "command_file" else "")
+        raise UserError(f"context {key}={show(path, 300)} is over {limit} bytes{why}; put the script in your code "
+                        "(-c code=DIR) or the image and run it from there")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        raise UserError(f"context {key}={show(path, 300)} is not a text file (not UTF-8, or it has NUL bytes): "
+                        "expected a bash script")
+    if "\r\n" in text:
+        raise UserError(f"context {key}={show(path, 300)} has Windows line ends (CRLF), which bash reads as part "
+                        "of each command; convert it (dos2unix)")
+    if not text.strip():
+        what = "command" if key == "command_file" else "script"
+        raise UserError(f"context {key}={show(path, 300)} is empty: expected the {what} the nodes run")
+    return text
+
+
 def _command(ctx: Mapping[str, Any]) -> str:
     """`command` (one line) or the text of `command_file` (any lines), verbatim."""
     if "command_file" in ctx:
         path = ctx["command_file"]
-        try:
-            with open(path, "rb") as f:
-                data = f.read(COMMAND_LIMIT + 1)
-        except FileNotFoundError:
-            raise UserError(f"context command_file={show(path, 300)}: no such file (relative paths are from "
-                            f"{show(os.getcwd(), 300)})") from None
-        except IsADirectoryError:
-            raise UserError(f"context command_file={show(path, 300)} is a directory: expected a script file") from None
-        except OSError as e:
-            raise UserError(f"context command_file={show(path, 300)} cannot be read: {e.strerror or type(e).__name__}") from None
-        if len(data) > COMMAND_LIMIT:
-            raise UserError(f"context command_file={show(path, 300)} is over {COMMAND_LIMIT} bytes (the node's "
-                            f"bootstrap takes the rest of EC2's {USER_DATA_LIMIT}-byte user data); put the script "
-                            "in the image or S3 and run it from there")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        if text is None or "\x00" in text:
-            raise UserError(f"context command_file={show(path, 300)} is not a text file (not UTF-8, or it has NUL bytes): "
-                            "expected a bash script")
-        if "\r\n" in text:
-            raise UserError(f"context command_file={show(path, 300)} has Windows line ends (CRLF), which bash reads as part "
-                            "of each command; convert it (dos2unix)")
-        if not text.strip():
-            raise UserError(f"context command_file={show(path, 300)} is empty: expected the command the nodes run")
-        command, where = text, f"command_file {show(path, 300)}"
+        command, where = read_script("command_file", path, COMMAND_LIMIT), f"command_file {show(path, 300)}"
     else:
         command, where = ctx.get("command", "").strip(), "command"
     if HEREDOC in command:
@@ -501,4 +522,5 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                     availability_zone=az, command=command, job=job,
                     max_price=max_price, local=_bool("local", ctx.get("local", False)),
                     market=market, interchange=interchange, capacity_reservation=reservation,
-                    observability=observability_from_context(ctx, profile, region))
+                    observability=observability_from_context(ctx, profile, region),
+                    job_settings=job_from_context(ctx, region, read_script))

@@ -8,7 +8,9 @@ import aws_cdk.aws_sns as sns
 from constructs import Construct
 
 from constructs_lib import CheckpointBucket, ClusterCapacity, InstanceOption, InterruptionAlerts, NodeOptions
+from constructs_lib.job import JobDefinition, JobLogs
 from constructs_lib.observability.cluster import ClusterObservability
+from constructs_lib.runtime import contract
 from constructs_lib.runtime.contract import CAPACITY_STATE, TAG_CLUSTER
 
 from .network import existing_subnets, training_vpc
@@ -47,7 +49,16 @@ class TrainingStack(cdk.Stack):
             state_key=f"{self.prefix}/{CAPACITY_STATE}", log_group=self.alerts.log_group,
             teardown=not settings.local, node_options=NodeOptions(root_volume_gib=settings.profile.root_volume_gib))
         self.cluster.enable_checkpoints(self.checkpoints, self.prefix)
-        self.cluster.configure_job(command=settings.command)
+        job = settings.job_settings
+        self.job_definition = self.job_logs = None
+        if settings.command or job.any:
+            # The command, code, setup, env, secrets and image as assets named by one SSM parameter
+            # (a redeploy reaches running nodes at their next generation), the output to a log group.
+            self.job_definition = JobDefinition(
+                self, "Job", cluster=cluster_id, command=settings.command or None, code=job.code, setup=job.setup,
+                env=dict(job.env), secrets=dict(job.secrets), secrets_kms=job.secrets_kms, image=job.image)
+            self.job_logs = JobLogs(self, "JobLogs", cluster=cluster_id)
+        self.cluster.configure_job(definition=self.job_definition, logs=self.job_logs)
         obs = settings.observability
         self.observability = None
         if obs.enabled:
@@ -72,6 +83,16 @@ class TrainingStack(cdk.Stack):
             f"aws ssm start-session --region {self.region} --target $(aws ec2 describe-instances --region {self.region} "
             f"--filters Name=tag:{TAG_CLUSTER},Values={cluster_id} Name=instance-state-name,Values=running "
             "--query 'Reservations[0].Instances[0].InstanceId' --output text)"))
+        if self.job_logs is not None:
+            group = self.job_logs.log_group_name
+            cdk.CfnOutput(self, "JobLogGroup", value=group, description=(
+                "the command's output (every rank), setup's and the supervisor's lines: one stream per node"))
+            cdk.CfnOutput(self, "LogsCommand", value=f"aws logs tail {group} --follow --region {self.region}",
+                          description=f"or: python -m constructs_lib.fleet logs --cluster {cluster_id} --follow")
+            cdk.CfnOutput(self, "RestartJobCommand", value=(
+                f"aws ssm send-command --region {self.region} --document-name AWS-RunShellScript --targets "
+                f"Key=tag:{TAG_CLUSTER},Values={cluster_id} --parameters commands='systemctl restart dl-job'"),
+                description="start a new generation now on every node (a redeploy's code and command, at once)")
         cdk.CfnOutput(self, "AlertsLogGroup", value=self.alerts.log_group.log_group_name,
                       description="spot warnings and every decision of the capacity controller, with its reason")
         if self.observability is not None:
@@ -107,7 +128,7 @@ class TrainingStack(cdk.Stack):
                     env=cdk.Environment(account=account, region=settings.region),
                     description=f"dl-launcher {settings.profile.name}: {settings.nodes} x {selection.pick.instance_type}")
         if not quiet:
-            print(summary(settings, selection), file=sys.stderr)
+            print(summary(settings, selection, stack.job_definition), file=sys.stderr)
         return stack
 
 
@@ -128,7 +149,7 @@ def alternates_description(selection: Selection) -> str:
     return f"{head}; {len(selection.rejected)} other candidates not taken, e.g. {first}"
 
 
-def summary(settings: Settings, selection: Selection) -> str:
+def summary(settings: Settings, selection: Selection, job_definition: "JobDefinition | None" = None) -> str:
     pick, n = selection.pick, settings.nodes
     w, alone = selection.worst_case(n), selection.pick_cost(n)
     into = f" into {settings.capacity_reservation}" if settings.capacity_reservation else ""
@@ -150,4 +171,29 @@ def summary(settings: Settings, selection: Selection) -> str:
         if len(selection.rejected) > SHOW_REJECTED:
             lines.append(f"    ... and {len(selection.rejected) - SHOW_REJECTED} more")
     lines.append(f"  checkpoints: s3://<CheckpointBucket>/jobs/{settings.job}/")
+    lines += job_summary(settings, job_definition)
     return "\n".join(lines)
+
+
+def job_summary(settings: Settings, job: "JobDefinition | None") -> list[str]:
+    """What the nodes will run, and with what: the code's size and file count, the rest by name
+    (secret values are never known here; env values are shown, they are in the template too)."""
+    if job is None:
+        return ["  job: no command; nodes wait for you (aws ssm start-session, SsmSessionCommand)"]
+    js = settings.job_settings
+    lines = [f"  job: revision {job.sha256[:12]}; output to log group {contract.job_log_group(job.cluster)}"]
+    if job.code is not None:
+        lines.append(f"    code: {job.code.describe()} (staged in {job.code.stage_seconds:.1f} s); runs in "
+                     f"{contract.DIR_DEFAULTS['DL_SCRATCH']}/work")
+    if js.image:
+        lines.append(f"    image: {js.image}")
+    if js.setup:
+        first, more = js.setup.strip().splitlines()[0], len(js.setup.strip().splitlines()) > 1
+        lines.append(f"    setup: {first[:80]}{' ...' if len(first) > 80 or more else ''}")
+    if js.env:
+        lines.append(f"    env: {', '.join(n for n, _ in js.env)}")
+    if js.secrets:
+        named = ", ".join(f"{n} ({a.split(':')[2]})" for n, a in js.secrets)
+        lines.append(f"    secrets: {named}")
+    lines.append(f"    command: {settings.command.strip().splitlines()[0][:80] if settings.command else '(none: nodes wait)'}")
+    return lines

@@ -26,7 +26,7 @@ for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
 import tempfile  # noqa: E402
 
 _NODE = tempfile.mkdtemp(prefix="dl-node-")
-for _var in ("DL_ETC_DIR", "DL_RUN_DIR", "DL_SCRATCH"):
+for _var in ("DL_ETC_DIR", "DL_RUN_DIR", "DL_SCRATCH", "DL_LOG_DIR"):
     os.environ[_var] = os.path.join(_NODE, _var.lower())
 # The live-price cache, likewise: never the user's ~/.cache (tests that read it set their own).
 os.environ["DL_LAUNCHER_CACHE"] = os.path.join(_NODE, "price-cache")

@@ -190,9 +190,15 @@ def _job(store, local_dir: str) -> int:
     me = node_identity()
     cfg = SupervisorConfig.from_env(cluster=me.cluster, nodes=me.nodes, nproc_per_node=me.nproc_per_node,
                                     node=me.node, addr=me.addr)
+    from .jobdef import NodeJob
+    from .joblog import JobLog
+
     ec2 = boto3.client("ec2", region_name=me.region)
-    return Supervisor(cfg, store, ClusterState(store), Liveness(ec2), local_dir=local_dir,
-                      log=_logger("dl-job")).run()
+    joblog = JobLog()
+    log = joblog.supervisor()
+    job = NodeJob(log=log, region=me.region, cluster=me.cluster)
+    return Supervisor(cfg, store, ClusterState(store), Liveness(ec2), local_dir=local_dir, log=log,
+                      job=job, joblog=joblog).run()
 
 
 def _status(store, as_json: bool) -> int:

@@ -40,6 +40,7 @@ class Plan:
     generation: int
     members: tuple[Member, ...]
     resume_step: Optional[int]
+    job: Optional[dict] = None  # the job revision every member runs (jobdef.Revision), when the job has one
 
     @property
     def port(self) -> int:
@@ -58,12 +59,12 @@ class Plan:
     def to_json(self) -> dict:
         return {"generation": self.generation, "members": [m.__dict__ for m in self.members],
                 "master_addr": self.master_addr, "master_port": self.port, "resume_step": self.resume_step,
-                "created": time.time()}
+                "created": time.time(), **({"job": self.job} if self.job else {})}
 
     @classmethod
     def from_json(cls, d: dict) -> "Plan":
         return cls(int(d["generation"]), tuple(Member(m["node"], m["addr"]) for m in d["members"]),
-                   d.get("resume_step"))
+                   d.get("resume_step"), d.get("job") if isinstance(d.get("job"), dict) else None)
 
 
 def gen_name(g: int) -> str:

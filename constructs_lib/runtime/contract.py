@@ -73,6 +73,7 @@ DIR_DEFAULTS = {
     "DL_RUN_DIR": "/run/dl-launcher",          # state of this boot (tmpfs: gone at reboot)
     "DL_LIB_DIR": "/usr/local/lib/dl-launcher",  # the runtime bundle (scripts, Python, units)
     "DL_SCRATCH": "/scratch",                  # instance-store RAID 0 (or the root volume)
+    "DL_LOG_DIR": "/var/log/dl-launcher",      # the job's log file, which the CloudWatch agent ships
 }
 
 
@@ -94,6 +95,21 @@ def lib_dir() -> str:
 
 def scratch_dir() -> str:
     return _dir("DL_SCRATCH")
+
+
+def log_dir() -> str:
+    return _dir("DL_LOG_DIR")
+
+
+def code_dir() -> str:
+    """Where each code revision is unpacked, one directory per tree digest (scratch: rebuilt every boot)."""
+    return os.path.join(scratch_dir(), "code")
+
+
+def work_dir() -> str:
+    """The job's working directory: a link to the code of the generation that runs now (or, with
+    no code, an empty directory of its own)."""
+    return os.path.join(scratch_dir(), "work")
 
 
 # ---- files ----------------------------------------------------------------------------------------
@@ -120,6 +136,11 @@ FILES = {
     "cwagent_config": ("DL_RUN_DIR", "cloudwatch-agent.json"),  # the CloudWatch agent's config (boot)
     # The node monitor's memory across its restarts within a boot (hardware XID lines already counted).
     "monitor_state": ("DL_RUN_DIR", "monitor.json"),
+    # The job's output, setup's and the supervisor's lines: one file, one log stream per node.
+    "job_log": ("DL_LOG_DIR", "job.log"),
+    # Job definitions fetched this boot (by their sha256), and setup runs done this boot (by key).
+    "definitions_dir": ("DL_RUN_DIR", "definitions"),
+    "setup_dir": ("DL_RUN_DIR", "setup.d"),
 }
 PHASES = ("restoring", "training", "between")
 
@@ -134,6 +155,30 @@ def checkpoint_dir() -> str:
 
 
 HEALTH_LEVELS = ("ok", "degraded", "failed")
+
+# ---- the job: its definition, code, environment and logs (jobdef.py, JobDefinition) ---------------
+# Per cluster: the SSM parameter that names the job's current revision (written by CloudFormation
+# only: a redeploy changes it, no node can), the CloudWatch agent's configuration, and the log
+# group of the job's output (one stream per node, named by the agent's {instance_id}).
+
+
+def job_parameter(cluster: str) -> str:
+    return f"/dl-launcher/{cluster}/job"
+
+
+def agent_parameter(cluster: str) -> str:
+    return f"/dl-launcher/{cluster}/cloudwatch-agent"
+
+
+def job_log_group(cluster: str) -> str:
+    return f"/dl-launcher/{cluster}/job"
+
+
+LOG_STREAM = "{instance_id}"
+# What the runtime sets for every run: a deployer's env may not name these (or any DL_ name).
+RESERVED_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
+                "GROUP_RANK", "ROLE_RANK", "NNODES", "NPROC_PER_NODE", "PYTHONPATH", "PATH", "HOME")
+RESERVED_ENV_PREFIXES = ("DL_", "TORCHELASTIC_")
 
 # ---- exit codes: the job unit and the training command --------------------------------------------
 # The training command: 0 = it ended normally; whether it finished or stopped for a termination

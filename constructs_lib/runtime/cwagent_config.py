@@ -13,6 +13,10 @@ Every metric carries the job (contract.DIM_JOB) and the node (contract.DIM_INSTA
 name is omitted (one series per node, not per boot name). `aggregation_dimensions` also
 publishes each metric with the job alone (averaged over the node's GPUs or cores): CloudWatch
 alarms cannot use SEARCH, and these job-wide series are what the alarms watch.
+
+With a log group, the agent's logs section also ships the job's log file (the command's output,
+setup's and the supervisor's lines: runtime/joblog.py) to that group, one stream per node named
+by the agent's {instance_id}; a node without monitoring runs the agent for that alone.
 """
 from __future__ import annotations
 
@@ -30,8 +34,12 @@ GPU_MEASUREMENTS = ("utilization_gpu", "memory_used", "power_draw", "temperature
 
 
 def agent_config(*, job: str, scratch_device: str = "md0", gpu: bool = True,
-                 interval: int = contract.METRIC_PERIOD) -> dict[str, Any]:
-    """The agent's JSON configuration (as a dict) for a node of `job`."""
+                 interval: int = contract.METRIC_PERIOD, log_group: str | None = None,
+                 log_file: str | None = None, metrics: bool = True) -> dict[str, Any]:
+    """The agent's JSON configuration (as a dict) for a node of `job`: metrics, the job's log
+    file to `log_group`, or both."""
+    if not metrics and not log_group:
+        raise ValueError("neither metrics nor a log group: the agent would have nothing to do")
     if not job or any(c in job for c in '"\\$'):
         raise ValueError(f"job {job!r}: a plain name (it becomes a metric dimension)")
     if not 1 <= interval <= 172800:
@@ -48,18 +56,28 @@ def agent_config(*, job: str, scratch_device: str = "md0", gpu: bool = True,
     if gpu:
         collected["nvidia_gpu"] = {"measurement": list(GPU_MEASUREMENTS), "metrics_collection_interval": interval,
                                    "append_dimensions": job_dim}
-    return {
+    config: dict[str, Any] = {
         "agent": {"metrics_collection_interval": interval, "omit_hostname": True,
                   "logfile": "/opt/aws/amazon-cloudwatch-agent/logs/amazon-cloudwatch-agent.log"},
-        "metrics": {
-            "namespace": contract.NS_NODE,
-            "append_dimensions": {contract.DIM_INSTANCE: "${aws:InstanceId}"},
-            # [Job]: one job-wide series per metric, for the alarms; [Job, InstanceId]: one per node
-            # (GPUs or cores together), for the dashboard's per-node lines.
-            "aggregation_dimensions": [[contract.DIM_JOB], [contract.DIM_JOB, contract.DIM_INSTANCE]],
-            "metrics_collected": collected,
-        },
     }
+    if log_group:
+        # By default the contract's default path: the SSM parameter's configuration is written at
+        # synth, for every node.
+        job_log = log_file or "/".join([contract.DIR_DEFAULTS[contract.FILES["job_log"][0]], contract.FILES["job_log"][1]])
+        config["logs"] = {"force_flush_interval": 5, "logs_collected": {"files": {"collect_list": [{
+            "file_path": job_log, "log_group_name": log_group, "log_stream_name": contract.LOG_STREAM,
+            "timezone": "UTC"}]}}}
+    if not metrics:
+        return config
+    config["metrics"] = {
+        "namespace": contract.NS_NODE,
+        "append_dimensions": {contract.DIM_INSTANCE: "${aws:InstanceId}"},
+        # [Job]: one job-wide series per metric, for the alarms; [Job, InstanceId]: one per node
+        # (GPUs or cores together), for the dashboard's per-node lines.
+        "aggregation_dimensions": [[contract.DIM_JOB], [contract.DIM_JOB, contract.DIM_INSTANCE]],
+        "metrics_collected": collected,
+    }
+    return config
 
 
 def agent_config_json(**kw: Any) -> str:
@@ -75,7 +93,12 @@ def write_for_node(path: str) -> str:
     job = os.environ.get("DL_CLUSTER", "")
     if not job:
         raise ValueError("DL_CLUSTER is not set: the agent's Job dimension comes from node.env")
+    # Metrics where this node runs the monitor (its ExecStartPre runs the agent), the job's log
+    # wherever node.env names a log group.
+    units = os.environ.get("DL_UNITS")
     text = agent_config_json(job=job, gpu=os.environ.get("DL_SDK", "cuda") == "cuda",
-                             scratch_device=os.environ.get("DL_SCRATCH_DEVICE", "md0"))
+                             scratch_device=os.environ.get("DL_SCRATCH_DEVICE", "md0"),
+                             log_group=os.environ.get("DL_LOG_GROUP") or None, log_file=contract.path("job_log"),
+                             metrics=units is None or "dl-monitor.service" in units.split())
     write_atomic(path, text)
     return text

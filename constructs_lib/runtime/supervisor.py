@@ -35,6 +35,8 @@ from . import contract, notice, rendezvous
 from .agent import NodeAgent, pushed_step, write_health
 from .cluster import ClusterState, Liveness, Member, Plan, choose_members, unaccounted
 from .errors import RuntimeUserError
+from .jobdef import JobError, NodeJob, Prepared, Revision
+from .joblog import JobLog
 from .layout import newest_local, write_atomic
 from .resume import restore
 from .store import CheckpointStore
@@ -93,7 +95,8 @@ class _State:
 
 class Supervisor:
     def __init__(self, cfg: SupervisorConfig, store: CheckpointStore, cluster: ClusterState, liveness: Liveness,
-                 *, local_dir: Optional[str] = None, command_file: Optional[str] = None, log: Log = print) -> None:
+                 *, local_dir: Optional[str] = None, command_file: Optional[str] = None, log: Log = print,
+                 job: Optional[NodeJob] = None, joblog: Optional[JobLog] = None) -> None:
         self.cfg = cfg
         self.store = store
         self.cluster = cluster
@@ -101,15 +104,34 @@ class Supervisor:
         self.local_dir = local_dir or contract.checkpoint_dir()
         self.command_file = command_file or contract.path("job_command")
         self.log = log
+        # The deployer's job definition (code, setup, env, secrets, image); None: the command is
+        # the job file written at boot (constructs that pass `command` to enable_job).
+        self.job = job
+        self.joblog = joblog
         self.me = Member(cfg.node, cfg.addr)
         self.state = _State.load()
         self._gone_cache: tuple[float, frozenset, set] = (0.0, frozenset(), set())
 
     # ---- the loop ----------------------------------------------------------------------------------------
     def run(self) -> int:
-        if not os.path.exists(self.command_file) or not open(self.command_file).read().strip():
+        boot = self.job.boot_revision() if self.job else None
+        if boot is None and (not os.path.exists(self.command_file) or not open(self.command_file).read().strip()):
             self.log("no command configured (cdk deploy -c command=...): the node stays up for SSM sessions")
             return contract.EXIT_FINISHED
+        if boot is not None:
+            end = self._end()
+            if end is not None:
+                return end
+            # Code, image and setup before the first generation, with the revision this node
+            # booted with; a plan that names another one is prepared again before it runs.
+            try:
+                prepared = self._prepare(boot)
+            except JobError as e:
+                return self._job_error(e, 0)
+            if prepared.definition.command is None:
+                self.log(f"no command configured: the code is in {contract.work_dir()}; the node stays up for SSM sessions")
+                write_health("job", "ok", f"ready in {contract.work_dir()}; no command")
+                return contract.EXIT_FINISHED
         while True:
             end = self._end()
             if end is not None:
@@ -118,6 +140,8 @@ class Supervisor:
             if isinstance(plan, int):
                 return plan
             outcome, detail = self.execute(plan)
+            if outcome == "job-error":
+                return self._job_error(JobError(detail, final=True), plan.generation)
             self.state.last_ran = plan.generation
             self.state.history.append({"generation": plan.generation, "outcome": outcome, "detail": detail,
                                        "resume_step": plan.resume_step, "at": time.time()})
@@ -143,6 +167,40 @@ class Supervisor:
                 return contract.EXIT_FAILED
             if notice.read().terminating:
                 return self.leave(plan.generation + 1)
+
+    def _prepare(self, rev: Revision) -> Prepared:
+        assert self.job is not None
+        if self.job.prepared is None or self.job.prepared.revision != rev:
+            self.log(f"job revision {rev.sha256[:12]}: preparing (definition, code, image, setup)")
+            write_health("job", "ok", f"preparing job revision {rev.sha256[:12]}")
+        emit = self.joblog.line if self.joblog else self.log
+        prepared = self.job.prepare(rev, emit)
+        write_health("setup", "ok", f"job revision {rev.sha256[:12]} ready in {prepared.workdir}")
+        return prepared
+
+    def _job_error(self, e: JobError, generation: int) -> int:
+        """The job cannot run here as deployed. Final (a failed setup, an image that cannot be
+        pulled): the job is marked failed for every node with the reason, and this unit is not
+        restarted. Otherwise (S3 or SSM unreachable): exit 1 and let systemd try again."""
+        reason = f"{self.me.node}: {e}"
+        self.log(f"job cannot run: {reason}")
+        write_health("setup", "failed" if e.final else "degraded", str(e))
+        if not e.final:
+            return 1
+        self.cluster.mark_failed(generation=generation, node=self.me.node, reason=reason)
+        write_health("job", "failed", reason)
+        return contract.EXIT_FAILED
+
+    def _revision_for_plan(self) -> Optional[dict]:
+        rev = self.job.current_revision() if self.job else None
+        return rev.to_json() if rev else None
+
+    def _plan_revision(self, plan: Plan) -> Optional[Revision]:
+        if self.job is None:
+            return None
+        if plan.job:
+            return Revision.from_json(plan.job)
+        return self.job.boot_revision()
 
     def _end(self) -> Optional[int]:
         if self.cluster.finished():
@@ -227,7 +285,8 @@ class Supervisor:
             members = choose_members(self.cfg.nodes, joins, previous, gone)
             if members and (not waiting or time.monotonic() - started >= self.cfg.member_grace):
                 latest = self.store.latest()
-                self.cluster.propose(Plan(g, tuple(members), latest.step if latest else None))
+                self.cluster.propose(Plan(g, tuple(members), latest.step if latest else None,
+                                          job=self._revision_for_plan()))
                 continue
             if time.monotonic() - last_note > 60:
                 alive = len([n for n in joins if n not in gone])
@@ -261,19 +320,48 @@ class Supervisor:
             restore(self.store, self.local_dir, plan.resume_step, log=self.log, retry_base=self.cfg.retry_base)
         except Exception as e:  # the cluster cannot run this plan here: a failed run, counted
             return "failed", f"restore: {type(e).__name__}: {e}"
+        try:
+            rev = self._plan_revision(plan)
+        except ValueError as e:
+            return "failed", f"the plan's job revision: {e}"
+        extra: dict[str, str] = {}
+        prepared = None
+        if rev is not None:
+            assert self.job is not None
+            try:
+                prepared = self._prepare(rev)
+                if prepared.definition.command is None:
+                    return "job-error", f"job revision {rev.sha256[:12]} has no command"
+                extra = self.job.environment(prepared.definition, self.job.secrets(prepared.definition),
+                                             prepared.workdir)
+            except JobError as e:
+                return ("job-error" if e.final else "failed"), str(e)
         env_vars = rendezvous.write(plan, self.me.node, self.cfg.nproc_per_node, self.cfg.cluster)
         for f in glob.glob(os.path.join(contract.path("outcome_dir"), f"gen-{plan.generation}-rank-*")):
             os.unlink(f)
         env = {k: v for k, v in os.environ.items() if k not in ("DL_RESUME_FROM", "DL_RESUME_STEP")}
+        env.update(extra)  # the deployer's env and secrets: never a name the runtime sets below
         env.update(env_vars)
         env.update(contract.read_env("resume_env"))
         pypath = os.path.join(contract.lib_dir(), "python")
         env["PYTHONPATH"] = pypath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["DL_CHECKPOINT_DIR"] = self.local_dir
-        workdir = contract.scratch_dir() if os.path.isdir(contract.scratch_dir()) else "/"
-        self.log(f"generation {plan.generation}: running {self.command_file}")
+        if prepared is not None:
+            assert self.job is not None
+            workdir = prepared.workdir
+            argv = self.job.argv(prepared.definition, workdir, pass_env=container_env(env, extra))
+            what = f"job revision {prepared.revision.sha256[:12]} in {workdir}"
+            self.job.stop_container()
+        else:
+            workdir = contract.scratch_dir() if os.path.isdir(contract.scratch_dir()) else "/"
+            argv = ["/bin/bash", self.command_file]
+            what = self.command_file
+        self.log(f"generation {plan.generation}: running {what}")
         write_health("job", "ok", f"running generation {plan.generation}")
-        proc = subprocess.Popen(["/bin/bash", self.command_file], cwd=workdir, env=env, start_new_session=True)
+        out = subprocess.PIPE if self.joblog else None
+        proc = subprocess.Popen(argv, cwd=workdir, env=env, start_new_session=True, stdout=out,
+                                stderr=subprocess.STDOUT if out else None)
+        pump = self.joblog.pump(proc.stdout) if self.joblog and proc.stdout else None
         set_phase("training", proc.pid)
         others = [n for n in plan.nodes() if n != self.me.node]
         reason = ""
@@ -293,6 +381,8 @@ class Supervisor:
                 self.log(f"stopping generation {plan.generation}: {reason}")
                 self._stop(proc)
                 return "peer-lost", reason
+        if pump is not None:
+            pump.join(timeout=10)  # the last lines, before the outcome is logged after them
         rc = proc.returncode
         outcomes = _outcomes(plan.generation)
         if "interrupted" in outcomes:
@@ -313,6 +403,8 @@ class Supervisor:
 
     def _stop(self, proc: subprocess.Popen) -> None:
         for sig, wait in ((signal.SIGTERM, self.cfg.stop_timeout), (signal.SIGKILL, 10.0)):
+            if sig == signal.SIGKILL and self.job is not None:
+                self.job.stop_container()  # docker passes SIGTERM on to the container, not SIGKILL
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
@@ -345,6 +437,14 @@ class Supervisor:
                 return pushed_step()
             time.sleep(delay)
             delay = min(30.0, delay * 2)
+
+
+def container_env(env: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
+    """What a job's container gets of the run's environment: the deployer's env and secrets, the
+    runtime's DL_ names and rendezvous, the region (credentials come from IMDS, as on the host)."""
+    rendezvous_names = {"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE"}
+    keep = ("DL_", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "NCCL_", "FI_")
+    return {k: v for k, v in env.items() if k in extra or k in rendezvous_names or k.startswith(keep)}
 
 
 def set_phase(phase: str, pid: Optional[int] = None) -> None:

@@ -21,8 +21,9 @@ from constructs_lib.runtime import contract
 PACKAGE = Path(__file__).resolve().parents[2] / "constructs_lib"
 BOOT_SHIMS = Path(__file__).parent / "boot_shims"
 SCRIPTS = ["dl_job.sh", "dl_runtime.sh", "dl_torchrun.sh", "dl_env.sh", "nvme_raid0.sh", "efa_env.sh", "install.sh",
-           "dl_cwagent.sh"]
-UNITS = ["dl-nvme-raid0.service", "dl-efa-env.service", "dl-node-agent.service", "dl-job.service", "dl-monitor.service"]
+           "dl_cwagent.sh", "dl_container.sh"]
+UNITS = ["dl-nvme-raid0.service", "dl-efa-env.service", "dl-node-agent.service", "dl-logs.service", "dl-job.service",
+         "dl-monitor.service"]
 SELECTOR = PACKAGE.parent / "selector"
 
 
@@ -131,7 +132,11 @@ def test_units():
     assert {int(c) for c in job["Service"]["RestartPreventExitStatus"].split()} == {
         contract.EXIT_USAGE, contract.EXIT_FAILED}
     assert set(job["Unit"]["After"].split()) == {"dl-nvme-raid0.service", "dl-efa-env.service",
-                                                 "dl-node-agent.service", "network-online.target"}
+                                                 "dl-node-agent.service", "dl-logs.service", "network-online.target"}
+    shipper = _unit("dl-logs.service")
+    assert dict(shipper["Service"]) == {
+        "Type": "oneshot", "RemainAfterExit": "yes", "EnvironmentFile": f"-{etc}/node.env",
+        "ExecStart": f"/bin/bash {lib}/dl_cwagent.sh", "TimeoutStartSec": "300"}
     monitor = _unit("dl-monitor.service")
     assert dict(monitor["Service"]) == {
         "Type": "simple", "EnvironmentFile": f"-{etc}/node.env", "ExecStartPre": f"-/bin/bash {lib}/dl_cwagent.sh",

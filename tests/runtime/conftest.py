@@ -13,7 +13,7 @@ from tests.runtime.fake_imds import FakeImds
 def node_dirs(tmp_path, monkeypatch):
     """Each test its own node: the contract's directories under tmp_path."""
     dirs = {}
-    for var in ("DL_ETC_DIR", "DL_RUN_DIR", "DL_SCRATCH"):
+    for var in ("DL_ETC_DIR", "DL_RUN_DIR", "DL_SCRATCH", "DL_LOG_DIR"):
         dirs[var] = tmp_path / "node" / var.lower()
         monkeypatch.setenv(var, str(dirs[var]))
     for var in ("DL_CHECKPOINT_DIR", "DL_RESUME_FROM", "DL_RESUME_STEP", "DL_GENERATION", "RANK", "WORLD_SIZE"):

@@ -1,0 +1,58 @@
+"""The rules a job's settings must meet, as pure functions (no CDK import): the app checks its
+context with them before any stack exists, and JobDefinition checks its props with the same.
+Each returns why a value cannot be used, or None."""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from .runtime import contract
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_ARN = re.compile(r"^arn:(?P<partition>aws[a-z-]*):(?P<service>secretsmanager|ssm):(?P<region>[a-z0-9-]+):"
+                         r"(?P<account>\d{12}):(?P<kind>secret:|parameter/)(?P<name>[A-Za-z0-9/_+=.@-]+)$")
+KMS_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$")
+_IMAGE = re.compile(r"^(?:(?P<registry>[a-z0-9.-]+(?::\d+)?)/)?(?P<path>[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
+                    r"(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+                    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
+
+
+def env_problem(name: str) -> Optional[str]:
+    """Why `name` cannot be one of the deployer's environment variables, or None."""
+    if not _ENV_NAME.match(name):
+        return f"{name!r} is not a shell variable name (letters, digits and _, not starting with a digit)"
+    if name in contract.RESERVED_ENV or name.startswith(contract.RESERVED_ENV_PREFIXES):
+        return (f"{name} is set by dl-launcher for every run (rendezvous, paths: "
+                f"{', '.join(contract.RESERVED_ENV[:6])}, ..., and every DL_ name)")
+    return None
+
+
+def secret_problem(arn: str, region: Optional[str]) -> Optional[str]:
+    """Why `arn` cannot be a secret the nodes read, or None."""
+    m = _SECRET_ARN.match(arn)
+    if not m:
+        return ("not a Secrets Manager secret (arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME-AbCdEf) or an SSM "
+                "parameter (arn:aws:ssm:REGION:ACCOUNT:parameter/NAME) ARN")
+    if (m["service"] == "secretsmanager") != (m["kind"] == "secret:"):
+        return f"a {m['service']} ARN names a {m['kind'].rstrip(':/')}"
+    if region and m["region"] != region:
+        return f"it is in {m['region']}, the nodes run in {region} (copy the secret to {region})"
+    expected = "aws-cn" if region and region.startswith("cn-") else "aws-us-gov" if region and region.startswith("us-gov-") else "aws"
+    if region and m["partition"] != expected:
+        return f"partition {m['partition']}, the nodes run in {expected}"
+    return None
+
+
+def image_problem(image: str) -> Optional[str]:
+    if not _IMAGE.match(image) or len(image) > 512:
+        return ("not an image reference like 123456789012.dkr.ecr.us-east-1.amazonaws.com/train:v1, "
+                "public.ecr.aws/org/image:tag or nvcr.io/nvidia/pytorch:24.05-py3")
+    return None
+
+
+def secret_resource(arn: str) -> str:
+    """Secrets Manager ARNs end in -XXXXXX (six random characters) that a deployer often leaves
+    off; IAM then needs the six characters matched."""
+    if ":secretsmanager:" in arn and not re.search(r"-[A-Za-z0-9]{6}$", arn):
+        return arn + "-??????"
+    return arn

@@ -1,0 +1,496 @@
+"""The deployer's job on a node: which revision a generation runs, the working directory that
+holds exactly its code, its setup (once per boot), the environment and secrets the command gets,
+and the command line (on the host, or in the job's container image).
+
+A revision is two CDK assets and a pointer:
+- the definition: a small JSON file (command, setup, env, secret ARNs, image, the code's digest),
+  made by `definition_bytes` at synth; its S3 key is its content hash;
+- the code: the deployer's directory as a zip (constructs_lib.code), checked on the node
+  against the digest the definition records (codetree.py);
+- the pointer: the SSM parameter contract.job_parameter(cluster), which CloudFormation rewrites
+  on every deploy and nothing on a node can write.
+
+Who may change what a node runs: the proposer of a generation reads the pointer and records the
+revision in the plan, so every member runs the same one. Plans live where every node may write,
+so nothing in a plan is trusted beyond what it names: a node fetches the definition itself and
+checks it against the plan's sha256, checks the code against the definition, and its role may
+read only the deployer's current objects (exact keys, IAM). Secret values are read at each run
+and handed to the command's environment only: never written to disk, logged or shown.
+
+Standard library and boto3 only: this module ships to the node with the runtime.
+"""
+from __future__ import annotations
+
+import base64
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import zipfile
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional
+
+from . import contract
+from .codetree import UnsafeArchive, digest_tree, unpack
+from .layout import write_atomic
+
+Log = Callable[[str], None]
+DEFINITION_FORMAT = 1
+SETUP_TAIL = 20          # lines of a failed setup's output kept for health and the log
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+_S3_URL = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(.+)$")
+CONTAINER = "dl-job"     # the job's container name: one per node, removed before each run
+
+
+class JobError(Exception):
+    """The job cannot run on this node as deployed; `final` when retrying cannot help (a setup
+    that failed, an image that does not exist) and the job should stop, not loop."""
+
+    def __init__(self, message: str, *, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
+
+
+# ---- what the constructs write at synth ---------------------------------------------------------
+def definition_bytes(*, command: Optional[str], setup: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+                     secrets: Optional[Mapping[str, str]] = None, image: Optional[str] = None,
+                     code: Optional[Mapping[str, object]] = None) -> bytes:
+    """The definition file, canonical (sorted keys, no spaces): equal jobs give equal bytes, so
+    an unchanged job keeps its asset hash and its revision."""
+    body = {"format": DEFINITION_FORMAT, "command": command, "setup": setup, "env": dict(env or {}),
+            "secrets": dict(secrets or {}), "image": image, "code": dict(code) if code else None}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class Revision:
+    """What a plan records: the definition's object and sha256, and the code's object."""
+
+    definition: str
+    sha256: str
+    code: Optional[str] = None
+
+    def to_json(self) -> dict:
+        return {"definition": self.definition, "sha256": self.sha256, "code": self.code}
+
+    @classmethod
+    def from_json(cls, d: object) -> "Revision":
+        if not isinstance(d, dict):
+            raise ValueError(f"a job revision is a JSON object, got {type(d).__name__}")
+        url, sha, code = d.get("definition"), d.get("sha256"), d.get("code")
+        if not isinstance(url, str) or not _S3_URL.match(url):
+            raise ValueError(f"job revision: definition {url!r} is not an s3:// URL")
+        if not isinstance(sha, str) or not _SHA.match(sha):
+            raise ValueError(f"job revision: sha256 {sha!r} is not a SHA-256 in hex")
+        if code is not None and (not isinstance(code, str) or not _S3_URL.match(code)):
+            raise ValueError(f"job revision: code {code!r} is not an s3:// URL")
+        return cls(url, sha, code or None)
+
+
+def revision_from_env(env: Mapping[str, str] = os.environ) -> Optional[Revision]:
+    """The revision this node was launched with (node.env), or None for a node without one."""
+    if not env.get("DL_JOB_DEFINITION_URL"):
+        return None
+    return Revision.from_json({"definition": env["DL_JOB_DEFINITION_URL"], "sha256": env.get("DL_JOB_DEFINITION_SHA256"),
+                               "code": env.get("DL_JOB_CODE_URL") or None})
+
+
+@dataclass(frozen=True)
+class Definition:
+    sha256: str
+    command: Optional[str]
+    setup: Optional[str]
+    env: dict[str, str]
+    secrets: dict[str, str]
+    image: Optional[str]
+    code: Optional[dict]
+
+    @classmethod
+    def parse(cls, data: bytes, sha256: str) -> "Definition":
+        try:
+            d = json.loads(data)
+        except ValueError as e:
+            raise JobError(f"the job definition is not JSON: {e}") from None
+        if not isinstance(d, dict) or d.get("format") != DEFINITION_FORMAT:
+            raise JobError(f"the job definition has format {d.get('format') if isinstance(d, dict) else None!r}; "
+                           f"this runtime reads format {DEFINITION_FORMAT}", final=True)
+
+        def text(key: str) -> Optional[str]:
+            v = d.get(key)
+            if v is not None and not isinstance(v, str):
+                raise JobError(f"the job definition's {key} is not text", final=True)
+            return v
+
+        def mapping(key: str) -> dict[str, str]:
+            v = d.get(key) or {}
+            if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
+                raise JobError(f"the job definition's {key} is not a map of names to text", final=True)
+            return dict(v)
+
+        code = d.get("code")
+        if code is not None and not (isinstance(code, dict) and isinstance(code.get("sha256"), str)
+                                     and _SHA.match(code["sha256"])):
+            raise JobError("the job definition's code has no sha256", final=True)
+        return cls(sha256, text("command"), text("setup"), mapping("env"), mapping("secrets"), text("image"), code)
+
+
+# ---- S3 -----------------------------------------------------------------------------------------
+def split_s3(url: str) -> tuple[str, str]:
+    m = _S3_URL.match(url)
+    if not m:
+        raise JobError(f"{url!r} is not an s3:// URL", final=True)
+    return m[1], m[2]
+
+
+def _error_code(e: Exception) -> str:
+    return getattr(e, "response", {}).get("Error", {}).get("Code", type(e).__name__)
+
+
+def _retrying(what: str, fn, *, log: Log, attempts: int = 5, base: float = 1.0):
+    """fn() with backoff: S3 and SSM throttle (SlowDown, ThrottlingException) under a whole
+    cluster's boot; access and missing objects are not retried."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except Exception as e:  # botocore's ClientError and connection errors alike
+            code = _error_code(e)
+            if code in ("AccessDenied", "AccessDeniedException", "NoSuchKey", "404", "403", "NoSuchBucket",
+                        "ParameterNotFound", "ResourceNotFoundException") or attempt == attempts:
+                raise JobError(f"{what}: {code}: {e}") from None
+            delay = min(30.0, base * 2 ** (attempt - 1))
+            log(f"{what}: {code}; retrying in {delay:.0f} s")
+            time.sleep(delay)
+
+
+# ---- secrets ------------------------------------------------------------------------------------
+def _service(arn: str) -> str:
+    parts = arn.split(":")
+    return parts[2] if len(parts) > 5 and parts[0] == "arn" else ""
+
+
+def parameter_name(arn: str) -> str:
+    """An SSM parameter's name from its ARN: hierarchical names keep their leading '/'."""
+    name = arn.split(":parameter/", 1)[1] if ":parameter/" in arn else ""
+    return f"/{name}" if "/" in name else name
+
+
+def read_secrets(secrets: Mapping[str, str], *, region: Optional[str], log: Log,
+                 client: Callable[..., object]) -> dict[str, str]:
+    """Each name's value, read now (so a rotated secret reaches the next run). Errors name the
+    variable and ARN, never a value."""
+    out = {}
+    for name, arn in sorted(secrets.items()):
+        service = _service(arn)
+        if service == "secretsmanager":
+            sm = client("secretsmanager", region_name=region)
+            got = _retrying(f"secret {name} ({arn})", lambda: sm.get_secret_value(SecretId=arn), log=log)
+            if "SecretString" not in got:
+                raise JobError(f"secret {name} ({arn}) holds binary data: environment variables take text", final=True)
+            out[name] = got["SecretString"]
+        elif service == "ssm":
+            ssm = client("ssm", region_name=region)
+            got = _retrying(f"secret {name} ({arn})",
+                            lambda: ssm.get_parameter(Name=parameter_name(arn), WithDecryption=True), log=log)
+            out[name] = got["Parameter"]["Value"]
+        else:
+            raise JobError(f"secret {name}: {arn} is neither a Secrets Manager secret nor an SSM parameter", final=True)
+    return out
+
+
+# ---- the job on this node ---------------------------------------------------------------------
+@dataclass
+class Prepared:
+    revision: Revision
+    definition: Definition
+    workdir: str
+
+
+@dataclass
+class NodeJob:
+    """The job's revisions on this node: fetch, check, unpack, pull, set up; and the command line.
+
+    `client(service, region_name=...)` makes boto3 clients (a test passes its own);
+    `run_output(argv, **popen_kw)` is how setup and image pulls run (the supervisor streams
+    their lines into the job log)."""
+
+    log: Log
+    region: Optional[str] = None
+    client: Callable[..., object] = None  # type: ignore[assignment]
+    cluster: str = ""
+    docker: str = "docker"
+    setup_timeout: float = 3600.0
+    pull_timeout: float = 1800.0
+    attempts: int = 5
+    retry_base: float = 1.0
+    _definitions: dict = field(default_factory=dict)
+    prepared: Optional[Prepared] = None
+
+    def __post_init__(self) -> None:
+        if self.client is None:
+            import boto3
+            from botocore.config import Config
+
+            # Adaptive retries: a whole cluster reads the same parameter and secrets at once.
+            config = Config(retries={"mode": "adaptive", "max_attempts": 10})
+            self.client = lambda service, **kw: boto3.client(service, config=config, **kw)
+
+    # ---- which revision ----------------------------------------------------------------------
+    def boot_revision(self) -> Optional[Revision]:
+        return revision_from_env()
+
+    def current_revision(self) -> Optional[Revision]:
+        """The deployer's revision now: the SSM parameter (a redeploy changes it), else the one
+        this node booted with (a throttled or unreadable parameter never stops a generation)."""
+        name = os.environ.get("DL_JOB_PARAMETER")
+        if name:
+            ssm = self.client("ssm", region_name=self.region)
+            try:
+                value = _retrying(f"job parameter {name}", lambda: ssm.get_parameter(Name=name)["Parameter"]["Value"],
+                                  log=self.log, attempts=3, base=self.retry_base)
+                return Revision.from_json(json.loads(value))
+            except (JobError, ValueError) as e:
+                self.log(f"could not read the job's current revision ({e}); using the one this node booted with")
+        return self.boot_revision()
+
+    # ---- the definition ----------------------------------------------------------------------
+    def definition(self, rev: Revision) -> Definition:
+        if rev.sha256 in self._definitions:
+            return self._definitions[rev.sha256]
+        cache = os.path.join(contract.path("definitions_dir"), f"{rev.sha256}.json")
+        try:
+            with open(cache, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            bucket, key = split_s3(rev.definition)
+            s3 = self.client("s3", region_name=self.region)
+            data = _retrying(f"job definition {rev.definition}",
+                             lambda: s3.get_object(Bucket=bucket, Key=key)["Body"].read(),
+                             log=self.log, attempts=self.attempts, base=self.retry_base)
+        got = hashlib.sha256(data).hexdigest()
+        if got != rev.sha256:
+            raise JobError(f"job definition {rev.definition} has sha256 {got}, the revision says {rev.sha256}")
+        d = Definition.parse(data, rev.sha256)
+        if d.code is not None and not rev.code:
+            raise JobError(f"job definition {rev.sha256[:12]} has code but the revision names no code object", final=True)
+        write_atomic(cache, data.decode())
+        self._definitions[rev.sha256] = d
+        return d
+
+    # ---- the working directory ---------------------------------------------------------------
+    def checkout(self, rev: Revision, d: Definition) -> str:
+        """The directory holding exactly the revision's code (unpacked once per boot per digest),
+        linked as contract.work_dir(); a job without code gets an empty directory of its own."""
+        if d.code is None:
+            target = os.path.join(contract.code_dir(), "none")
+            os.makedirs(target, exist_ok=True)
+        else:
+            digest = d.code["sha256"]
+            target = os.path.join(contract.code_dir(), digest)
+            if not os.path.isdir(target):
+                self._unpack(rev.code or "", digest, target)
+        _link(target, contract.work_dir())
+        return target
+
+    def _unpack(self, url: str, digest: str, target: str) -> None:
+        bucket, key = split_s3(url)
+        os.makedirs(contract.code_dir(), exist_ok=True)
+        partial = f"{target}.partial-{os.getpid()}"
+        archive = f"{partial}.zip"
+        shutil.rmtree(partial, ignore_errors=True)
+        for stale in glob.glob(f"{target}.partial-*"):
+            shutil.rmtree(stale, ignore_errors=True) if os.path.isdir(stale) else os.unlink(stale)
+        s3 = self.client("s3", region_name=self.region)
+        started = time.monotonic()
+        try:
+            _retrying(f"code {url}", lambda: s3.download_file(bucket, key, archive), log=self.log,
+                      attempts=self.attempts, base=self.retry_base)
+            try:
+                unpack(archive, partial)
+            except (UnsafeArchive, OSError, EOFError, zipfile.BadZipFile) as e:
+                raise JobError(f"code {url} cannot be unpacked: {type(e).__name__}: {e}") from None
+            got = digest_tree(partial)
+            if got.sha256 != digest:
+                raise JobError(f"code {url} unpacked to digest {got.sha256[:12]} ({got.files} files), the job "
+                               f"definition says {digest[:12]}: not running it")
+            os.rename(partial, target)
+            self.log(f"code {digest[:12]} ({got.files} files, {got.bytes / 1e6:.1f} MB) unpacked in "
+                     f"{time.monotonic() - started:.1f} s into {target}")
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+            if os.path.exists(archive):
+                os.unlink(archive)
+
+    # ---- setup, image, secrets ---------------------------------------------------------------
+    def secrets(self, d: Definition) -> dict[str, str]:
+        return read_secrets(d.secrets, region=self.region, log=self.log, client=self.client) if d.secrets else {}
+
+    def environment(self, d: Definition, secrets: Mapping[str, str], workdir: str) -> dict[str, str]:
+        """What the deployer's setup and command see beyond the unit's environment."""
+        return {**d.env, **secrets, "DL_WORK_DIR": workdir}
+
+    def setup_key(self, d: Definition) -> str:
+        code = d.code["sha256"] if d.code else ""
+        return hashlib.sha256(f"{d.setup}\0{code}\0{d.image or ''}".encode()).hexdigest()
+
+    def run_setup(self, d: Definition, workdir: str, env: Mapping[str, str], emit: Log) -> bool:
+        """Setup once per boot for this code and setup text (a marker in the run directory, which
+        a reboot clears); False when it had already run. Its lines go to `emit`."""
+        if not d.setup:
+            return False
+        marker = os.path.join(contract.path("setup_dir"), self.setup_key(d))
+        if os.path.exists(marker):
+            return False
+        script = os.path.join(contract.path("setup_dir"), f"{self.setup_key(d)}.sh")
+        write_atomic(script, d.setup if d.setup.endswith("\n") else d.setup + "\n")
+        self.log(f"setup: running in {workdir}")
+        started = time.monotonic()
+        rc, tail = stream(["/bin/bash", script], cwd=workdir, env=env, emit=lambda line: emit(f"[setup] {line}"),
+                          timeout=self.setup_timeout)
+        if rc != 0:
+            why = "ran over its time limit" if rc is None else f"exited {rc}"
+            last = " | ".join(tail[-5:])
+            raise JobError(f"setup {why} after {time.monotonic() - started:.0f} s; last lines: {last}", final=True)
+        write_atomic(marker, f"{time.time()}\n")
+        self.log(f"setup: done in {time.monotonic() - started:.0f} s")
+        return True
+
+    def pull(self, d: Definition, emit: Log) -> None:
+        """Pull the job's image (logging in to ECR first where it is an ECR image): bounded in
+        time and retried; a pull that keeps failing is final, with the registry's own words."""
+        if not d.image:
+            return
+        registry = ecr_registry(d.image)
+        last = ""
+        for attempt in range(1, 4):
+            if registry:
+                self._ecr_login(registry[0], registry[1], emit)
+            rc, tail = stream([self.docker, "pull", "--quiet", d.image], env=os.environ, emit=emit,
+                              timeout=self.pull_timeout)
+            if rc == 0:
+                self.log(f"image {d.image} pulled")
+                return
+            last = " | ".join(tail[-3:]) or ("timed out" if rc is None else f"exit {rc}")
+            self.log(f"image pull failed (try {attempt} of 3): {last}")
+            time.sleep(min(30.0, self.retry_base * 5 * attempt))
+        raise JobError(f"image {d.image} could not be pulled: {last}", final=True)
+
+    def _ecr_login(self, host: str, region: str, emit: Log) -> None:
+        ecr = self.client("ecr", region_name=region)
+        auth = _retrying(f"ECR login for {host}", lambda: ecr.get_authorization_token()["authorizationData"][0],
+                         log=self.log, attempts=self.attempts, base=self.retry_base)
+        user, password = base64.b64decode(auth["authorizationToken"]).decode().split(":", 1)
+        r = subprocess.run([self.docker, "login", "--username", user, "--password-stdin", host], input=password,
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise JobError(f"docker login to {host} failed: {(r.stderr or r.stdout).strip()[-300:]}")
+
+    def prepare(self, rev: Revision, emit: Log) -> Prepared:
+        """Everything before a run of `rev`: definition, code, image, setup (each skipped when done)."""
+        d = self.definition(rev)
+        workdir = self.checkout(rev, d)
+        self.pull(d, emit)
+        if d.setup and not os.path.exists(os.path.join(contract.path("setup_dir"), self.setup_key(d))):
+            env = {**os.environ, **self.environment(d, self.secrets(d), workdir)}
+            self.run_setup(d, workdir, env, emit)
+        self.prepared = Prepared(rev, d, workdir)
+        return self.prepared
+
+    # ---- the command line --------------------------------------------------------------------
+    def command_file(self, d: Definition) -> str:
+        path = os.path.join(contract.path("definitions_dir"), f"{d.sha256}.sh")
+        if not os.path.exists(path):
+            text = d.command or ""
+            write_atomic(path, text if text.endswith("\n") else text + "\n")
+            os.chmod(path, 0o700)
+        return path
+
+    def argv(self, d: Definition, workdir: str, pass_env: Mapping[str, str]) -> list[str]:
+        """How the command runs: bash on the host, or bash in the image with every GPU (or Neuron
+        device), the EFA devices and the host's network, the node's directories at their own
+        paths; `pass_env` names what the container gets (values come from docker's own
+        environment, so none is written in its arguments)."""
+        script = self.command_file(d)
+        if not d.image:
+            return ["/bin/bash", script]
+        return docker_run(self.docker, d.image, script=script, workdir=workdir, names=sorted(pass_env),
+                          sdk=os.environ.get("DL_SDK", "cuda"))
+
+    def stop_container(self) -> None:
+        """Remove a container left by an earlier run (a restart of the supervisor, a kill)."""
+        if self.prepared and self.prepared.definition.image:
+            subprocess.run([self.docker, "rm", "--force", CONTAINER], capture_output=True, timeout=120)
+
+
+def docker_run(docker: str, image: str, *, script: str, workdir: str, names: list[str], sdk: str) -> list[str]:
+    argv = [docker, "run", "--rm", "--name", CONTAINER, "--network", "host", "--ipc", "host",
+            "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+    if sdk == "cuda":
+        argv += ["--gpus", "all"]
+    devices = sorted(glob.glob("/dev/infiniband/uverbs*")) + sorted(glob.glob("/dev/neuron*"))
+    for dev in devices:
+        argv += ["--device", dev]
+    mounts = [contract.lib_dir() + ":ro", contract.etc_dir() + ":ro", contract.run_dir(), contract.scratch_dir()]
+    for m in mounts:
+        path, _, mode = m.partition(":")
+        argv += ["--volume", f"{path}:{path}" + (f":{mode}" if mode else "")]
+    if not workdir.startswith(contract.scratch_dir() + os.sep):
+        argv += ["--volume", f"{workdir}:{workdir}"]
+    argv += ["--workdir", workdir]
+    for name in names:
+        argv += ["--env", name]
+    return argv + [image, "/bin/bash", os.path.join(contract.lib_dir(), "dl_container.sh"), script]
+
+
+_ECR = re.compile(r"^(\d{12})\.dkr\.ecr(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/")
+
+
+def ecr_registry(image: str) -> Optional[tuple[str, str]]:
+    """(registry host, region) of a private ECR image, or None (public registries need no login)."""
+    m = _ECR.match(image)
+    return (image.split("/", 1)[0], m[2]) if m else None
+
+
+def _link(target: str, link: str) -> None:
+    tmp = f"{link}.new-{os.getpid()}"
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+def stream(argv: list[str], *, emit: Log, timeout: float, cwd: Optional[str] = None,
+           env: Optional[Mapping[str, str]] = None) -> tuple[Optional[int], list[str]]:
+    """Run argv with its output, line by line, to `emit`; (exit code or None on timeout, last lines)."""
+    tail: deque[str] = deque(maxlen=SETUP_TAIL)
+    proc = subprocess.Popen(argv, cwd=cwd, env=dict(env) if env is not None else None, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    import threading
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for raw in iter(proc.stdout.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\n")
+            tail.append(line)
+            emit(line)
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        import signal
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        t.join(timeout=5)
+        return None, list(tail)
+    t.join(timeout=5)
+    return proc.returncode, list(tail)

@@ -1,0 +1,129 @@
+"""The job's context keys beyond `command`: what the nodes run it with.
+
+- `code`: a directory shipped to every node (constructs_lib.codescan says what is left out and
+  what is refused); the command runs in it.
+- `image`: run the command in this container image instead of on the host.
+- `setup` / `setup_file`: bash run once per boot per code digest before the first generation
+  (`setup_file` for several lines, as `command_file`); not with `image`.
+- `env`: KEY=VALUE,KEY=VALUE (a literal comma in a value as `\\,`); names are shell identifiers
+  and never the runtime's own (MASTER_ADDR, RANK, DL_...).
+- `secrets`: NAME=ARN,... of Secrets Manager secrets or SSM (SecureString) parameters in the
+  deployment's region, read on the node at each run.
+- `secrets_kms`: KMS key ARNs that encrypt those secrets, comma-separated.
+
+Every mistake is one line (UserError); several mistakes in one `env` or `secrets` value are
+listed in that one line.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+from constructs_lib.codescan import scan
+from constructs_lib.job_rules import KMS_ARN, env_problem, image_problem, secret_problem
+from selector.errors import UserError
+
+KEYS = ("code", "image", "setup", "setup_file", "env", "secrets", "secrets_kms")
+PATH_KEYS = ("code", "setup_file")
+LONG_KEYS = ("env", "secrets", "secrets_kms", "setup")  # may be long and hold any printable text (env, setup)
+EXAMPLES = {"code": "examples/train_project", "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:v1",
+            "setup": "pip install -r requirements.txt", "setup_file": "setup.sh", "env": "EPOCHS=10,LR=3e-4",
+            "secrets": "HF_TOKEN=arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token-AbCdEf",
+            "secrets_kms": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"}
+SETUP_LIMIT = 64 * 1024  # the setup text ships in the job definition (an S3 asset), not in user data
+VALUE_LIMIT = 4096       # one env value
+_SPLIT = re.compile(r"(?<!\\),(?=[^,=\s]+=)")
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    code: Optional[str] = None
+    image: Optional[str] = None
+    setup: Optional[str] = None
+    env: tuple[tuple[str, str], ...] = ()
+    secrets: tuple[tuple[str, str], ...] = ()
+    secrets_kms: tuple[str, ...] = ()
+
+    @property
+    def any(self) -> bool:
+        return bool(self.code or self.image or self.setup or self.env or self.secrets)
+
+
+def _pairs(key: str, text: str, split: Callable[[str], list[str]]) -> list[tuple[str, str]]:
+    out, problems = [], []
+    for item in split(text):
+        item = item.strip()
+        if not item:
+            continue
+        name, eq, value = item.partition("=")
+        if not eq:
+            problems.append(f"{item!r} has no '=' (expected NAME=VALUE)")
+            continue
+        out.append((name.strip(), value.replace("\\,", ",") if key == "env" else value.strip()))
+    seen: set[str] = set()
+    for name, _ in out:
+        if name in seen:
+            problems.append(f"{name} is given twice")
+        seen.add(name)
+    if problems:
+        raise UserError(f"context {key}: " + "; ".join(problems) + f"; e.g. {key}={EXAMPLES[key]}")
+    return out
+
+
+def _names(key: str, pairs: list[tuple[str, str]]) -> None:
+    problems = [p for p in (env_problem(n) for n, _ in pairs) if p]
+    if problems:
+        raise UserError(f"context {key}: " + "; ".join(problems))
+
+
+def _setup(ctx: Mapping[str, Any], read_script: Callable[[str, str, int], str]) -> Optional[str]:
+    if "setup" in ctx and "setup_file" in ctx:
+        raise UserError("context setup and setup_file are both given: pass one (setup_file for several lines)")
+    if "setup_file" in ctx:
+        return read_script("setup_file", ctx["setup_file"], SETUP_LIMIT)
+    if "setup" in ctx:
+        text = ctx["setup"].strip()
+        if "\n" in text or "\r" in text:
+            raise UserError("context setup has a line break: the CDK CLI cuts -c values at one, so a multi-line "
+                            "setup goes in a file: -c setup_file=PATH")
+        return text
+    return None
+
+
+def job_from_context(ctx: Mapping[str, Any], region: str,
+                     read_script: Callable[[str, str, int], str]) -> JobSettings:
+    """The job keys of `ctx`, each checked (types and text were checked by the caller)."""
+    code = None
+    if "code" in ctx:
+        scan(ctx["code"].strip(), what="context code")  # missing, a file, empty, links out, over the limit
+        code = os.path.abspath(ctx["code"].strip())
+    image = ctx["image"].strip() if "image" in ctx else None
+    if image is not None and image_problem(image):
+        raise UserError(f"context image={image!r}: {image_problem(image)}")
+    setup = _setup(ctx, read_script)
+    if image and setup:
+        raise UserError("context image and setup together: a container starts fresh for every run, so setup would "
+                        "not last; build what setup does into the image (code may go with image: it is mounted)")
+    env = _pairs("env", ctx["env"], _SPLIT.split) if "env" in ctx else []
+    _names("env", env)
+    for name, value in env:
+        if len(value) > VALUE_LIMIT:
+            raise UserError(f"context env {name}: value is {len(value)} characters, at most {VALUE_LIMIT}; "
+                            "put long settings in a file in your code")
+    secrets = _pairs("secrets", ctx["secrets"], lambda t: t.split(",")) if "secrets" in ctx else []
+    _names("secrets", secrets)
+    problems = [f"{n}={a}: {p}" for n, a in secrets for p in [secret_problem(a, region)] if p]
+    if problems:
+        raise UserError("context secrets: " + "; ".join(problems))
+    both = sorted({n for n, _ in env} & {n for n, _ in secrets})
+    if both:
+        raise UserError(f"context env and secrets both name {', '.join(both)}: name each variable once")
+    kms = tuple(k.strip() for k in ctx.get("secrets_kms", "").split(",") if k.strip())
+    bad = [k for k in kms if not KMS_ARN.match(k)]
+    if bad:
+        raise UserError(f"context secrets_kms: {bad[0]!r} is not a KMS key ARN; e.g. secrets_kms={EXAMPLES['secrets_kms']}")
+    if kms and not secrets:
+        raise UserError("context secrets_kms names keys but secrets names no secret: pass secrets=NAME=ARN with it")
+    return JobSettings(code=code, image=image, setup=setup, env=tuple(env), secrets=tuple(secrets), secrets_kms=kms)
