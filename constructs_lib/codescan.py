@@ -138,10 +138,11 @@ def scan(directory: str, *, max_bytes: int = MAX_BYTES, max_files: int = MAX_FIL
                                  f"{' and ' + IGNORE_FILE if os.path.isfile(ignore) else ''}): point it at your "
                                  "training project")
     if total > max_bytes or len(files) > max_files:
-        largest = ", ".join(f"{k} {v / _MIB:.0f} MiB" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1])[:3])
+        top = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+        largest = ", ".join(f"{k} {v / _MIB:.0f} MiB" for i, (k, v) in enumerate(top) if i == 0 or v >= _MIB)
         raise ConfigurationError(
             f"{where} is {total / _MIB:.1f} MiB in {len(files):,} files: over the limit for code shipped with "
             f"each deploy ({max_bytes // _MIB} MiB, {max_files:,} files); largest: {largest}. Keep data, "
-            f"checkpoints and environments out (list them in {what} {IGNORE_FILE}), fetch data from S3 in setup, "
+            f"checkpoints and environments out (list them in {_show(os.path.join(directory, IGNORE_FILE))}), fetch data from S3 in setup, "
             "or put dependencies in an image (-c image=URI)")
     return CodeFiles(root, tuple(files), total, tuple(lines))

@@ -58,7 +58,6 @@ class JobLogs(Construct):
         # same job fail ("already exists"). Export what you need first (README, Logs).
         self.log_group = logs.LogGroup(self, "Group", log_group_name=self.log_group_name, retention=retention,
                                        encryption_key=self.key, removal_policy=cdk.RemovalPolicy.DESTROY)
-        self.log_group.node.add_dependency(self.key)
 
     def grant_write(self, grantee: iam.IGrantable) -> iam.Grant:
         """What the CloudWatch agent needs to ship a node's lines: its streams in this group only."""

@@ -1,0 +1,122 @@
+"""Bad job settings (code, image, setup, env, secrets): exit 2, one line that says what was
+wrong and what to do instead, nothing synthesized."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import app
+from constructs_lib import codescan
+from tests.test_bad_context import _one_line_and_no_template
+
+SM = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token-AbCdEf"
+PARAM = "arn:aws:ssm:us-east-1:123456789012:parameter/team/wandb"
+ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:v1"
+
+ROWS = [
+    # ---- the code directory ------------------------------------------------------------------
+    ({"code": "{tmp}/missing"}, "context code '{tmp}/missing': no such directory"),
+    ({"code": "{tmp}/proj/train.py"}, "is a file: expected the directory of your training project"),
+    ({"code": "{tmp}/empty"}, "has no files to ship (after the excludes .git/, __pycache__/, *.pyc, .venv/)"),
+    ({"code": "{tmp}/only-ignored"}, "has no files to ship"),
+    ({"code": "{tmp}/escapes"}, "secret.txt' is a link out of the directory (to '../outside/secret.txt'): copy the "
+                                "file in, or list the link in .dlignore"),
+    ({"code": "{tmp}/dirlink"}, "'data' is a link to a directory"),
+    ({"code": "{tmp}/big"}, "over the limit for code shipped with each deploy (256 MiB, 20,000 files); largest: "
+                            "weights/ 257 MiB. Keep data, checkpoints and environments out"),
+    # ---- env -----------------------------------------------------------------------------------
+    ({"env": "1X=2"}, "context env: '1X' is not a shell variable name"),
+    ({"env": "MY-VAR=2"}, "context env: 'MY-VAR' is not a shell variable name"),
+    ({"env": "MASTER_ADDR=10.0.0.1,RANK=3"}, "context env: MASTER_ADDR is set by dl-launcher for every run"),
+    ({"env": "A=1,DL_CLUSTER=x"}, "DL_CLUSTER is set by dl-launcher for every run"),
+    ({"env": "PYTHONPATH=/x"}, "PYTHONPATH is set by dl-launcher"),
+    ({"env": "EPOCHS"}, "context env: 'EPOCHS' has no '=' (expected NAME=VALUE)"),
+    ({"env": "A=1,A=2"}, "context env: A is given twice"),
+    ({"env": "A=1", "secrets": f"A={SM}"}, "context env and secrets both name A"),
+    # ---- secrets -------------------------------------------------------------------------------
+    ({"secrets": "HF_TOKEN=arn:aws:s3:::bucket/key"}, "not a Secrets Manager secret"),
+    ({"secrets": "HF_TOKEN=hf-token"}, "HF_TOKEN=hf-token: not a Secrets Manager secret"),
+    ({"secrets": f"HF_TOKEN={SM.replace('us-east-1', 'eu-west-1')}"}, "it is in eu-west-1, the nodes run in us-east-1"),
+    ({"secrets": f"HF_TOKEN={SM.replace('arn:aws:', 'arn:aws-cn:')}"}, "partition aws-cn, the nodes run in aws"),
+    ({"secrets": "T=arn:aws:secretsmanager:us-east-1:123456789012:parameter/x"}, "a secretsmanager ARN names a parameter"),
+    ({"secrets": f"RANK={SM}"}, "context secrets: RANK is set by dl-launcher"),
+    ({"secrets_kms": "alias/mine", "secrets": f"T={SM}"}, "context secrets_kms: 'alias/mine' is not a KMS key ARN"),
+    ({"secrets_kms": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"},
+     "secrets_kms names keys but secrets names no secret"),
+    # ---- image ---------------------------------------------------------------------------------
+    ({"image": "Not An Image"}, "context image='Not An Image': not an image reference"),
+    ({"image": "https://registry/x:1"}, "not an image reference"),
+    ({"image": "repo:tag:again"}, "not an image reference"),
+    ({"image": ECR, "setup": "pip install x"}, "context image and setup together: a container starts fresh"),
+    # ---- setup ---------------------------------------------------------------------------------
+    ({"setup": "a", "setup_file": "{tmp}/setup.sh"}, "context setup and setup_file are both given"),
+    ({"setup_file": "{tmp}/missing.sh"}, "context setup_file='{tmp}/missing.sh': no such file"),
+    ({"setup_file": "{tmp}/empty.sh"}, "is empty: expected the script the nodes run"),
+    ({"code": "{tmp}/proj", "coed": "x"}, "unknown context key 'coed'; closest: code"),
+]
+
+
+@pytest.fixture
+def tmp(tmp_path: Path) -> Path:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "train.py").write_text("print('hi')\n")
+    (tmp_path / "empty").mkdir()
+    ignored = tmp_path / "only-ignored"
+    (ignored / "__pycache__").mkdir(parents=True)
+    (ignored / "__pycache__" / "x.pyc").write_bytes(b"x")
+    (ignored / ".git").mkdir()
+    (ignored / ".git" / "HEAD").write_text("ref\n")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text("s\n")
+    esc = tmp_path / "escapes"
+    esc.mkdir()
+    (esc / "train.py").write_text("x\n")
+    (esc / "secret.txt").symlink_to("../outside/secret.txt")
+    dl = tmp_path / "dirlink"
+    dl.mkdir()
+    (dl / "train.py").write_text("x\n")
+    (dl / "data").symlink_to(tmp_path / "outside")
+    big = tmp_path / "big" / "weights"
+    big.mkdir(parents=True)
+    (big.parent / "train.py").write_text("x\n")
+    with open(big / "model.bin", "wb") as f:  # sparse: the size counts, the disk does not
+        f.truncate(codescan.MAX_BYTES + 1024 * 1024)
+    (tmp_path / "setup.sh").write_text("pip install x\n")
+    (tmp_path / "empty.sh").write_text("\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("ctx,expected", ROWS, ids=[f"{i:02d}-{next(iter(c))}" for i, (c, _) in enumerate(ROWS)])
+def test_bad_job_input(ctx, expected, tmp, capsys):
+    out = tmp / "cdk.out"
+    filled = {k: v.replace("{tmp}", str(tmp)) for k, v in ctx.items()}
+    code = app.main({"command": "python train.py", **filled}, outdir=str(out))
+    _one_line_and_no_template(code, capsys.readouterr().err, out, expected.replace("{tmp}", str(tmp)))
+
+
+def test_many_files_are_refused_too(tmp_path, capsys):
+    proj = tmp_path / "many"
+    proj.mkdir()
+    for i in range(codescan.MAX_FILES + 1):
+        (proj / f"f{i}.txt").write_bytes(b"")
+    code = app.main({"command": "python train.py", "code": str(proj)}, outdir=str(tmp_path / "out"))
+    line = _one_line_and_no_template(code, capsys.readouterr().err, tmp_path / "out", "in 20,001 files: over the limit")
+    assert "largest: f" in line
+
+
+def test_dlignore_patterns_in_gitignores_manner(tmp_path):
+    root = tmp_path / "p"
+    for rel in ("train.py", "data/a.bin", "sub/data/b.bin", "logs/x.log", "keep.log", "out/model.pt", "out/readme.md",
+                "pkg/__pycache__/m.pyc", "pkg/m.py", ".venv/lib/x.py", "nested/.git/HEAD"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(rel)
+    (root / ".dlignore").write_text("# comment\n\n/data/\n*.log\n!keep.log\nout/*.pt\n")
+    shipped = {rel for rel, _ in codescan.scan(str(root)).files}
+    assert shipped == {"train.py", "sub/data/b.bin", "keep.log", "out/readme.md", "pkg/m.py", ".dlignore"}
+    os.chmod(root / ".dlignore", 0o000)
+    if os.geteuid() != 0:  # root reads anything
+        with pytest.raises(codescan.ConfigurationError, match="cannot be read"):
+            codescan.scan(str(root))
