@@ -44,7 +44,7 @@ class Plan:
 
     @property
     def port(self) -> int:
-        return contract.RENDEZVOUS_PORT_BASE + self.generation % contract.RENDEZVOUS_PORT_SPAN
+        return contract.rendezvous_port_base() + self.generation % contract.RENDEZVOUS_PORT_SPAN
 
     @property
     def master_addr(self) -> str:

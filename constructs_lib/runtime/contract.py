@@ -62,6 +62,13 @@ METRIC_PERIOD = 60               # seconds: the agent's interval and the monitor
 # can never join a new one, and a restarted master never waits for its old socket to close.
 RENDEZVOUS_PORT_BASE = 29500
 RENDEZVOUS_PORT_SPAN = 400
+
+
+def rendezvous_port_base() -> int:
+    """DL_RENDEZVOUS_PORT_BASE (the same on every node: node.env) moves the range where something
+    else on the image holds it; drills sharing one machine give each cluster its own range,
+    since torch's store listens on every address."""
+    return int(os.environ.get("DL_RENDEZVOUS_PORT_BASE") or RENDEZVOUS_PORT_BASE)
 # Cluster state lives beside the checkpoints, under <checkpoint prefix>/CLUSTER_DIR/; the capacity
 # controller's (which type, when a node was lost, every transition) at <prefix>/CAPACITY_STATE.
 CLUSTER_DIR = "_cluster"

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -25,7 +26,9 @@ from constructs_lib.runtime import contract
 from tests.runtime.fake_imds import FakeImds
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAIN = Path(__file__).with_name("drill_train.py")
+# The drill's training project, shipped to the nodes as a deployer's code is: -c code=DIR.
+PROJECT = Path(__file__).with_name("drill_project")
+TRAIN = PROJECT / "drill_train.py"
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -103,8 +106,9 @@ class Node:
         bin_dir.mkdir()
         (bin_dir / "dl-torchrun").symlink_to(drill.lib / "dl_torchrun.sh")
         (self.dirs["DL_ETC_DIR"] / "node.env").write_text(contract.env_text({
-            "DL_PROCS_PER_NODE": str(drill.nproc), "DL_SDK": "cuda"}))
-        (self.dirs["DL_ETC_DIR"] / "job.sh").write_text(drill.command + "\n")
+            "DL_PROCS_PER_NODE": str(drill.nproc), "DL_SDK": "cuda", **drill.job_env}))
+        if drill.command:
+            (self.dirs["DL_ETC_DIR"] / "job.sh").write_text(drill.command + "\n")
         self.env = {
             **drill.base_env, **{k: str(v) for k, v in self.dirs.items()},
             "PATH": f"{bin_dir}:{VENV_BIN}:{os.environ['PATH']}",
@@ -201,13 +205,21 @@ class Drill:
             "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
             "DL_PYTHON": sys.executable, "DL_TORCHRUN": str(VENV_BIN / "torchrun"),
             "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": str(ROOT),  # for tests.runtime.drill_train's own imports only
             "DL_POLL_SECONDS": "0.3", "DL_LIVENESS_POLL_SECONDS": "1", "DL_AGENT_POLL_SECONDS": "0.2",
             "DL_MEMBER_GRACE_SECONDS": "60", "DL_STOP_TIMEOUT_SECONDS": "5", "DL_RETRY_BASE_SECONDS": "0.2",
             "TORCH_CPP_LOG_LEVEL": "ERROR",
+            # torch's store listens on every address: drills running side by side need their own ports
+            "DL_RENDEZVOUS_PORT_BASE": str(20000 + (zlib.crc32(str(root).encode()) % 40) * contract.RENDEZVOUS_PORT_SPAN),
         })
-        self.command = command if command is not None else (f"dl-torchrun {TRAIN} --steps {steps} --every {every} --sleep {sleep} --pad-mb {pad_mb} "
-                        f"--events {self.events} --final {self.final}")
+        # The training command runs from the shipped code in its working directory (the app's own
+        # JobDefinition: -c code= -c command=); other drills write a job file as enable_job does.
+        self.job_env: dict[str, str] = {}
+        if command is None:
+            command = (f"dl-torchrun drill_train.py --steps {steps} --every {every} --sleep {sleep} --pad-mb {pad_mb} "
+                       f"--events {self.events} --final {self.final}")
+            self.job_env = deployed_job(root / "cdk.out", endpoint, job=job, nodes=nodes, code=PROJECT, command=command)
+            command = ""
+        self.command = command
         self.s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         self.s3.create_bucket(Bucket=self.bucket)
         self.ec2 = boto3.client("ec2", endpoint_url=endpoint, region_name="us-east-1")
@@ -301,6 +313,19 @@ class Drill:
                     except ProcessLookupError:
                         pass
                 n.imds.stop()
+
+
+def deployed_job(out: Path, endpoint: str, *, job: str, nodes: int, code: Path, command: str) -> dict[str, str]:
+    """The app synthesizes the job (-c code, -c command) and its assets and parameter go into
+    moto as a deploy leaves them; returns the DL_JOB_ settings of node.env, as its user data
+    carries them."""
+    from constructs_lib.userdata import HEREDOC
+    from tests.job.deployed import deploy
+
+    d = deploy({"profile": "multi-node-training", "job": job, "nodes": str(nodes), "code": str(code),
+                "command": command, "observability": "false"}, out, endpoint)
+    node_env = d.user_data.split('dl_put "$DL_NODE_ENV_FILE" <<' + f"'{HEREDOC}'\n", 1)[1].split(f"\n{HEREDOC}\n", 1)[0]
+    return {k: v for k, v in contract.parse_env(node_env).items() if k.startswith("DL_JOB_")}
 
 
 def reference_run(root: Path, *, steps: int, every: int, rebuild_at: list[int], world: int) -> Path:
