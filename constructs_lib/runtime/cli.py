@@ -196,7 +196,7 @@ def _job(store, local_dir: str) -> int:
     ec2 = boto3.client("ec2", region_name=me.region)
     joblog = JobLog()
     log = joblog.supervisor()
-    job = NodeJob(log=log, region=me.region, cluster=me.cluster)
+    job = NodeJob(log=log, region=me.region, cluster=me.cluster, retry_base=cfg.retry_base)
     return Supervisor(cfg, store, ClusterState(store), Liveness(ec2), local_dir=local_dir, log=log,
                       job=job, joblog=joblog).run()
 

@@ -243,19 +243,24 @@ class NodeJob:
     def boot_revision(self) -> Optional[Revision]:
         return revision_from_env()
 
-    def current_revision(self) -> Optional[Revision]:
-        """The deployer's revision now: the SSM parameter (a redeploy changes it), else the one
-        this node booted with (a throttled or unreadable parameter never stops a generation)."""
+    def deployed_revision(self) -> Optional[Revision]:
+        """The revision in the SSM parameter (a redeploy changes it), or None where it cannot be read."""
         name = os.environ.get("DL_JOB_PARAMETER")
-        if name:
-            ssm = self.client("ssm", region_name=self.region)
-            try:
-                value = _retrying(f"job parameter {name}", lambda: ssm.get_parameter(Name=name)["Parameter"]["Value"],
-                                  log=self.log, attempts=3, base=self.retry_base)
-                return Revision.from_json(json.loads(value))
-            except (JobError, ValueError) as e:
-                self.log(f"could not read the job's current revision ({e}); using the one this node booted with")
-        return self.boot_revision()
+        if not name:
+            return None
+        ssm = self.client("ssm", region_name=self.region)
+        try:
+            value = _retrying(f"job parameter {name}", lambda: ssm.get_parameter(Name=name)["Parameter"]["Value"],
+                              log=self.log, attempts=3, base=self.retry_base)
+            return Revision.from_json(json.loads(value))
+        except (JobError, ValueError) as e:
+            self.log(f"could not read the job's deployed revision: {e}")
+            return None
+
+    def current_revision(self) -> Optional[Revision]:
+        """The deployer's revision now, else the one this node booted with (a throttled or
+        unreadable parameter never stops a generation)."""
+        return self.deployed_revision() or self.boot_revision()
 
     # ---- the definition ----------------------------------------------------------------------
     def definition(self, rev: Revision) -> Definition:

@@ -195,6 +195,19 @@ class Supervisor:
         rev = self.job.current_revision() if self.job else None
         return rev.to_json() if rev else None
 
+    def _redeployed(self, plan: Plan) -> bool:
+        """Whether the job was deployed again since `plan` was made (asked when this supervisor
+        starts into a generation it is a member of: a restart of the job unit after a redeploy
+        is how a running cluster takes the new revision at once)."""
+        if self.job is None or not plan.job:
+            return False
+        deployed = self.job.deployed_revision()
+        if deployed is None or deployed.to_json() == plan.job:
+            return False
+        self.log(f"the job was deployed again (revision {deployed.sha256[:12]}, generation {plan.generation} runs "
+                 f"{str(plan.job.get('sha256'))[:12]}): starting generation {plan.generation + 1} with it")
+        return True
+
     def _plan_revision(self, plan: Plan) -> Optional[Revision]:
         if self.job is None:
             return None
@@ -234,8 +247,14 @@ class Supervisor:
             newest = self.cluster.newest_generation()
             current = self.cluster.plan(newest)
             if current and self.me.node in current.nodes() and newest > self.state.last_ran:
-                self.log(f"generation {newest} already includes this node: running it")
-                return current
+                if not self._redeployed(current):
+                    self.log(f"generation {newest} already includes this node: running it")
+                    return current
+                target = newest + 1  # the others stop on this join and re-form with the new revision
+                got = self._join(target)
+                if got is not None:
+                    return got
+                continue
             if current is None:
                 target = newest if newest > self.state.last_ran else self.state.last_ran + 1
             else:

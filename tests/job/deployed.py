@@ -75,7 +75,10 @@ def deploy(context: dict, out: Path, endpoint: str) -> Deployed:
             ssm.put_parameter(Name=r["Properties"]["Name"], Value=evaluate(r["Properties"]["Value"]), Type="String",
                               Overwrite=True)
         elif r["Type"] == "AWS::Logs::LogGroup" and "LogGroupName" in r["Properties"]:
-            logs.create_log_group(logGroupName=r["Properties"]["LogGroupName"])
+            try:  # a redeploy keeps its group
+                logs.create_log_group(logGroupName=r["Properties"]["LogGroupName"])
+            except logs.exceptions.ResourceAlreadyExistsException:
+                pass
     checkpoints = f"ckpt-{stack}"
     _bucket(s3, checkpoints)
     (lt, *_) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]

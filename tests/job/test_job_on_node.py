@@ -58,8 +58,9 @@ def _project(root: Path) -> dict[str, bytes]:
     return ships
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def moto_endpoint():
+    """A moto of its own per test: each deploys the same job name."""
     import logging
 
     from moto.server import ThreadedMotoServer
@@ -68,7 +69,10 @@ def moto_endpoint():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
+    endpoint = f"http://{host}:{port}"
+    import urllib.request
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10).read()
+    yield endpoint
     server.stop()
 
 
@@ -148,5 +152,138 @@ def test_code_setup_env_secret_and_logs_arrive_on_a_booted_node(tmp_path, moto_e
                                          if p.is_file() and not p.is_relative_to(sim_out))}
         for where, blob in places.items():
             assert SECRET.encode() not in blob, f"the secret's value is in the {where}"
+    finally:
+        node.stop()
+
+
+# ---- failure paths, a redeploy, a container image -------------------------------------------------
+SHIMS = Path(__file__).with_name("shims")
+FAST = {"DL_RETRY_BASE_SECONDS": "0.05"}
+
+
+def _booted(tmp_path, endpoint, ctx, **node_kw):
+    d = deploy({"profile": "single-gpu-training", "job": "own", **ctx}, tmp_path / "cdk.out", endpoint)
+    node = d.node(tmp_path / "node", extra_env={**FAST, **node_kw.pop("extra_env", {})}, **node_kw)
+    boot = node.boot()
+    assert boot.returncode == 0, boot.stdout[-3000:] + boot.stderr[-3000:]
+    return d, node
+
+
+def _lines(endpoint: str, node) -> list[str]:
+    node.ship_logs()
+    logs = boto3.client("logs", endpoint_url=endpoint, region_name=REGION)
+    return [e["message"] for e in logs.get_log_events(logGroupName=contract.job_log_group("dl-own"),
+                                                       logStreamName=node.instance_id, startFromHead=True)["events"]]
+
+
+def _failed(d) -> dict:
+    s3 = boto3.client("s3", endpoint_url=d.endpoint, region_name=REGION)
+    key = f"jobs/own/{contract.CLUSTER_DIR}/failed.json"
+    import json
+    return json.loads(s3.get_object(Bucket=d.bucket, Key=key)["Body"].read())
+
+
+def test_a_failing_setup_fails_the_job_with_its_last_lines_and_never_starts_the_command(tmp_path, moto_endpoint,
+                                                                                         monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('never')\n")
+    d, node = _booted(tmp_path, moto_endpoint, {"code": str(project), "command": f"touch {tmp_path}/started",
+                                               "setup": "echo resolving torch==9.9; echo 'ERROR: No matching distribution' >&2; exit 3"})
+    try:
+        node.start("dl-job.service")
+        assert node.wait("dl-job.service", timeout=90) == contract.EXIT_FAILED  # not restarted by systemd
+        assert not (tmp_path / "started").exists()
+        health = (node.dirs["DL_RUN_DIR"] / "health.d" / "setup").read_text()
+        assert health.startswith("failed setup exited 3") and "ERROR: No matching distribution" in health
+        reason = _failed(d)["reason"]
+        assert reason.startswith(f"{node.instance_id}: setup exited 3") and "No matching distribution" in reason
+        lines = _lines(moto_endpoint, node)
+        assert "[setup] resolving torch==9.9" in lines and "[setup] ERROR: No matching distribution" in lines
+        assert any(x.startswith("[dl-launcher] job cannot run:") for x in lines)
+    finally:
+        node.stop()
+
+
+def test_a_redeploy_with_changed_code_reaches_a_running_node_at_its_next_generation(tmp_path, moto_endpoint,
+                                                                                     monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "version.txt").write_text("v1\n")
+    command = f"cat version.txt >> {tmp_path}/seen; touch {tmp_path}/running; while [ ! -e {tmp_path}/release ]; do sleep 0.1; done"
+    d, node = _booted(tmp_path, moto_endpoint, {"code": str(project), "command": command})
+    try:
+        node.start("dl-job.service")
+        _wait(tmp_path / "running", node, "dl-job.service")
+        # cdk deploy again with changed code: new assets, the parameter names the new revision
+        (project / "version.txt").write_text("v2\n")
+        deploy({"profile": "single-gpu-training", "job": "own", "code": str(project), "command": command},
+               tmp_path / "cdk.out.2", moto_endpoint)
+        # the running generation keeps its code; the next one (here: a restart of the job unit) runs the new
+        node.kill("dl-job.service")
+        (tmp_path / "running").unlink()
+        node.start("dl-job.service")
+        _wait(tmp_path / "running", node, "dl-job.service")
+        (tmp_path / "release").touch()
+        assert node.wait("dl-job.service", timeout=90) == contract.EXIT_FINISHED
+        assert (tmp_path / "seen").read_text() == "v1\nv2\n"
+        s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name=REGION)
+        import json
+        plan = json.loads(s3.get_object(Bucket=d.bucket, Key=f"jobs/own/{contract.CLUSTER_DIR}/gen-000002/plan.json")["Body"].read())
+        ssm = boto3.client("ssm", endpoint_url=moto_endpoint, region_name=REGION)
+        assert plan["job"] == json.loads(ssm.get_parameter(Name=contract.job_parameter("dl-own"))["Parameter"]["Value"])
+        work = (node.dirs["DL_SCRATCH"] / "work").resolve()
+        assert (work / "version.txt").read_text() == "v2\n" and len(list(work.parent.iterdir())) == 2
+    finally:
+        node.stop()
+
+
+ECR_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/team/train:v3"
+
+
+def test_the_command_runs_in_the_image_with_every_gpu_efa_and_the_host_network(tmp_path, moto_endpoint, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("import os\nprint('in', os.environ['IN_IMAGE'], 'lr', os.environ['LR'])\n")
+    calls = tmp_path / "docker.calls"
+    d, node = _booted(tmp_path, moto_endpoint, {"code": str(project), "image": ECR_IMAGE, "env": "LR=0.1",
+                                               "command": "python3 train.py; echo \"rank env $NODE_RANK/$WORLD_SIZE\""},
+                      path_prefix=[str(SHIMS)], extra_env={"DOCKER_CALLS": str(calls)})
+    try:
+        node.start("dl-job.service")
+        assert node.wait("dl-job.service", timeout=90) == contract.EXIT_FINISHED, node.unit_log("dl-job.service")
+        docker = calls.read_text().splitlines()
+        assert docker[0] == "docker login --username AWS --password-stdin 123456789012.dkr.ecr.us-east-1.amazonaws.com"
+        assert docker[1] == f"docker pull --quiet {ECR_IMAGE}"
+        (run,) = [c for c in docker if c.startswith("docker run ")]
+        for option in ("--gpus all", "--network host", "--ipc host", "--ulimit memlock=-1", "--name dl-job",
+                       "--env LR", "--env MASTER_ADDR", "--env NODE_RANK", "--env DL_CHECKPOINT_DIR"):
+            assert option in run, option
+        work = (node.dirs["DL_SCRATCH"] / "work").resolve()
+        assert f"--workdir {work}" in run and f"--volume {node.dirs['DL_LIB_DIR']}:{node.dirs['DL_LIB_DIR']}:ro" in run
+        lines = _lines(moto_endpoint, node)
+        assert f"in {ECR_IMAGE} lr 0.1" in lines and "rank env 0/1" in lines
+    finally:
+        node.stop()
+
+
+def test_an_image_that_cannot_be_pulled_fails_the_job_with_the_registrys_words(tmp_path, moto_endpoint, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    image = "public.ecr.aws/team/missing:v1"
+    calls = tmp_path / "docker.calls"
+    d, node = _booted(tmp_path, moto_endpoint, {"image": image, "command": "python3 train.py"},
+                      path_prefix=[str(SHIMS)], extra_env={"DOCKER_CALLS": str(calls)})
+    try:
+        node.start("dl-job.service")
+        assert node.wait("dl-job.service", timeout=120) == contract.EXIT_FAILED
+        assert [c for c in calls.read_text().splitlines() if c.startswith("docker pull")] == [
+            f"docker pull --quiet {image}"] * 3, "retried, bounded"
+        assert not any(c.startswith(("docker run", "docker login")) for c in calls.read_text().splitlines())
+        reason = _failed(d)["reason"]
+        assert f"image {image} could not be pulled: Error response from daemon: manifest for {image} not found" in reason
+        assert "manifest unknown" in (node.dirs["DL_RUN_DIR"] / "health.d" / "setup").read_text()
     finally:
         node.stop()
