@@ -1,5 +1,8 @@
 """The main job, locally: `cdk deploy` a profile into moto_server on 127.0.0.1 with the real CDK
-CLI, show what exists, `cdk destroy`, and show that the checkpoint bucket survived.
+CLI, with your own training project (examples/train_project: code, setup, env, a secret), the
+cluster launched by the capacity controller, its nodes booted from their real user data on this
+machine (scripts/simnode.py) and the job run there, its lines read back from CloudWatch Logs;
+then `cdk destroy`, and show that the checkpoint bucket survived.
 
 No AWS account is touched: fake credentials, every endpoint pointed at the local moto_server.
 What moto does not emulate is listed at the end of the run (and in the README).
@@ -22,11 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 ACCOUNT = "123456789012"  # moto's default account
 REGION = "us-east-1"
 NOT_EMULATED = [
-    "instances do not boot: no user data runs, so no bundle fetch, no RAID 0, no units, no rendezvous",
+    "instances do not boot in moto: this script boots each node's real user data on this machine instead "
+    "(scripts/simnode.py: a fake root, a fake IMDSv2, one training process per node on the CPU, no RAID 0, no "
+    "systemd: units run by their ExecStart)",
+    "the CloudWatch agent does not run here: a stand-in ships the job log as the agent's logs section says",
     "EFA: launch templates keep their interface layout, instances get one plain interface",
     "placement groups are accepted and ignored",
     "spot: instances start as ordinary ones; no interruption notices (the tests use a fake IMDS)",
-    "SSM Session Manager, EventBridge delivery and CloudWatch Logs ingestion do nothing",
+    "SSM Session Manager and EventBridge delivery do nothing",
     "the DLAMI parameter is seeded with one of moto's stock AMIs",
     "no Lambda runs (it would need Docker): this script runs the capacity controller's own code in-process, "
     "with the spec the stack gave the function, where EventBridge would invoke it; and tears the cluster down "
@@ -201,7 +207,14 @@ def show_bundle(stack: str, region: str) -> bool:
     for asset, bucket in buckets.items():
         key = keys[asset].replace("||", "")
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        if not zipfile.is_zipfile(io.BytesIO(body)):
+            log(f"job definition in staging bucket: s3://{bucket}/{key} ({len(body)} bytes: command, setup, env, "
+                f"secret ARNs, the code's digest)")
+            continue
         names = zipfile.ZipFile(io.BytesIO(body)).namelist()
+        if "install.sh" not in names and "constructs_lib/fleet/handler.py" not in names:
+            log(f"your code in staging bucket: s3://{bucket}/{key} ({len(body)} bytes: {', '.join(sorted(names))})")
+            continue
         if "constructs_lib/fleet/handler.py" in names:
             log(f"capacity controller code in staging bucket: s3://{bucket}/{key} ({len(body)} bytes, "
                 f"{len(names)} files)")
@@ -283,6 +296,79 @@ def gang_launch_and_node_loss(stack: str, region: str):
     return ctl, after
 
 
+PROJECT = ROOT / "examples" / "train_project"
+SECRET_VALUE = "local-demo-not-a-real-key-0123456789"
+
+
+def job_context(region: str) -> list[str]:
+    """Your own project on the nodes: its code, setup, env and a secret (made here in moto's
+    Secrets Manager, as you would make yours in your account)."""
+    import boto3
+
+    arn = boto3.client("secretsmanager", region_name=region).create_secret(
+        Name="demo/wandb-api-key", SecretString=SECRET_VALUE)["ARN"]
+    log(f"secret in Secrets Manager: {arn}")
+    return ["-c", f"code={PROJECT}", "-c", "setup=pip install -r requirements.txt", "-c", "env=STEPS=60,LR=0.05",
+            "-c", f"secrets=WANDB_API_KEY={arn}", "-c", "command=dl-torchrun train.py"]
+
+
+def job_on_nodes(stack: str, region: str, endpoint: str, instances: list[dict], spec) -> bool:
+    """Boot every node of the cluster from its launch template's user data, run the job unit,
+    and read the job's log back through the CLI verb."""
+    import base64
+
+    import boto3
+
+    from constructs_lib.runtime import contract
+    from simnode import SimNode
+
+    ec2 = boto3.client("ec2", region_name=region)
+    prefix = next(o for o in spec.options if o.instance_type == instances[0]["InstanceType"])
+    data = ec2.describe_launch_template_versions(LaunchTemplateId=prefix.launch_template_id)["LaunchTemplateVersions"][0]
+    user_data = base64.b64decode(data["LaunchTemplateData"]["UserData"]).decode()
+    checkpoints = next(o["OutputValue"] for o in boto3.client("cloudformation", region_name=region).describe_stacks(
+        StackName=stack)["Stacks"][0]["Outputs"] if o["OutputKey"] == "CheckpointBucket")
+    root = Path(tempfile.mkdtemp(prefix="dl-nodes-"))
+    nodes = []
+    log(f"\n== the job on the nodes: booting {len(instances)} nodes from their user data ({len(user_data)} bytes)")
+    try:
+        for i, inst in enumerate(instances):
+            tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+            tags.update({contract.TAG_CHECKPOINT_BUCKET: checkpoints, contract.TAG_CHECKPOINT_PREFIX: f"jobs/{stack[3:]}"})
+            node = SimNode(root / inst["InstanceId"], user_data=user_data, endpoint=endpoint,
+                           instance_id=inst["InstanceId"], addr=f"127.0.0.{30 + i}", tags=tags, region=region,
+                           procs_per_node=1, extra_env={"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"})
+            nodes.append(node)
+            r = node.boot()
+            log(f"node {inst['InstanceId']} (127.0.0.{30 + i}) booted: exit {r.returncode}; "
+                f"{(node.dirs['DL_RUN_DIR'] / 'health.d' / 'bootstrap').read_text().strip()[:120]}")
+            if r.returncode != 0:
+                log(r.stdout[-2000:] + r.stderr[-2000:])
+                return False
+        for node in nodes:
+            node.start("dl-job.service")
+        codes = SimNode.wait_all(nodes, "dl-job.service", timeout=300)
+        log(f"job unit on every node ended: {codes} (0: the job finished)")
+        work = (nodes[0].dirs["DL_SCRATCH"] / "work").resolve()
+        shipped = sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file())
+        log(f"code on {nodes[0].instance_id} in {work.name[:12]}...: {', '.join(shipped)} "
+            f"(examples/train_project less its .dlignore)")
+        log(f"\n== python -m constructs_lib.fleet logs --job {stack[3:]} --region {region}")
+        env = {**os.environ}
+        r = subprocess.run([sys.executable, "-m", "constructs_lib.fleet", "logs", "--job", stack[3:], "--region", region],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        lines = r.stdout.splitlines()
+        for line in lines:
+            log("  " + line)
+        leaked = any(SECRET_VALUE in x for x in lines)
+        log(f"secret value in the log: {'YES - this is a bug' if leaked else 'no'}")
+        return all(c == 0 for c in codes) and not leaked and any("WANDB_API_KEY is set" in x for x in lines)
+    finally:
+        for node in nodes:
+            node.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--profile", default="multi-node-training")
@@ -295,12 +381,13 @@ def main(argv=None) -> int:
     stack = f"dl-{a.profile}"
     try:
         log(f"moto_server on {endpoint} (in-process); account {ACCOUNT}, region {REGION}")
-        synth_into_moto(["-c", f"profile={a.profile}"], stack=stack, out=out, env=env)
+        synth_into_moto(["-c", f"profile={a.profile}", *job_context(REGION)], stack=stack, out=out, env=env)
         started = time.monotonic()
         cdk("deploy", "--app", str(out), "--require-approval", "never", "--method=direct",
             "--no-previous-parameters", "--progress", "events", stack, env=env)
         log(f"deployed in {time.monotonic() - started:.0f} s")
-        ctl, _ = gang_launch_and_node_loss(stack, REGION)
+        ctl, instances = gang_launch_and_node_loss(stack, REGION)
+        ran = job_on_nodes(stack, REGION, endpoint, instances, ctl.spec)
         state = show(stack, REGION)
         bundle = show_bundle(stack, REGION)
         if a.keep:
@@ -316,7 +403,7 @@ def main(argv=None) -> int:
         others = boto3.client("ec2", region_name=REGION).describe_launch_templates()["LaunchTemplates"]
         log(f"launch templates left: {len(others)}")
         log("\nwhat moto does not emulate:\n" + "\n".join(f"  - {n}" for n in NOT_EMULATED))
-        return 0 if kept and state["launch_templates"] and bundle else 1
+        return 0 if kept and state["launch_templates"] and bundle and ran else 1
     finally:
         shutil.rmtree(out, ignore_errors=True)
         server.stop()

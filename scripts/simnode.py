@@ -34,8 +34,11 @@ echo "{name} $*" >> "$SIM_CALLS"
 class SimNode:
     def __init__(self, root: Path, *, user_data: str, endpoint: str, instance_id: str, addr: str,
                  tags: Mapping[str, str], region: str = "us-east-1", extra_env: Optional[Mapping[str, str]] = None,
-                 path_prefix: Optional[list[str]] = None) -> None:
-        from scripts.fake_imds import FakeImds
+                 path_prefix: Optional[list[str]] = None, procs_per_node: Optional[int] = None) -> None:
+        try:
+            from scripts.fake_imds import FakeImds
+        except ImportError:  # run as a script from scripts/ (the local demo)
+            from fake_imds import FakeImds
 
         self.root, self.endpoint, self.instance_id, self.region = root, endpoint, instance_id, region
         self.dirs = {var: root / default.lstrip("/") for var, default in contract.DIR_DEFAULTS.items()}
@@ -48,7 +51,8 @@ class SimNode:
         self.user_data.write_text(user_data)
         self.imds = FakeImds(dict(tags), instance_id=instance_id, local_ipv4=addr, region=region).start()
         # No AWS CLI on PATH: the bootstrap then downloads with python3 and boto3, as on an AMI without one.
-        path = [*(path_prefix or []), str(self.shims), str(VENV_BIN), "/usr/bin", "/bin"]
+        # The node's /usr/local/bin (install.sh links dl-torchrun there) as on an AMI's PATH.
+        path = [*(path_prefix or []), str(self.shims), str(root / "usr/local/bin"), str(VENV_BIN), "/usr/bin", "/bin"]
         self.env = {
             "PATH": ":".join(path), "HOME": str(root), "LANG": "C.UTF-8",
             **{k: str(v) for k, v in self.dirs.items()},
@@ -60,6 +64,8 @@ class SimNode:
             "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "PYTHONUNBUFFERED": "1", "DL_SIM_NODE": instance_id,
             **(extra_env or {}),
         }
+        # A CPU core stands in for a node's GPUs: one training process instead of eight, where asked.
+        self.procs_per_node = procs_per_node
         self.procs: dict[str, subprocess.Popen] = {}
         self._offsets: dict[str, int] = {}
         self._tokens: dict[tuple[str, str], Optional[str]] = {}
@@ -73,6 +79,9 @@ class SimNode:
             text = node_env.read_text()
             for var, default in contract.DIR_DEFAULTS.items():
                 text = text.replace(f'="{default}', f'="{self.dirs[var]}')
+            if self.procs_per_node is not None:
+                import re
+                text = re.sub(r'^DL_PROCS_PER_NODE=".*"$', f'DL_PROCS_PER_NODE="{self.procs_per_node}"', text, flags=re.M)
             node_env.write_text(text)
         return r
 
@@ -123,6 +132,23 @@ class SimNode:
                 return proc.returncode
             time.sleep(0.2)
         raise TimeoutError(f"{unit} still running after {timeout:.0f} s:\n{self.unit_log(unit)[-3000:]}")
+
+    @staticmethod
+    def wait_all(nodes: list["SimNode"], unit: str, timeout: float = 300) -> list[int]:
+        """Every node's `unit` to its end, shipping every node's log as it goes (as each node's
+        agent would, side by side)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for n in nodes:
+                n.ship_logs()
+            codes = [n.procs[unit].poll() for n in nodes]
+            if all(c is not None for c in codes):
+                for n in nodes:
+                    n.ship_logs()
+                return codes  # type: ignore[return-value]
+            time.sleep(0.3)
+        raise TimeoutError(f"{unit} still running after {timeout:.0f} s on "
+                           + ", ".join(n.instance_id for n in nodes if n.procs[unit].poll() is None))
 
     def unit_log(self, unit: str) -> str:
         p = self.root / f"{unit}.log"

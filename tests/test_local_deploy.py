@@ -35,11 +35,26 @@ def test_local_deploy_of_multi_node_training():
     (bundle,) = [line for line in out.splitlines() if line.startswith("node bundle in staging bucket: ")]
     url = bundle.split()[5]
     assert url.startswith("s3://cdk-local-staging-123456789012/assets/") and url.endswith(".zip")
-    assert "install.sh present, 5 units" in bundle  # raid, efa, agent, job, monitor
+    assert "install.sh present, 6 units" in bundle  # raid, efa, agent, logs, job, monitor
     # observability: the idle guard's function, the dashboard and the topic were created in moto
     assert "output NotificationTopic: arn:aws:sns:" in out and "output ResumeCommand: aws lambda invoke" in out
     arn = "arn:aws:s3:::" + url[len("s3://"):]
-    assert f"in cdk-local-staging-123456789012: s3:GetObject on {arn}\n" in out
+    # the node role reads three objects there, each by its key: the bundle, your code, the job definition
+    (code,) = [x.split()[5] for x in out.splitlines() if x.startswith("your code in staging bucket: ")]
+    (definition,) = [x.split()[5] for x in out.splitlines() if x.startswith("job definition in staging bucket: ")]
+    (grant,) = [x for x in out.splitlines() if "may, in cdk-local-staging-123456789012: " in x]
+    objects = sorted("arn:aws:s3:::" + u[len("s3://"):] for u in (code, definition)) + [arn]
+    assert grant.endswith(f"s3:GetObject on {sorted(objects)}"), grant
+    # your own project on the nodes: booted from the deployed user data, code, setup, env and a secret arrive,
+    # the job runs across both nodes and its lines come back from CloudWatch Logs through the CLI verb
+    assert "job unit on every node ended: [0, 0] (0: the job finished)" in out
+    assert "code on i-" in out and ": .dlignore, README.md, requirements.txt, train.py (" in out
+    assert "[setup] Requirement already satisfied: numpy" in out
+    assert "WANDB_API_KEY is set (36 characters)" in out and "secret value in the log: no" in out
+    assert " step 59 loss " in out, "STEPS=60 from -c env reached the job"
+    assert out.count("[dl-launcher] generation 1 ended: finished") == 2
+    assert "your code in staging bucket: s3://cdk-local-staging-123456789012/assets/" in out
+    assert "output LogsCommand: aws logs tail /dl-launcher/dl-multi-node-training/job --follow" in out
     assert "dl-multi-node-training: destroyed" in out
     assert "checkpoint bucket kept (RemovalPolicy.RETAIN): dl-multi-node-training-checkpointsbucket" in out
     assert "launch templates left: 0" in out

@@ -1,8 +1,11 @@
-"""python -m constructs_lib.fleet: status | reconcile. Mistakes exit 2 with one line.
+"""python -m constructs_lib.fleet: status | reconcile | logs. Mistakes exit 2 with one line.
 
   status --bucket B --key K [--json] [--last N]   the current type, the running instances and
                                                    the last transitions with their reasons
   reconcile --spec FILE                            one reconcile of the cluster in a spec (JSON)
+  logs (--job NAME | --cluster ID) [--since 1h] [--follow]
+                                                   the job's output, setup's and the supervisor's
+                                                   lines from every node, oldest first
 """
 from __future__ import annotations
 
@@ -41,7 +44,22 @@ def parser() -> argparse.ArgumentParser:
     rc.add_argument("--resume", action="store_true",
                     help="start a cluster that teardown or the idle guard stopped (it resumes from its newest checkpoint)")
     rc.add_argument("--region")
+    lg = sub.add_parser("logs", help="the job's log: every node's output, setup and the supervisor's decisions")
+    who = lg.add_mutually_exclusive_group(required=True)
+    who.add_argument("--job", help="the -c job name the stack was deployed with (the cluster is dl-JOB)")
+    who.add_argument("--cluster", help="the cluster id (a Service Catalog product's JobName, or dl-JOB)")
+    lg.add_argument("--since", type=_duration, default=3600.0, help="how far back, e.g. 30m, 6h, 2d [1h]")
+    lg.add_argument("--follow", action="store_true", help="keep printing new lines (Ctrl-C ends)")
+    lg.add_argument("--region")
     return p
+
+
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    t = text.strip().lower()
+    if len(t) >= 2 and t[-1] in units and t[:-1].isdigit() and int(t[:-1]) > 0:
+        return float(int(t[:-1]) * units[t[-1]])
+    raise argparse.ArgumentTypeError(f"{text!r} is not a duration: a whole number and s, m, h or d, e.g. 30m")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -51,6 +69,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise UsageError(f"--last must be 0 or more, got {a.last}")
         import boto3
 
+        if a.command == "logs":
+            return _logs(a, boto3.client("logs", region_name=a.region))
         ec2, s3 = boto3.client("ec2", region_name=a.region), boto3.client("s3", region_name=a.region)
         return _status(a, ec2, s3) if a.command == "status" else _reconcile(a, ec2, s3)
     except (UsageError, ValueError, OSError) as e:
@@ -63,6 +83,45 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_USAGE
         raise
+
+
+def _logs(a: argparse.Namespace, client: Any, *, poll: float = 2.0, rounds: Optional[int] = None) -> int:
+    """Print the job's log group, one line per event: time, node (its stream), the line.
+    FilterLogEvents is held to a few calls a second per account: one every `poll` seconds."""
+    import time
+
+    from ..runtime.contract import job_log_group
+
+    cluster = a.cluster or f"dl-{a.job}"
+    group = job_log_group(cluster)
+    start = int((time.time() - a.since) * 1000)
+    seen: set[str] = set()
+    n = 0
+    while True:
+        kw: dict[str, Any] = {"logGroupName": group, "startTime": start}
+        events = []
+        try:
+            while True:
+                page = client.filter_log_events(**kw)
+                events += page.get("events", [])
+                if not page.get("nextToken"):
+                    break
+                kw["nextToken"] = page["nextToken"]
+        except Exception as e:
+            if error_code(e) == "ResourceNotFoundException":
+                raise UsageError(f"no log group {group} in {client.meta.region_name}: is the stack of cluster "
+                                 f"{cluster} deployed there with a command or code (its output JobLogGroup)?") from None
+            raise
+        for ev in sorted(events, key=lambda e: (e["timestamp"], e.get("eventId", ""))):
+            if ev.get("eventId") in seen:
+                continue
+            seen.add(ev.get("eventId"))
+            print(f"{_when(ev['timestamp'] / 1000)} {ev.get('logStreamName', '-')} {ev['message'].rstrip()}", flush=True)
+            start = max(start, ev["timestamp"])
+        n += 1
+        if not a.follow or (rounds is not None and n >= rounds):
+            return 0
+        time.sleep(poll)
 
 
 def _reconcile(a: argparse.Namespace, ec2: Any, s3: Any) -> int:
