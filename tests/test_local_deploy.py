@@ -50,8 +50,8 @@ def test_local_deploy_of_multi_node_training():
     assert "job unit on every node ended: [0, 0] (0: the job finished)" in out
     assert "code on i-" in out and ": .dlignore, README.md, requirements.txt, train.py (" in out
     assert "[setup] Requirement already satisfied: numpy" in out
-    assert "WANDB_API_KEY is set (36 characters)" in out and "secret value in the log: no" in out
-    assert " step 59 loss " in out, "STEPS=60 from -c env reached the job"
+    assert "]: WANDB_API_KEY is set (36 characters)" in out and "secret value in the log: no" in out
+    assert "rank0]: step 59 loss " in out, "STEPS=60 from -c env reached the job; lines prefixed with node and rank"
     assert out.count("[dl-launcher] generation 1 ended: finished") == 2
     assert "your code in staging bucket: s3://cdk-local-staging-123456789012/assets/" in out
     assert "output LogsCommand: aws logs tail /dl-launcher/dl-multi-node-training/job --follow" in out

@@ -18,5 +18,12 @@ if [ -z "$torchrun" ]; then
     if [ -x "$candidate" ]; then torchrun=$candidate; break; fi
   done
 fi
+# Every rank's lines carry its node and global rank ("[node1 rank9]:"), in the job's log as on the
+# console: torchrun prefixes lines only when it tees them (its copies go under the scratch).
+if [ -z "${TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE:-}" ]; then
+  # shellcheck disable=SC2016  # ${rank} is torch's, filled in per rank
+  export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[node${NODE_RANK} rank"'${rank}'"]: "
+fi
 exec "$torchrun" --nnodes="$NNODES" --node-rank="$NODE_RANK" --nproc-per-node="$NPROC_PER_NODE" \
-  --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" --max-restarts=0 "$@"
+  --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" --max-restarts=0 \
+  --tee=3 --log-dir="${DL_SCRATCH:-/scratch}/torchrun-logs" "$@"
