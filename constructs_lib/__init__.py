@@ -21,6 +21,9 @@ _EXPORTS = {
     "InstanceOption": ".capacity",
     "CapacityController": ".controller",
     "InterruptionAlerts": ".alerts",
+    "JobDefinition": ".job",
+    "JobLogs": ".job",
+    "CodeAsset": ".code",
     "ConfigurationError": ".validation",
 }
 __all__ = sorted(_EXPORTS)
