@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import aws_cdk as cdk
 import aws_cdk.aws_ssm as aws_ssm
 import aws_cdk.aws_ec2 as ec2
+import aws_cdk.aws_iam as iam
 import aws_cdk.aws_logs as logs
 import aws_cdk.aws_s3 as s3
 from constructs import Construct
@@ -157,6 +158,22 @@ class ClusterCapacity(Construct):
         self.controller = CapacityController(self, "Controller", spec=spec, cluster=self.cluster, node_role=self.role,
                                              state_bucket=self.state_bucket, state_key=self.state_key,
                                              log_group=log_group, teardown=teardown, protect=protect)
+        self._deny_nodes_the_control_prefix()
+
+    def _deny_nodes_the_control_prefix(self) -> None:
+        """The controller's state and lease under contract.CONTROL_DIR: the node role is denied
+        every S3 action there in the bucket's own policy, whatever else it is granted later (a
+        node that could write the lease could keep its cluster from ever being stopped)."""
+        if not cdk.Token.is_unresolved(self.state_key) and not self.state_key.startswith(contract.CONTROL_DIR + "/"):
+            raise ConfigurationError(f"state_key {self.state_key!r}: the controller's state must live under "
+                                     f"{contract.CONTROL_DIR}/ (contract.capacity_state_key), where nodes are denied")
+        result = self.state_bucket.add_to_resource_policy(iam.PolicyStatement(
+            sid="NodesNeverTouchTheControllersState", effect=iam.Effect.DENY,
+            principals=[iam.ArnPrincipal(self.role.role_arn)], actions=["s3:*"],
+            resources=[self.state_bucket.arn_for_objects(f"{contract.CONTROL_DIR}/*")]))
+        if not result.statement_added:
+            raise ConfigurationError("the state bucket takes no policy (an imported bucket): pass the stack's own "
+                                     "bucket, so that the nodes can be denied the controller's state")
 
     def add_tag(self, key: str, value: str) -> None:
         """A tag on every node, readable on the node through IMDS."""

@@ -16,7 +16,7 @@ from constructs import Construct
 from constructs_lib import CheckpointBucket, InstanceOption, InterruptionAlerts, NodeOptions
 from constructs_lib.choice_capacity import CapacityChoice, ChoiceCapacity
 from constructs_lib.observability.cluster import ClusterObservability
-from constructs_lib.runtime.contract import CAPACITY_STATE, TAG_CLUSTER, TAG_PRODUCT
+from constructs_lib.runtime.contract import TAG_CLUSTER, TAG_PRODUCT, capacity_state_key
 
 from .network import existing_subnets, training_vpc
 from .product_plan import Choice, ProductPlan
@@ -75,6 +75,7 @@ class TrainingProduct(Construct):
         self.checkpoints = CheckpointBucket(self, "Checkpoints")
         # The bucket is this launch's own, so one fixed prefix per product is enough.
         prefix = f"jobs/{p.name}"
+        self.state_key = capacity_state_key(p.name)  # outside the prefix: no node may write it
         self.alerts = InterruptionAlerts(self, "Alerts")
         choices = [CapacityChoice(condition=conditions[condition_id(c)], market=c.market, options=[
             InstanceOption(o.facts, c.selection.prices[o.instance_type].in_market) for o in c.selection.options])
@@ -82,7 +83,7 @@ class TrainingProduct(Construct):
         self.capacity = ChoiceCapacity(
             self, "Cluster", vpc=vpc, subnets=subnets, cluster=job.value_as_string, choices=choices,
             nodes=cdk.Token.as_number(nodes.value_as_string), max_nodes=plan.max_nodes,
-            state_bucket=self.checkpoints.bucket, state_key=f"{prefix}/{CAPACITY_STATE}",
+            state_bucket=self.checkpoints.bucket, state_key=self.state_key,
             log_group=self.alerts.log_group, teardown=not local,
             node_options=NodeOptions(root_volume_gib=p.root_volume_gib))
         self.capacity.enable_checkpoints(self.checkpoints, prefix)
@@ -188,7 +189,7 @@ class TrainingProduct(Construct):
                       description="spot warnings and every decision of the capacity controller, with its reason")
         cdk.CfnOutput(stack, "CapacityStatusCommand", value=(
             f"python -m constructs_lib.fleet status --bucket {self.checkpoints.bucket.bucket_name} "
-            f"--key {prefix}/{CAPACITY_STATE}"),
+            f"--key {self.state_key}"),
             description="which type the cluster runs on, its nodes, and the controller's last transitions")
         cdk.CfnOutput(stack, "ResumeCommand", value=cdk.Fn.join("", [
             f"aws lambda invoke --region {stack.region} --function-name ",

@@ -11,7 +11,7 @@ from constructs_lib import CheckpointBucket, ClusterCapacity, InstanceOption, In
 from constructs_lib.job import JobDefinition, JobLogs
 from constructs_lib.observability.cluster import ClusterObservability
 from constructs_lib.runtime import contract
-from constructs_lib.runtime.contract import CAPACITY_STATE, TAG_CLUSTER
+from constructs_lib.runtime.contract import TAG_CLUSTER, capacity_state_key
 
 from .network import existing_subnets, training_vpc
 from .selection import Selection, money, select
@@ -46,7 +46,7 @@ class TrainingStack(cdk.Stack):
             options=[InstanceOption(c.facts, selection.prices[c.instance_type].in_market) for c in selection.options],
             market=selection.market, max_price=selection.ceiling, capacity_reservation=settings.capacity_reservation,
             interchange=selection.interchange, state_bucket=self.checkpoints.bucket,
-            state_key=f"{self.prefix}/{CAPACITY_STATE}", log_group=self.alerts.log_group,
+            state_key=capacity_state_key(cluster_id), log_group=self.alerts.log_group,
             teardown=not settings.local, node_options=NodeOptions(root_volume_gib=settings.profile.root_volume_gib))
         self.cluster.enable_checkpoints(self.checkpoints, self.prefix)
         job = settings.job_settings
@@ -114,7 +114,7 @@ class TrainingStack(cdk.Stack):
             description="start the cluster again after the idle guard or a teardown stopped it (newest checkpoint)")
         cdk.CfnOutput(self, "CapacityStatusCommand", value=(
             f"python -m constructs_lib.fleet status --bucket {self.checkpoints.bucket.bucket_name} "
-            f"--key {self.prefix}/{CAPACITY_STATE}"),
+            f"--key {capacity_state_key(cluster_id)}"),
             description="which type the cluster runs on, its nodes, and the controller's last transitions")
 
     @classmethod

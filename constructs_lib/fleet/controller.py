@@ -111,7 +111,10 @@ class Controller:
     def teardown(self, why: str = "the stack is being deleted") -> list[Transition]:
         """Terminate every instance of the cluster and launch nothing more until resumed; `why`
         goes into the transition (stack deletion, the idle guard)."""
-        self._begin(*self.store.wait_for_lease(self.clock))
+        try:
+            self._begin(*self.store.wait_for_lease(self.clock))
+        except TimeoutError as e:
+            return self._forced_teardown(why, str(e))
         try:
             st = self._state
             # Stopped is stored before anything is terminated: the terminations' own events must
@@ -315,9 +318,28 @@ class Controller:
             self._state.noticed.pop(i, None)
 
     # ---- bookkeeping -----------------------------------------------------------------------------
+    def _forced_teardown(self, why: str, held: str) -> list[Transition]:
+        """Teardown without the lease: a stack delete, the idle guard or the budget stop must end
+        the billing even if the lease never comes free. Every instance of this cluster goes; the
+        stopped state is written over whatever is there."""
+        self._state, self._done = ControllerState(cluster=self.spec.cluster, stopped=True), []
+        nodes = list_cluster(self.ec2, self.spec.cluster)
+        terminate(self.ec2, [n.id for n in nodes])
+        self._add("torn-down", ",".join(sorted({n.instance_type for n in nodes})),
+                  f"terminated {len(nodes)} instances without the lease ({held}): {why}", [n.id for n in nodes])
+        self._state.updated_at = self.clock()
+        try:
+            self.store.overwrite(self._state)
+        except Exception as e:  # the instances are gone either way; the next reconcile sees none
+            self._say("state-unsaved", "", f"the stopped state could not be written: {e}")
+        return self._done
+
     def _begin(self, lease: Lease, state: ControllerState) -> None:
         self._lease, self._state, self._done = lease, state, []
         state.cluster = self.spec.cluster
+        if self.store.problem:
+            self._add("state-rebuilt", state.instance_type or "", self.store.problem)
+            self.store.problem = None
 
     def _nodes(self, now: float) -> list[Node]:
         listed = list_cluster(self.ec2, self.spec.cluster)

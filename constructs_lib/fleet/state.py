@@ -13,7 +13,12 @@ near the end of its lease (the controller checks before each), so an expired lea
 holder has stopped acting, and taking it over is safe.
 
 One object, so the function's role needs s3:GetObject and s3:PutObject on that key only, plus
-s3:ListBucket on the bucket (without it S3 answers a missing key with 403, not 404).
+s3:ListBucket on the bucket (without it S3 answers a missing key with 403, not 404). It lives
+outside every job's prefix (contract.capacity_state_key), where the bucket policy denies the
+nodes: a node that could write it could hold the lease for ever and keep teardown, the idle
+guard and the budget stop from stopping its cluster. Even so, nothing read here is trusted: a
+state that is not what this module writes is set aside and rebuilt from EC2, and a lease further
+ahead than any run takes is treated as expired.
 """
 from __future__ import annotations
 
@@ -53,9 +58,45 @@ class ControllerState:
 
     @classmethod
     def from_json(cls, text: str) -> "ControllerState":
-        data = json.loads(text)
+        """The state as stored; StateCorrupt for anything this module would not have written."""
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise StateCorrupt(f"not JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise StateCorrupt(f"a JSON {type(data).__name__}, not an object")
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
+        state = cls(**{k: v for k, v in data.items() if k in known})
+        problem = _schema_problem(state)
+        if problem:
+            raise StateCorrupt(problem)
+        return state
+
+
+class StateCorrupt(ValueError):
+    """A stored state that this module did not write as it stands."""
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def _schema_problem(s: ControllerState) -> Optional[str]:
+    checks = [
+        ("cluster", isinstance(s.cluster, str)),
+        ("instance_type", s.instance_type is None or isinstance(s.instance_type, str)),
+        ("loss_since", s.loss_since is None or _number(s.loss_since)),
+        ("stopped", isinstance(s.stopped, bool)),
+        ("recent", isinstance(s.recent, dict) and all(
+            isinstance(k, str) and isinstance(r, dict) and _number(r.get("at")) and isinstance(r.get("instance_type"), str)
+            and isinstance(r.get("subnet"), str) for k, r in s.recent.items())),
+        ("noticed", isinstance(s.noticed, dict) and all(isinstance(k, str) and _number(v) for k, v in s.noticed.items())),
+        ("history", isinstance(s.history, list) and all(isinstance(h, dict) for h in s.history)),
+        ("updated_at", s.updated_at is None or _number(s.updated_at)),
+        ("lease_until", _number(s.lease_until)),
+    ]
+    bad = [name for name, ok in checks if not ok]
+    return f"fields of the wrong type or shape: {', '.join(bad)}" if bad else None
 
 
 class LeaseLost(Exception):
@@ -80,6 +121,8 @@ class StateStore:
         self.s3 = s3
         self.bucket = bucket
         self.key = key
+        # Why the stored state was set aside on the last read (the controller logs it), or None.
+        self.problem: Optional[str] = None
 
     def _read(self) -> tuple[Optional[ControllerState], Optional[str]]:
         try:
@@ -88,7 +131,14 @@ class StateStore:
             if error_code(e) in ("NoSuchKey", "404"):
                 return None, None
             raise
-        return ControllerState.from_json(r["Body"].read().decode()), r["ETag"]
+        body = r["Body"].read()
+        try:
+            return ControllerState.from_json(body.decode(errors="replace")), r["ETag"]
+        except StateCorrupt as e:
+            # Rebuilt from EC2 by the controller (its type is what the cluster runs); the write
+            # that follows is still conditional on this object's ETag.
+            self.problem = f"s3://{self.bucket}/{self.key} set aside ({len(body)} bytes): {e}"
+            return ControllerState(), r["ETag"]
 
     def _write(self, state: ControllerState, **condition: str) -> str:
         return self.s3.put_object(Bucket=self.bucket, Key=self.key, Body=state.to_json().encode(),
@@ -101,6 +151,11 @@ class StateStore:
     def acquire(self, now: float, seconds: float = LEASE_SECONDS) -> Optional[tuple[Lease, ControllerState]]:
         """The lease until now + seconds and the state, or None while another run holds a valid lease."""
         state, etag = self._read()
+        if state is not None and state.lease_until > now + 2 * seconds:
+            # No run takes a lease that long: not one of ours, or a clock gone wrong. Expired.
+            self.problem = (f"a lease until {state.lease_until:.0f}, {state.lease_until - now:.0f} s ahead: no run "
+                            f"takes more than {seconds:.0f} s; taken over")
+            state.lease_until = 0.0
         if state is not None and state.lease_until > now:
             return None
         state = state or ControllerState()
@@ -124,6 +179,11 @@ class StateStore:
             if time.monotonic() > give_up:
                 raise TimeoutError(f"the lease on s3://{self.bucket}/{self.key} stayed held for {patience:.0f} s")
             time.sleep(poll)
+
+    def overwrite(self, state: ControllerState) -> None:
+        """Write the state with no lease at all: only a forced teardown does this."""
+        state.lease_until = 0.0
+        self._write(state)
 
     def save(self, lease: Lease, state: ControllerState, *, release: bool = False) -> Lease:
         """Write the state under the lease (and give the lease up with release=True)."""

@@ -69,10 +69,19 @@ def rendezvous_port_base() -> int:
     else on the image holds it; drills sharing one machine give each cluster its own range,
     since torch's store listens on every address."""
     return int(os.environ.get("DL_RENDEZVOUS_PORT_BASE") or RENDEZVOUS_PORT_BASE)
-# Cluster state lives beside the checkpoints, under <checkpoint prefix>/CLUSTER_DIR/; the capacity
-# controller's (which type, when a node was lost, every transition) at <prefix>/CAPACITY_STATE.
+
+
+# Cluster state lives beside the checkpoints, under <checkpoint prefix>/CLUSTER_DIR/ (the nodes
+# write it). The capacity controller's (which type, when a node was lost, every transition, its
+# lease) lives outside every job's prefix, under CONTROL_DIR, which the bucket policy denies the
+# nodes: no process on a node can hold the lease or forge the controller's memory.
 CLUSTER_DIR = "_cluster"
-CAPACITY_STATE = "_capacity/state.json"
+CONTROL_DIR = "_control"
+
+
+def capacity_state_key(cluster: str) -> str:
+    return f"{CONTROL_DIR}/{cluster}/capacity-state.json"
+
 
 # ---- directories ----------------------------------------------------------------------------------
 DIR_DEFAULTS = {

@@ -40,7 +40,7 @@ def cluster(tmp_path_factory):
     cap = ClusterCapacity(stack, "Cap", vpc=vpc, cluster="llm", nodes=3, max_price=32.0, interchange="same-count",
                           options=[InstanceOption("p5.48xlarge", 30.0), InstanceOption("p5en.48xlarge", 35.0),
                                    InstanceOption("p4d.24xlarge", 20.0)],
-                          state_bucket=bucket.bucket, state_key="jobs/llm/_capacity/state.json",
+                          state_bucket=bucket.bucket, state_key="_control/dl-llm/capacity-state.json",
                           log_group=alerts.log_group)
     cap.enable_checkpoints(bucket, "jobs/llm")
     cap.configure_job(command=COMMAND)
@@ -131,10 +131,10 @@ def test_the_controller_may_launch_and_terminate_only_its_cluster(cluster):
     assert "Role" in json.dumps(passrole["Resource"]) and "*" not in json.dumps(passrole["Resource"])
     s3 = [a for a in by_action if a.startswith("s3:")]
     assert sorted(s3) == ["s3:GetObject", "s3:ListBucket", "s3:PutObject"]
-    assert all(json.dumps(s["Resource"]).endswith('/jobs/llm/_capacity/state.json"]]}')
+    assert all(json.dumps(s["Resource"]).endswith('/_control/dl-llm/capacity-state.json"]]}')
                for a in ("s3:GetObject", "s3:PutObject") for s in by_action[a])
     (listing,) = by_action["s3:ListBucket"]
-    assert listing["Condition"] == {"StringEquals": {"s3:prefix": "jobs/llm/_capacity/state.json"}}
+    assert listing["Condition"] == {"StringEquals": {"s3:prefix": "_control/dl-llm/capacity-state.json"}}
     assert "ec2:*" not in by_action and "*" not in by_action
 
 
@@ -237,7 +237,7 @@ def test_capacity_refuses_wrong_combinations(kwargs, expected):
     bucket = CheckpointBucket(stack, "B")
     alerts = InterruptionAlerts(stack, "A")
     with pytest.raises(ConfigurationError, match=expected):
-        ClusterCapacity(stack, "Cap", vpc=_vpc(stack), cluster="c", state_bucket=bucket.bucket, state_key="k",
+        ClusterCapacity(stack, "Cap", vpc=_vpc(stack), cluster="c", state_bucket=bucket.bucket, state_key="_control/c/capacity-state.json",
                         log_group=alerts.log_group, **kwargs)
 
 
@@ -267,7 +267,7 @@ def test_reservations_and_capacity_blocks_are_targeted_by_every_template(market,
     alerts = InterruptionAlerts(stack, "A")
     ClusterCapacity(stack, "Cap", vpc=_vpc(stack), cluster="c", nodes=2, market=market, capacity_reservation=reservation,
                     options=_options(("p5e.48xlarge", None)), max_price=40.0, state_bucket=bucket.bucket,
-                    state_key="k", log_group=alerts.log_group)
+                    state_key="_control/c/capacity-state.json", log_group=alerts.log_group)
     t = Template.from_stack(stack)
     (lt,) = t.find_resources("AWS::EC2::LaunchTemplate").values()
     for key, value in expected.items():

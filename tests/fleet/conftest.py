@@ -12,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from constructs_lib.fleet import CapacityOption, ClusterSpec, Controller, StateStore
-from constructs_lib.runtime.contract import TAG_CLUSTER
+from constructs_lib.runtime.contract import TAG_CLUSTER, capacity_state_key
 
 REGION, AZ = "us-east-1", "us-east-1a"
 CLUSTER = "llm-7b"
@@ -166,7 +166,7 @@ class Cloud:
         prices = prices or {}
         return ClusterSpec(cluster=CLUSTER, nodes=nodes, market=market, max_price=max_price,
                            options=tuple(self.option(t, prices.get(t, "catalog")) for t in types),
-                           subnet_ids=tuple(self.subnets), state_bucket=BUCKET, state_key="jobs/llm-7b/_fleet/state.json",
+                           subnet_ids=tuple(self.subnets), state_bucket=BUCKET, state_key=capacity_state_key(CLUSTER),
                            **kw)
 
     def store(self, spec: ClusterSpec) -> StateStore:

@@ -11,7 +11,7 @@ from tests.fleet.conftest import BUCKET
 
 
 def _store(cloud) -> StateStore:
-    return StateStore(cloud.s3, BUCKET, "jobs/x/_capacity/state.json")
+    return StateStore(cloud.s3, BUCKET, "_control/x/capacity-state.json")
 
 
 def test_state_round_trip_keeps_the_last_200_transitions(cloud):
