@@ -124,6 +124,7 @@ class ClusterCapacity(Construct):
                                   multi_node=multi_node, subnets=self.subnets, **props, **shared)
             t.add_tag(contract.TAG_NODES, nodes)
             t.add_tag(contract.TAG_CLUSTER, self.cluster)
+            t.add_tag(contract.TAG_STACK, cdk.Stack.of(self).stack_id)
             self.templates.append(t)
             if i == 0:
                 self.primary = t

@@ -93,10 +93,14 @@ class CapacityController(Construct):
             # A fleet touches resources whose ids only EC2 knows (instances, interfaces, volumes,
             # the fleet itself) beside the templates, subnets, groups and images: this region only...
             iam.PolicyStatement(actions=["ec2:CreateFleet", "ec2:RunInstances"], resources=["*"], conditions=here),
-            # ...and never an instance that is not tagged as this cluster's.
+            # ...and never an instance that is not tagged as this cluster's, of this stack (two
+            # statements: the keys of one condition would both have to differ to deny).
             iam.PolicyStatement(effect=iam.Effect.DENY, actions=["ec2:CreateFleet", "ec2:RunInstances"],
                                 resources=[f"arn:{stack.partition}:ec2:*:*:instance/*"],
                                 conditions={"StringNotEquals": {f"aws:RequestTag/{tag}": cluster}}),
+            iam.PolicyStatement(effect=iam.Effect.DENY, actions=["ec2:CreateFleet", "ec2:RunInstances"],
+                                resources=[f"arn:{stack.partition}:ec2:*:*:instance/*"],
+                                conditions={"StringNotEquals": {f"aws:RequestTag/{contract.TAG_STACK}": stack.stack_id}}),
             iam.PolicyStatement(actions=["ec2:CreateTags"], resources=["*"],
                                 conditions={"StringEquals": {"ec2:CreateAction": ["CreateFleet", "RunInstances"],
                                                              "aws:RequestedRegion": stack.region}}),
@@ -104,10 +108,12 @@ class CapacityController(Construct):
             # the launch template); the tags themselves come from the stack, read here.
             iam.PolicyStatement(actions=["ec2:CreateTags"],
                                 resources=[f"arn:{stack.partition}:ec2:{stack.region}:{stack.account}:volume/*"],
-                                conditions={"StringEquals": {f"ec2:ResourceTag/{tag}": cluster}}),
+                                conditions={"StringEquals": {f"ec2:ResourceTag/{tag}": cluster,
+                                                             f"ec2:ResourceTag/{contract.TAG_STACK}": stack.stack_id}}),
             iam.PolicyStatement(actions=["cloudformation:DescribeStacks"], resources=[stack.stack_id]),
             iam.PolicyStatement(actions=["ec2:TerminateInstances"], resources=["*"],
-                                conditions={"StringEquals": {f"ec2:ResourceTag/{tag}": cluster}}),
+                                conditions={"StringEquals": {f"ec2:ResourceTag/{tag}": cluster,
+                                                             f"ec2:ResourceTag/{contract.TAG_STACK}": stack.stack_id}}),
             # Describe calls support no resource-level permissions.
             iam.PolicyStatement(actions=["ec2:DescribeInstances", "ec2:DescribeFleets",
                                          "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeCapacityReservations"],

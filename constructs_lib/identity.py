@@ -83,7 +83,8 @@ class NodeIdentity(Construct):
         self.role.add_to_principal_policy(iam.PolicyStatement(
             actions=["ec2:CreateTags"], resources=[cdk.Stack.of(self).format_arn(
                 service="ec2", resource="instance", resource_name="*")],
-            conditions={"StringEquals": {f"ec2:ResourceTag/{contract.TAG_CLUSTER}": cluster},
+            conditions={"StringEquals": {f"ec2:ResourceTag/{contract.TAG_CLUSTER}": cluster,
+                                         f"ec2:ResourceTag/{contract.TAG_STACK}": cdk.Stack.of(self).stack_id},
                         "ForAllValues:StringEquals": {"aws:TagKeys": [contract.TAG_HEALTH]}}))
         cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
             id=f"AwsSolutions-IAM5[Resource::{nag_arn(self, 'ec2', 'instance/*')}]",

@@ -323,7 +323,7 @@ class Controller:
         the billing even if the lease never comes free. Every instance of this cluster goes; the
         stopped state is written over whatever is there."""
         self._state, self._done = ControllerState(cluster=self.spec.cluster, stopped=True), []
-        nodes = list_cluster(self.ec2, self.spec.cluster)
+        nodes = list_cluster(self.ec2, self.spec.cluster, self.spec.stack)
         terminate(self.ec2, [n.id for n in nodes])
         self._add("torn-down", ",".join(sorted({n.instance_type for n in nodes})),
                   f"terminated {len(nodes)} instances without the lease ({held}): {why}", [n.id for n in nodes])
@@ -342,7 +342,7 @@ class Controller:
             self.store.problem = None
 
     def _nodes(self, now: float) -> list[Node]:
-        listed = list_cluster(self.ec2, self.spec.cluster)
+        listed = list_cluster(self.ec2, self.spec.cluster, self.spec.stack)
         seen = {n.id for n in listed}
         st = self._state
         st.recent = {i: r for i, r in st.recent.items() if i not in seen and now - r["at"] < RECENT_SECONDS}

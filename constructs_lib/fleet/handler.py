@@ -169,7 +169,7 @@ def _custom_resource(event: dict[str, Any], context: Any) -> dict[str, Any]:
         if kind == "Delete" and previous and previous != spec.cluster:
             # The cluster was renamed (CloudFormation deletes the old resource after the update):
             # its instances go; this cluster's state is not the old one's to touch.
-            gone = [n.id for n in list_cluster(ec2, previous)]
+            gone = [n.id for n in list_cluster(ec2, previous, spec.stack)]
             terminate(ec2, gone)
             responder.send("SUCCESS", f"terminated {len(gone)} instances of the former cluster {previous}")
             return {"status": "SUCCESS"}

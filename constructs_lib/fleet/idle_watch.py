@@ -41,6 +41,7 @@ class GuardSettings:
     checkpoint_prefix: str = ""
     action: str = "stop"
     config: dict[str, float] = field(default_factory=dict)  # GuardConfig's fields
+    stack: str = ""  # the stack's id (contract.TAG_STACK): only its own nodes are watched and stopped
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -175,7 +176,7 @@ def run_once(*, cw: Any, ec2: Any, s3: Any, ssm: Any, sns: Any, settings: GuardS
              now: Optional[float] = None, **push_kw: Any) -> dict[str, Any]:
     now = time.time() if now is None else now
     cfg = settings.guard_config()
-    nodes = list_cluster(ec2, settings.job)
+    nodes = list_cluster(ec2, settings.job, settings.stack or None)
     metrics, alive = gather(cw, nodes, settings, now, cfg)
     last = newest_checkpoint_time(s3, settings.checkpoint_bucket, settings.checkpoint_prefix)
     decision = decide(metrics, JobProgress(process_alive=alive, checkpoint_times=() if last is None else (last,)), now, cfg)

@@ -8,9 +8,9 @@ answer with instances and errors at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Optional, Any, Mapping, Sequence
 
-from ..runtime.contract import TAG_CLUSTER, TAG_HEALTH
+from ..runtime.contract import TAG_CLUSTER, TAG_HEALTH, TAG_STACK
 from .errors import error_code
 from .spec import CapacityOption, ClusterSpec
 
@@ -26,10 +26,14 @@ class Node:
     health: str = ""  # the node's own TAG_HEALTH ("replace: <why>" when its GPUs are broken)
 
 
-def list_cluster(ec2: Any, cluster: str) -> list[Node]:
-    """Pending and running instances tagged with the cluster (EC2's view, which may lag a launch)."""
-    kw: dict[str, Any] = {"Filters": [{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
-                                      {"Name": "instance-state-name", "Values": list(LIVE_STATES)}]}
+def list_cluster(ec2: Any, cluster: str, stack: Optional[str] = None) -> list[Node]:
+    """Pending and running instances tagged with the cluster, and with `stack` where given (EC2's
+    view, which may lag a launch): another stack's cluster of the same name is never listed."""
+    filters = [{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
+               {"Name": "instance-state-name", "Values": list(LIVE_STATES)}]
+    if stack:
+        filters.append({"Name": f"tag:{TAG_STACK}", "Values": [stack]})
+    kw: dict[str, Any] = {"Filters": filters}
     nodes = []
     while True:
         page = ec2.describe_instances(**kw)
@@ -67,7 +71,9 @@ def fleet_request(spec: ClusterSpec, option: CapacityOption, count: int, subnets
                   minimum: int, tags: Mapping[str, str] = {}) -> dict[str, Any]:
     """CreateFleet keywords: `count` nodes of exactly option's type, at least `minimum` or none;
     `tags` (the stack's cost tags) on every instance beside the cluster tag."""
-    extra = [{"Key": k, "Value": v} for k, v in sorted(tags.items()) if k != TAG_CLUSTER]
+    extra = [{"Key": k, "Value": v} for k, v in sorted(tags.items()) if k not in (TAG_CLUSTER, TAG_STACK)]
+    if spec.stack:
+        extra.append({"Key": TAG_STACK, "Value": spec.stack})
     spot = spec.market == "spot"
     overrides = [{"InstanceType": option.instance_type, "SubnetId": s, **({"MaxPrice": usd(spec.max_price)} if spot else {})}
                  for s in subnets]

@@ -67,7 +67,7 @@ class IdleGuard(Construct):
             settings = GuardSettings(
                 job=cluster, topic_arn=topic.topic_arn, expected_gpus=dict(expected_gpus),
                 checkpoint_bucket=checkpoints.bucket_name if checkpoints is not None else "",
-                checkpoint_prefix=checkpoint_prefix, action=action,
+                checkpoint_prefix=checkpoint_prefix, action=action, stack=cdk.Stack.of(self).stack_id,
                 config={"threshold_pct": threshold_pct, "idle_minutes": idle_minutes, "grace_minutes": grace_minutes})
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"IdleGuard: {e}") from None
@@ -100,13 +100,15 @@ class IdleGuard(Construct):
                                 conditions=here),
             iam.PolicyStatement(actions=["ec2:DescribeInstances"], resources=["*"], conditions=here),
             iam.PolicyStatement(actions=["ec2:TerminateInstances"], resources=["*"],
-                                conditions={"StringEquals": {f"ec2:ResourceTag/{tag}": cluster}}),
+                                conditions={"StringEquals": {f"ec2:ResourceTag/{tag}": cluster,
+                                                             f"ec2:ResourceTag/{contract.TAG_STACK}": stack.stack_id}}),
             # The final push: AWS-RunShellScript only, on this cluster's nodes only.
             iam.PolicyStatement(actions=["ssm:SendCommand"], resources=[
                 stack.format_arn(service="ssm", account="", resource="document", resource_name="AWS-RunShellScript")]),
             iam.PolicyStatement(actions=["ssm:SendCommand"],
                                 resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
-                                conditions={"StringEquals": {f"ssm:resourceTag/{tag}": cluster}}),
+                                conditions={"StringEquals": {f"ssm:resourceTag/{tag}": cluster,
+                                                             f"ssm:resourceTag/{contract.TAG_STACK}": stack.stack_id}}),
             iam.PolicyStatement(actions=["ssm:GetCommandInvocation"], resources=["*"], conditions=here),
             # The controller's state: the guard stores `stopped` under the controller's lease.
             iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[state_bucket.arn_for_objects(state_key)]),

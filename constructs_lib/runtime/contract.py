@@ -19,6 +19,10 @@ TAG_CLUSTER = "dl-launcher:cluster"
 TAG_NODES = "dl-launcher:nodes"
 TAG_CHECKPOINT_BUCKET = "dl-launcher:checkpoint-bucket"
 TAG_CHECKPOINT_PREFIX = "dl-launcher:checkpoint-prefix"
+# The stack's own id (AWS::StackId: its name and a UUID), on every node beside the cluster name a
+# user chose: the controller, the idle guard and the node role act only on instances carrying
+# their own stack's id, so two stacks given the same job name never touch each other's nodes.
+TAG_STACK = "dl-launcher:stack"
 
 # A node sets this on itself when its GPUs are broken (a GPU missing, a hardware XID): "replace: <why>".
 # The capacity controller terminates a node carrying it and launches its replacement.

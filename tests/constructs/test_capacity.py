@@ -121,10 +121,14 @@ def test_the_controller_may_launch_and_terminate_only_its_cluster(cluster):
         for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]):
             by_action.setdefault(a, []).append(s)
     (terminate,) = by_action["ec2:TerminateInstances"]
-    assert terminate["Condition"] == {"StringEquals": {"ec2:ResourceTag/dl-launcher:cluster": "llm"}}
-    (deny,) = [s for s in by_action["ec2:RunInstances"] if s["Effect"] == "Deny"]
-    assert deny["Condition"] == {"StringNotEquals": {"aws:RequestTag/dl-launcher:cluster": "llm"}}
-    assert "instance/*" in json.dumps(deny["Resource"])
+    stack = {"Ref": "AWS::StackId"}  # the stack's own id: another stack's same-named cluster is not its
+    assert terminate["Condition"] == {"StringEquals": {"ec2:ResourceTag/dl-launcher:cluster": "llm",
+                                                       "ec2:ResourceTag/dl-launcher:stack": stack}}
+    denies = [s for s in by_action["ec2:RunInstances"] if s["Effect"] == "Deny"]
+    assert sorted((d["Condition"] for d in denies), key=json.dumps) == sorted([
+        {"StringNotEquals": {"aws:RequestTag/dl-launcher:cluster": "llm"}},
+        {"StringNotEquals": {"aws:RequestTag/dl-launcher:stack": stack}}], key=json.dumps), "either tag wrong: denied"
+    assert all("instance/*" in json.dumps(d["Resource"]) for d in denies)
     assert all(s.get("Condition") for a in by_action for s in by_action[a] if s["Resource"] == "*"), \
         "every wildcard resource is bound by a condition"
     (passrole,) = by_action["iam:PassRole"]

@@ -125,13 +125,16 @@ def test_the_role_allows_every_call_a_real_run_makes(multi_node, aws):
 def test_the_dangerous_calls_are_held_to_the_cluster(multi_node):
     statements = _guard_statements(multi_node[1])
     (term,) = _allowed(statements, "ec2:TerminateInstances")
-    assert term["Condition"] == {"StringEquals": {"ec2:ResourceTag/dl-launcher:cluster": "dl-multi-node-training"}}
+    stack = {"Ref": "AWS::StackId"}  # the stack's own id: a same-named cluster of another stack is not its
+    assert term["Condition"] == {"StringEquals": {"ec2:ResourceTag/dl-launcher:cluster": "dl-multi-node-training",
+                                                  "ec2:ResourceTag/dl-launcher:stack": stack}}
     send = _allowed(statements, "ssm:SendCommand")
     docs = [s for s in send if "document" in json.dumps(s["Resource"])]
     nodes = [s for s in send if "instance" in json.dumps(s["Resource"])]
     assert len(docs) == 1 and "AWS-RunShellScript" in json.dumps(docs[0]["Resource"]) and "Condition" not in docs[0]
     assert len(nodes) == 1 and nodes[0]["Condition"] == {
-        "StringEquals": {"ssm:resourceTag/dl-launcher:cluster": "dl-multi-node-training"}}
+        "StringEquals": {"ssm:resourceTag/dl-launcher:cluster": "dl-multi-node-training",
+                         "ssm:resourceTag/dl-launcher:stack": stack}}
     reads = _allowed(statements, "s3:GetObject")
     assert any("MANIFEST.json" in json.dumps(s["Resource"]) for s in reads)
     assert not any(json.dumps(s["Resource"]).endswith('/*"]}') for s in reads), "never the checkpoints' weights"
