@@ -8,6 +8,9 @@ conditional write (If-None-Match: *), and every node runs that one plan.
     <prefix>/_cluster/gen-000007/join/<node>.json    a node asks to be in generation 7
     <prefix>/_cluster/gen-000007/leave/<node>.json   a node will not be: termination notice,
                                                      written after its last upload
+    <prefix>/_cluster/gen-000007/failed/<node>.json  the command failed on that node in generation
+                                                     7 (before it joins 8): every node counts the
+                                                     generation failed, whatever it saw itself
     <prefix>/_cluster/gen-000007/plan.json           members in rank order, port, resume step
     <prefix>/_cluster/finished.json, failed.json      how the job ended
 
@@ -176,6 +179,13 @@ class ClusterState:
 
     def leaves(self, g: int) -> set[str]:
         return {n.removesuffix(".json") for n in self._names(f"{gen_name(g)}/leave/")}
+
+    def record_failure(self, g: int, node: str, detail: str) -> None:
+        self._put(f"{gen_name(g)}/failed/{node}.json", {"node": node, "detail": detail[:500], "at": time.time()})
+
+    def failures(self, g: int) -> list[str]:
+        """The nodes on which the command failed in generation g (one LIST)."""
+        return sorted(n.removesuffix(".json") for n in self._names(f"{gen_name(g)}/failed/"))
 
     def activity(self, g: int) -> bool:
         """Whether any node has joined or left generation g (a run of g-1 is then over)."""

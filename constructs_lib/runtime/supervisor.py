@@ -142,6 +142,7 @@ class Supervisor:
             outcome, detail = self.execute(plan)
             if outcome == "job-error":
                 return self._job_error(JobError(detail, final=True), plan.generation)
+            outcome, detail = self._agreed_outcome(plan.generation, outcome, detail)
             self.state.last_ran = plan.generation
             self.state.history.append({"generation": plan.generation, "outcome": outcome, "detail": detail,
                                        "resume_step": plan.resume_step, "at": time.time()})
@@ -156,12 +157,18 @@ class Supervisor:
             self.state.save()
             self.flush()
             if outcome == "finished":
-                self.cluster.mark_finished(generation=plan.generation, node=self.me.node, step=pushed_step())
+                latest = self.store.latest()  # the job's final step, whichever node pushed it
+                self.cluster.mark_finished(generation=plan.generation, node=self.me.node,
+                                           step=latest.step if latest else None)
                 write_health("job", "ok", "the job finished")
                 return contract.EXIT_FINISHED
             if outcome == "failed" and self.state.failures >= self.cfg.max_failures:
                 reason = f"the command failed {self.state.failures} times in a row without a newer checkpoint ({detail})"
                 self.cluster.mark_failed(generation=plan.generation, node=self.me.node, reason=reason)
+                # A leave in the next generation stops the others' runs now (what they watch anyway),
+                # instead of at their collectives' timeout; they then find the job failed.
+                self.cluster.leave(plan.generation + 1, self.me.node, reason=f"the job failed: {reason}",
+                                   pushed=pushed_step())
                 write_health("job", "failed", reason)
                 self.log(f"giving up: {reason}")
                 return contract.EXIT_FAILED
@@ -214,6 +221,22 @@ class Supervisor:
         if plan.job:
             return Revision.from_json(plan.job)
         return self.job.boot_revision()
+
+    def _agreed_outcome(self, g: int, outcome: str, detail: str) -> tuple[str, str]:
+        """The same count of failures on every node: a node whose command failed records it before
+        it joins the next generation (which is what stops the others' runs); a node that saw only
+        "peer lost" then finds that record and counts the generation failed too."""
+        if outcome == "failed":
+            try:
+                self.cluster.record_failure(g, self.me.node, detail)
+            except Exception as e:  # the others then count it as lost, as before; never a crash
+                self.log(f"could not record the failure of generation {g}: {e}")
+            return outcome, detail
+        if outcome == "peer-lost":
+            elsewhere = [n for n in self.cluster.failures(g) if n != self.me.node]
+            if elsewhere:
+                return "failed", f"the command failed on {', '.join(elsewhere)} ({detail})"
+        return outcome, detail
 
     def _end(self) -> Optional[int]:
         if self.cluster.finished():

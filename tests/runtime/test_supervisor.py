@@ -106,3 +106,37 @@ def test_restore_rides_out_s3_errors_with_backoff(store, tmp_path):
     assert any("retry" in line for line in logs)
     assert contract.read_env("resume_env") == {"DL_RESUME_FROM": path, "DL_RESUME_STEP": "12"}
     assert (Path(contract.path("health_dir")) / "restore").read_text().startswith("ok")
+
+
+def test_a_command_that_fails_on_one_node_at_a_time_is_counted_the_same_on_every_node(drill):
+    # The failing node alternates by generation: each node sees its own failure every other time and
+    # "peer lost" in between. Counted where it was seen, neither would ever reach three (a loop for
+    # ever); counted from the cluster's records, both stop after generation 3.
+    d = drill('if [ "$((DL_GENERATION % 2))" = "$NODE_RANK" ]; then sleep 1; exit 5; fi; sleep 60')
+    nodes = [d.add_node("127.0.0.2"), d.add_node("127.0.0.3")]
+    d.wait("both job units to end", lambda: all(n.units["dl-job.service"].done for n in nodes), timeout=150)
+    assert [n.units["dl-job.service"].exits for n in nodes] == [[contract.EXIT_FAILED]] * 2
+    assert "the command failed on i-" in "".join(n.log_text() for n in nodes)
+    assert _exists(d, "gen-000003/plan.json") and not _exists(d, "gen-000004/plan.json")
+    assert "failed 3 times in a row" in _cluster_file(d, "failed.json")["reason"]
+
+
+def test_the_finished_marker_records_the_jobs_final_step(drill, tmp_path):
+    d = drill("true", nodes=1)
+    make_checkpoint(tmp_path / "c", 41)
+    from constructs_lib.runtime.store import CheckpointStore
+    import boto3
+    CheckpointStore(d.bucket, d.prefix, client=boto3.client("s3", endpoint_url=d.s3.meta.endpoint_url,
+                                                            region_name="us-east-1")).push(
+        str(tmp_path / "c" / "step-000000000041"), 41)
+    d.add_node("127.0.0.2")
+    d.wait("the job to finish", d.finished, timeout=60)
+    assert _cluster_file(d, "finished.json")["step"] == 41, "the job's newest complete step, not this node's own push"
+
+
+def _exists(d: Drill, name: str) -> bool:
+    try:
+        d.s3.head_object(Bucket=d.bucket, Key=f"{d.prefix}/{contract.CLUSTER_DIR}/{name}")
+        return True
+    except Exception:
+        return False
