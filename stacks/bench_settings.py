@@ -53,9 +53,26 @@ def bench_from_context(ctx: Mapping[str, Any]) -> BenchSettings | None:
     for c, f in zip(plan.candidates, facts):
         if plan.region not in f.regions:
             raise UserError(f"bench plan file {show(path)}: {c.instance_type} is not offered in {plan.region}")
+        check_cap(path, plan, c, f)
     vpc_id, subnet_ids, az = network_from_context(ctx, plan.region)
     if vpc_id and not subnet_ids:
         raise UserError("context vpc_id with bench needs subnet_ids and availability_zone (the benchmark looks "
                         "nothing up); or leave all three out for a new VPC")
     return BenchSettings(plan=plan, plan_file=path, facts=facts, local=_bool("local", ctx.get("local", False)),
                          vpc_id=vpc_id, subnet_ids=subnet_ids, availability_zone=az)
+
+
+def check_cap(path: str, plan: Plan, c: Any, f: InstanceFacts) -> None:
+    """The plan's cap per hour is what the stack sends EC2 as the spot maximum price and what the
+    summary promises: recomputed from the catalog (the on-demand price in the plan's region, never
+    more), and a plan that says otherwise (edited by hand, or written from another catalog) is refused."""
+    price = f.price(plan.region)
+    on_demand = price.on_demand if price else None
+    if on_demand is None:
+        raise UserError(f"bench plan file {show(path)}: {c.instance_type} has no on-demand price on record in "
+                        f"{plan.region}, so its cost cannot be capped; plan again with 'python -m selector bench plan'")
+    cap = c.max_price_per_hour
+    if cap is None or not isinstance(cap, (int, float)) or abs(cap - on_demand) > 0.005:
+        raise UserError(f"bench plan file {show(path)}: {c.instance_type} max_price_per_hour={cap!r}, but the catalog's "
+                        f"on-demand price in {plan.region} is ${on_demand:.3f}/h (the cap is never above it); the plan "
+                        "was edited or made from another catalog: plan again with 'python -m selector bench plan'")

@@ -160,6 +160,13 @@ def test_user_data_passes_shellcheck(spot_template, tmp_path):
 
 @pytest.mark.parametrize("mutate, context, words", [
     (None, {"bench": "missing-plan.json"}, "cannot read bench plan file"),
+    # a hand-edited cap would become the spot maximum price while the summary says the catalog's
+    (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "candidates": [
+        {**c, "max_price_per_hour": 9999} for c in json.loads(p.read_text())["candidates"]]})), {},
+     "max_price_per_hour=9999, but the catalog's on-demand price in "),
+    (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "candidates": [
+        {**c, "max_price_per_hour": None} for c in json.loads(p.read_text())["candidates"]]})), {},
+     "max_price_per_hour=None, but the catalog's on-demand price"),
     (lambda p: p.write_text("{"), {}, "not valid JSON"),
     (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "minutes": 0})), {}, "minutes 0"),
     (lambda p: p.write_text(json.dumps({k: v for k, v in json.loads(p.read_text()).items() if k != "command"})), {},
