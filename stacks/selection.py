@@ -164,6 +164,11 @@ def _choose_pick(settings: Settings, rec: Recommendation) -> Candidate:
     return rec.pick
 
 
+# Spot prices move by tens of percent over weeks, not by half: a ceiling under half of the lowest
+# quote on record is a mistake (a misplaced decimal point), not a bet on a dip.
+SPOT_FLOOR = 0.5
+
+
 def _ceiling(settings: Settings, pick: Candidate, price: OptionPrice) -> tuple[float, str]:
     name, market, region = pick.instance_type, settings.market, settings.region
     if pick.facts.capacity_block_only and market != "capacity-block":
@@ -173,6 +178,16 @@ def _ceiling(settings: Settings, pick: Candidate, price: OptionPrice) -> tuple[f
             # EC2 enforces a max price on spot only: an on-demand node simply costs its price.
             raise UserError(f"max_price {money(settings.max_price)} is below {name}'s on-demand price "
                             f"{money(price.on_demand)} in {region}: raise it, or pin a cheaper instance_type")
+        quote = pick.facts.price(region)
+        lowest = (quote.spot_min or quote.spot) if quote else None
+        if market == "spot" and lowest is not None and settings.max_price < SPOT_FLOOR * lowest:
+            # Under the spot price, a cluster waits for a dip (documented, allowed); under half of the
+            # lowest quote on record, in any AZ, it waits for ever, never training: refused, as the
+            # on-demand case is.
+            raise UserError(f"max_price ${settings.max_price:g}/h is under half of every spot price on record for {name} "
+                            f"in {region} (the lowest, in any AZ: {money(lowest)}{_as_of(quote.spot_date)}): the "
+                            f"cluster would never launch; raise it to at least {money(SPOT_FLOOR * lowest)} (at "
+                            f"{money(lowest)} it launches at today's prices), or pin a cheaper instance_type")
         return settings.max_price, "max_price, as you set it"
     if market == "capacity-block" and price.in_market is None:
         raise UserError(f"market capacity-block: the catalog holds no Capacity Block rate for {name} in {region}; "
@@ -225,3 +240,7 @@ def select(settings: Settings, max_alternates: int = MAX_ALTERNATES) -> Selectio
     return Selection(pick=pick, alternates=tuple(alternates), rejected=tuple(rejected), market=settings.market,
                      ceiling=ceiling, ceiling_source=source, prices=prices, interchange=settings.interchange,
                      region=settings.region, recommendation=rec, max_price=settings.max_price)
+
+
+def _as_of(date: str) -> str:
+    return f", as of {date}" if date and date != "unknown" else ""

@@ -35,6 +35,9 @@ ROWS = [
     ("number", {"max_price": "1_000"}, "context max_price='1_000': expected USD per hour per node"),
     ("number", {"max_price": "\uff11\uff12.5"}, "(a plain decimal number); closest: 12.5"),
     ("number", {"max_price": "$12"}, "context max_price='$12': expected USD per hour per node"),
+    # a spot ceiling under every quote on record: a cluster that would wait for ever, never launching
+    ("number", {"profile": "multi-node-training", "max_price": "0.004"},
+     "max_price $0.004/h is under half of every spot price on record for p6-b200.48xlarge in us-east-1 (the lowest, in any AZ:"),
     ("number", {"nodes": "0"}, "context nodes=0: allowed 1 to 64; closest: 1"),
     ("number", {"nodes": "-1"}, "context nodes=-1: allowed 1 to 64; closest: 1"),
     ("number", {"nodes": "1.5"}, "context nodes='1.5': expected a whole number from 1 to 64; closest: 2"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sys
 from typing import Any, Optional
 
@@ -67,6 +68,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         a = parser().parse_args(argv)
         if a.command == "status" and a.last < 0:
             raise UsageError(f"--last must be 0 or more, got {a.last}")
+        for flag in ("bucket", "key", "spec", "job", "cluster"):
+            value = getattr(a, flag, None)
+            if value is not None and not value.strip():
+                raise UsageError(f"--{flag} is empty: give the value the stack's outputs name "
+                                 "(CapacityStatusCommand has the bucket and key)")
+        if a.command == "reconcile" and os.path.isdir(a.spec):
+            raise UsageError(f"--spec {a.spec!r} is a directory: expected a ClusterSpec JSON file (what "
+                             "DL_CLUSTER_SPEC holds)")
         import boto3
 
         if a.command == "logs":
@@ -79,8 +88,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # AWS's answers and botocore's setup errors are the user's to fix
-        if error_code(e) or type(e).__name__ in ("NoCredentialsError", "NoRegionError", "EndpointConnectionError"):
-            print(f"error: {e}", file=sys.stderr)
+        name = type(e).__name__
+        if name == "NoCredentialsError":
+            print("error: no AWS credentials: set AWS_PROFILE (or the AWS_ACCESS_KEY_ID pair), or run where a role "
+                  "provides them", file=sys.stderr)
+            return EXIT_USAGE
+        if name == "NoRegionError":
+            print("error: no AWS region: pass --region (the stack's, e.g. us-east-1) or set AWS_REGION",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        if error_code(e) or name in ("EndpointConnectionError", "ParamValidationError"):
+            print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
             return EXIT_USAGE
         raise
 

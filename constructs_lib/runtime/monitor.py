@@ -327,14 +327,23 @@ def run(*, period: float = contract.METRIC_PERIOD, stop: Optional[threading.Even
 def _from_node(log: Log) -> Monitor:
     import boto3
 
+    import http.client
+
+    from .errors import RuntimeUserError
     from .imds import Imds
 
-    instance_id = Imds().instance_id()
+    imds = Imds()
+    try:
+        instance_id = imds.instance_id()
+    except (OSError, http.client.HTTPException) as e:
+        reason = " ".join(str(getattr(e, "reason", None) or e).split()) or type(e).__name__
+        raise RuntimeUserError(f"this is not a dl-launcher node: no instance metadata (IMDSv2) at {imds.endpoint} "
+                               f"({reason}); the monitor runs on a node, as dl-monitor.service") from None
     if not instance_id:
-        raise RuntimeError("monitor: no instance id from IMDS (not on EC2?)")
+        raise RuntimeUserError("monitor: no instance id from IMDS: the monitor runs on a node, as dl-monitor.service")
     job = os.environ.get("DL_CLUSTER", "")
     if not job:
-        raise RuntimeError("monitor: DL_CLUSTER is not set in node.env: the metrics' Job dimension comes from it")
+        raise RuntimeUserError("monitor: DL_CLUSTER is not set in node.env: the metrics' Job dimension comes from it")
     try:
         expected = int(os.environ.get("DL_EXPECTED_GPUS") or "0")
     except ValueError:

@@ -69,6 +69,10 @@ def test_mistakes_are_one_line_and_exit_2(cloud, tmp_path, capsys):
         (["reconcile", "--spec", str(tmp_path / "missing.json")], "No such file"),
         (["reconcile", "--spec", str(bad)], "nodes must be a whole number from 1 to 1000, got 0"),
         (["status", "--bucket", "no-such-bucket-here", "--key", "k"], "NoSuchBucket"),
+        (["status", "--bucket", BUCKET, "--key", ""], "--key is empty"),
+        (["status", "--bucket", " ", "--key", "k"], "--bucket is empty"),
+        (["reconcile", "--spec", str(tmp_path)], "is a directory: expected a ClusterSpec JSON file"),
+        (["logs", "--job", ""], "--job is empty"),
     ]:
         assert main(argv) == 2, argv
         err = capsys.readouterr().err

@@ -106,6 +106,9 @@ ROWS = [
     ("push-a-file", ["checkpoint", "push", STEP_DIR, *B], {}, _a_file, "does not exist as a directory"),
     ("pull-dir-is-a-file", ["checkpoint", "pull", *B, "--dir", "{tmp}/plain-file"], {}, _dir_is_a_file,
      "cannot use checkpoint directory"),
+    # the node monitor run where there is no node (a laptop, CI): no IMDS answers
+    ("monitor-off-a-node", ["monitor"], {"DL_CLUSTER": "dl-x"}, None,
+     "this is not a dl-launcher node: no instance metadata (IMDSv2) at"),
 ]
 
 
