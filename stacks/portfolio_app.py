@@ -57,6 +57,7 @@ def build(app: cdk.App, ctx: Mapping[str, Any], synthesizer=None) -> cdk.Stack:
     settings = portfolio_from_context(ctx)
     # Absolute: the CDK's jsii process keeps the directory it started in, whatever this one does.
     snapshots = ctx["snapshots"].strip() if "snapshots" in ctx else settings.snapshots
+    _check_snapshots(snapshots)
     settings = dataclasses.replace(settings, snapshots=os.path.abspath(snapshots))
     plans = [plan_product(p, settings.limits_for(p.name), settings.region, source=settings.source)
              for p in settings.profiles]
@@ -80,3 +81,20 @@ def build(app: cdk.App, ctx: Mapping[str, Any], synthesizer=None) -> cdk.Stack:
                         env=cdk.Environment(region=settings.region), synthesizer=synthesizer,
                         description=f"dl-launcher portfolio {settings.name}: its launch role, for a shared account")
     return stack
+
+
+def _check_snapshots(path: str) -> None:
+    """ProductStackHistory writes one template per product version into this directory: a file,
+    or a place that cannot become a directory, is one line before anything is synthesized."""
+    import os
+
+    from selector.errors import UserError
+
+    from .settings import show
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"context snapshots={show(path, 300)} is a file: expected the directory where each product "
+                        "version's template is kept (default product-stack-snapshots)")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(path) and not os.path.isdir(parent):
+        raise UserError(f"context snapshots={show(path, 300)}: its parent {show(parent, 300)} is not a directory; "
+                        "create it, or name a directory that exists")

@@ -406,3 +406,15 @@ def test_a_shared_portfolio_names_its_launch_role_and_ships_it_for_the_other_acc
                       for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]]))
     assert actions(spoke) == actions(portfolio)
     assert "Export" not in json.dumps(portfolio.get("Outputs", {})), "no cross-stack reference between accounts"
+
+
+@pytest.mark.parametrize("make,expected", [
+    (lambda d: (d / "afile").write_text("x") and str(d / "afile"), "is a file: expected the directory where each product"),
+    (lambda d: str(d / "no" / "such" / "snaps"), "is not a directory; create it"),
+])
+def test_a_snapshots_path_that_cannot_be_a_directory_is_one_line(tmp_path, capsys, make, expected):
+    import app
+    code = app.main({"portfolio": "platform", "snapshots": make(tmp_path)}, outdir=str(tmp_path / "out"))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and expected in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.template.json"))
