@@ -26,7 +26,9 @@ from .userdata import script_path
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
 RUNTIME = os.path.join(PACKAGE, "runtime")
 SELECTOR = os.path.join(os.path.dirname(PACKAGE), "selector")
-LINE_FORMAT = (("__init__.py",), ("bench", "__init__.py"), ("bench", "contract.py"))
+# The selector's standard-library files the node runs: the dl-bench line format (one source for the
+# benchmark and the node monitor) and the CLIs' one-line argparse errors.
+SELECTOR_FILES = (("__init__.py",), ("argv.py",), ("bench", "__init__.py"), ("bench", "contract.py"))
 
 # Scripts at the top of the bundle, where the units and each other expect them ($DL_LIB_DIR/x.sh).
 BUNDLE_SCRIPTS = ("dl_job.sh", "dl_runtime.sh", "dl_torchrun.sh", "dl_env.sh", "nvme_raid0.sh", "efa_env.sh",
@@ -102,8 +104,7 @@ def build_bundle(dest_dir: str) -> None:
     for name in sorted(os.listdir(RUNTIME)):
         if name.endswith(".py"):
             _copy(os.path.join(RUNTIME, name), os.path.join(pkg, "runtime", name))
-    # The dl-bench line format, one source for the benchmark and the node monitor (standard library).
-    for rel in LINE_FORMAT:
+    for rel in SELECTOR_FILES:
         _copy(os.path.join(SELECTOR, *rel), os.path.join(dest_dir, "python", "selector", *rel))
     for name in BUNDLE_SCRIPTS:
         _copy(script_path(name), os.path.join(dest_dir, name), mode=0o755)

@@ -159,6 +159,8 @@ class ClusterCapacity(Construct):
         self.controller = CapacityController(self, "Controller", spec=spec, cluster=self.cluster, node_role=self.role,
                                              state_bucket=self.state_bucket, state_key=self.state_key,
                                              log_group=log_group, teardown=teardown, protect=protect)
+        self.controller.confine_launches(launch_templates=[t.launch_template for t in self.templates],
+                                         subnet_ids=self.subnet_ids, security_groups=[self.security_group])
         self._deny_nodes_the_control_prefix()
 
     def _deny_nodes_the_control_prefix(self) -> None:

@@ -3,10 +3,12 @@ Python, the decisions tested against moto), woken by EC2 state changes, spot war
 one-minute schedule, and, on stack delete, a custom resource that terminates the cluster."""
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Sequence
 
 import aws_cdk as cdk
+import aws_cdk.aws_ec2 as ec2
 import aws_cdk.aws_events as events
 import aws_cdk.aws_events_targets as targets
 import aws_cdk.aws_iam as iam
@@ -15,7 +17,7 @@ import aws_cdk.aws_logs as logs
 import aws_cdk.aws_s3 as s3
 from constructs import Construct, IConstruct
 
-from .bundle import PACKAGE, _copy, staged
+from .bundle import PACKAGE, SELECTOR, _copy, staged
 from .nag import nag_arn
 from .runtime import contract
 
@@ -32,6 +34,8 @@ def build_controller_code(dest_dir: str) -> None:
             if name.endswith(".py"):
                 _copy(os.path.join(src, name), os.path.join(dest_dir, "constructs_lib", sub, name))
     _copy(os.path.join(PACKAGE, "__init__.py"), os.path.join(dest_dir, "constructs_lib", "__init__.py"))
+    for name in ("__init__.py", "argv.py"):  # fleet/cli.py's one-line errors
+        _copy(os.path.join(SELECTOR, name), os.path.join(dest_dir, "selector", name))
 
 
 class CapacityController(Construct):
@@ -84,6 +88,34 @@ class CapacityController(Construct):
             # instances go before what they run on.
             for c in (self.role, *protect):
                 cr.node.add_dependency(c)
+
+    def confine_launches(self, *, launch_templates: Sequence[ec2.LaunchTemplate], subnet_ids: Sequence[str],
+                         security_groups: Sequence[ec2.ISecurityGroup] = ()) -> None:
+        """Deny every launch that does not use one of `launch_templates`, put its interfaces in
+        one of `subnet_ids` and (for the security groups this stack owns, which it tags with its
+        id) use only `security_groups`. EC2 Fleet's instant launches are authorized as RunInstances
+        on every resource, so the condition keys below hold for CreateFleet too; without them the
+        controller's role could launch a tagged node from any template, subnet or group in the
+        region (another team's template with a public address, a subnet outside the VPC)."""
+        stack = cdk.Stack.of(self)
+        actions = ["ec2:CreateFleet", "ec2:RunInstances"]
+        arn = functools.partial(stack.format_arn, service="ec2", arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME)
+        templates = [arn(resource="launch-template", resource_name=t.launch_template_id) for t in launch_templates]
+        subnets = [arn(resource="subnet", resource_name=s) for s in subnet_ids]
+        instance = f"arn:{stack.partition}:ec2:*:*:instance/*"
+        self.role.add_to_principal_policy(iam.PolicyStatement(
+            effect=iam.Effect.DENY, actions=actions, resources=[instance],
+            conditions={"ArnNotEquals": {"ec2:LaunchTemplate": templates}}))
+        self.role.add_to_principal_policy(iam.PolicyStatement(
+            effect=iam.Effect.DENY, actions=actions, resources=[f"arn:{stack.partition}:ec2:*:*:network-interface/*"],
+            conditions={"ArnNotEquals": {"ec2:Subnet": subnets}}))
+        owned = [g for g in security_groups if isinstance(g, ec2.SecurityGroup)]
+        if owned and len(owned) == len(security_groups):  # an imported group cannot carry the tag
+            for g in owned:
+                cdk.Tags.of(g).add(contract.TAG_STACK, stack.stack_id)
+            self.role.add_to_principal_policy(iam.PolicyStatement(
+                effect=iam.Effect.DENY, actions=actions, resources=[f"arn:{stack.partition}:ec2:*:*:security-group/*"],
+                conditions={"StringNotEquals": {f"aws:ResourceTag/{contract.TAG_STACK}": stack.stack_id}}))
 
     def _grant(self, cluster: str, node_role: iam.IRole, bucket: s3.IBucket, key: str, log_group: logs.ILogGroup) -> None:
         stack = cdk.Stack.of(self)

@@ -8,13 +8,13 @@ from typing import Optional
 
 from .runtime import contract
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _SECRET_ARN = re.compile(r"^arn:(?P<partition>aws[a-z-]*):(?P<service>secretsmanager|ssm):(?P<region>[a-z0-9-]+):"
-                         r"(?P<account>\d{12}):(?P<kind>secret:|parameter/)(?P<name>[A-Za-z0-9/_+=.@-]+)$")
-KMS_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$")
+                         r"(?P<account>\d{12}):(?P<kind>secret:|parameter/)(?P<name>[A-Za-z0-9/_+=.@-]+)\Z", re.ASCII)
+KMS_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}\Z", re.ASCII)
 _IMAGE = re.compile(r"^(?:(?P<registry>[a-z0-9.-]+(?::\d+)?)/)?(?P<path>[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
                     r"(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-                    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
+                    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?\Z", re.ASCII)
 
 
 def env_problem(name: str) -> Optional[str]:

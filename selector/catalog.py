@@ -11,7 +11,7 @@ from typing import Iterable, Optional
 from .errors import UserError, unknown
 from .facts import MAX_NETWORK_GBPS, InstanceFacts
 from .prices import MAX_USD_PER_HOUR, MIN_USD_PER_HOUR, PriceTable
-from .validate import clean, finite_number, parse_json, read_text
+from .validate import clean, date_stamp, finite_number, parse_json, read_text
 
 from .paths import data_file
 
@@ -151,6 +151,7 @@ def _check_catalog(d: object) -> None:
     for key, kind in (("as_of", str), ("specs_source", str), ("regions", list), ("types", list)):
         if not isinstance(d.get(key), kind):
             raise UserError(f"{key} must be a {'string' if kind is str else 'list'}")
+    date_stamp(d["as_of"], "as_of")
     _strings(d["regions"], "regions")
     _strings(d.get("notes", []), "notes")
     seen: set[str] = set()
@@ -212,6 +213,7 @@ def _check_facts(t: dict, where: str) -> None:
     for region, b in blocks.items():
         if not isinstance(b, dict) or not isinstance(b.get("as_of"), str) or not isinstance(b.get("source"), str):
             raise UserError(f"{where}.capacity_block_prices[{region!r}] must be {{usd_per_hour, as_of, source}}")
+        date_stamp(b["as_of"], f"{where}.capacity_block_prices[{region!r}].as_of")
         finite_number(b.get("usd_per_hour"), f"{where}.capacity_block_prices[{region!r}].usd_per_hour",
                       MIN_USD_PER_HOUR, MAX_USD_PER_HOUR)
     prices = t.get("prices", {})
@@ -226,3 +228,6 @@ def _check_facts(t: dict, where: str) -> None:
         for k in ("as_of", "source", "note"):
             if k in p and not isinstance(p[k], str):
                 raise UserError(f"{where}.prices[{region!r}].{k} must be a string")
+        for k in ("as_of", "spot_as_of"):
+            if k in p:
+                date_stamp(p[k], f"{where}.prices[{region!r}].{k}")

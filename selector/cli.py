@@ -13,6 +13,7 @@ import argparse
 import sys
 from typing import Optional
 
+from .argv import OneLineParser
 from .errors import UserError
 from .validate import clean, finite_number
 
@@ -21,9 +22,8 @@ DEFAULT_MAX_AGE = 60
 MAX_AGE_LIMIT = 7 * 24 * 60
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and exit 2, not a usage dump
-        raise UserError(f"{self.prog}: {message} (see --help)")
+class _Parser(OneLineParser):
+    error_class = UserError
 
 
 def _parser() -> argparse.ArgumentParser:

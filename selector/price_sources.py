@@ -43,8 +43,8 @@ PRICE_CUT_NOTE = "after 2025-06 P4/P5 price cut"
 # A regular availability zone: its ID is <region code>-az<n> (use1-az4) or its name is the region
 # plus one letter (us-east-1a). Anything else in a region is a Local Zone (usw2-lax1-az1,
 # us-west-2-lax-1a) or a Wavelength Zone (usw2-wl1-sfo-wlz1, us-east-1-wl1-bos-wlz-1).
-_AZ_ID = re.compile(r"^[a-z]+[0-9]+-az[0-9]+$")
-_AZ_NAME = re.compile(r"^(?P<region>[a-z]{2}(?:-gov)?-[a-z]+-[0-9]+)[a-z]$")
+_AZ_ID = re.compile(r"^[a-z]+[0-9]+-az[0-9]+\Z")
+_AZ_NAME = re.compile(r"^(?P<region>[a-z]{2}(?:-gov)?-[a-z]+-[0-9]+)[a-z]\Z")
 
 # vms.csv quotes SpotPrice to 4 decimals (written with 6: 10.337900) while Price keeps 5
 # (10.33786), so a quote AWS capped at on-demand can read up to half a step above or below it.

@@ -6,7 +6,7 @@ from typing import Iterable, Optional
 from .errors import UserError
 from .facts import Price
 from .paths import data_file
-from .validate import clean, csv_rows, finite_number, read_text
+from .validate import clean, csv_rows, date_stamp, finite_number, read_text
 
 COLUMNS = ("instance_type", "region", "on_demand_usd_per_hour", "spot_usd_per_hour", "as_of", "source")
 # Optional, written by scripts/build_prices.py: the spread and AZ count behind the spot median,
@@ -88,13 +88,13 @@ def load_prices(path: str = data_file("prices.csv")) -> PriceTable:
         table.setdefault(name, {})[region] = Price(
             on_demand=_money(row["on_demand_usd_per_hour"], where),
             spot=spot,
-            as_of=(row.get("as_of") or "").strip() or "unknown",
+            as_of=date_stamp(row.get("as_of") or "", f"{where}: as_of") or "unknown",
             source=(row.get("source") or "").strip() or path,
             note=(row.get("note") or "").strip(),
             spot_min=low,
             spot_max=high,
             spot_azs=azs,
-            spot_as_of=(row.get("spot_as_of") or "").strip(),
+            spot_as_of=date_stamp(row.get("spot_as_of") or "", f"{where}: spot_as_of"),
             spot_source=(row.get("spot_source") or "").strip(),
         )
     return table

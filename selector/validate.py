@@ -6,13 +6,17 @@ exists, the closest valid value. Standard library only (the CLI must stay fast t
 from __future__ import annotations
 
 import csv
+import datetime as _dt
+import difflib
 import io
 import json
 import math
 import os
+import re
 from typing import Any, Optional
 
 from .errors import UserError
+from .freshness import parse_as_of
 
 
 def clean(text: str) -> str:
@@ -39,6 +43,12 @@ def finite_number(value: Any, what: str, lo: Optional[float] = None, hi: Optiona
         shown = "a number of over 4300 digits"
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise UserError(f"{what} must be {allowed}, got {clean(repr(value))[:80]}")
+    if isinstance(value, str) and not value.isascii():
+        # float() takes Arabic-Indic, full-width and other Unicode digits; a file or flag that holds
+        # them was not written as a plain number (and AWS would not take it either).
+        near = "".join(str(int(c)) if c.isdigit() else c for c in value.strip() if c.isascii() or c.isdigit())
+        raise UserError(f"{what} = {clean(repr(value))[:80]} has characters that are not plain ASCII; allowed: "
+                        f"{allowed}, in ASCII digits" + (f"; closest: {near}" if near else ""))
     try:
         v = float(value)
     except OverflowError:  # an integer too large for a float (JSON and YAML allow them)
@@ -80,6 +90,32 @@ def range_text(lo: Optional[float], hi: Optional[float], above: bool, integer: b
 MAX_FILE_BYTES = 64 << 20
 
 
+# What the catalog, refresh and live prices write: a day, a month (published rates), a live quote's
+# minute; "unknown" and a blank say there is no date.
+_STAMP = re.compile(r"\d{4}-\d{2}(-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?)?", re.ASCII)
+STAMP_FORMS = "YYYY-MM-DD, YYYY-MM, YYYY-MM-DDTHH:MMZ, 'unknown' or blank"
+
+
+def date_stamp(value: Any, what: str, today: Optional[_dt.date] = None) -> str:
+    """An as_of value, checked: a stamp that is no date would show as "date unknown" and age
+    nothing, and one in the future would make a stale price look fresh."""
+    if not isinstance(value, str):
+        raise UserError(f"{what} must be a string ({STAMP_FORMS}), got {clean(repr(value))[:40]}")
+    text = value.strip()
+    if text in ("", "unknown"):
+        return text
+    day = parse_as_of(text) if _STAMP.fullmatch(text) else None
+    if day is not None and len(text) >= 10 and day.isoformat() != text[:10]:
+        day = None  # 2026-02-30: parse_as_of falls back to the month
+    if day is None:
+        raise UserError(f"{what} = {clean(repr(value))[:60]} is not a date; allowed: {STAMP_FORMS}")
+    latest = (today or _dt.date.today()) + _dt.timedelta(days=1)  # a day's slack for time zones
+    if day > latest:
+        raise UserError(f"{what} = {clean(repr(value))[:60]} is in the future; allowed: a date up to "
+                        f"{latest.isoformat()}, or 'unknown'")
+    return text
+
+
 def read_text(path: str, what: str) -> str:
     """The UTF-8 text of the user's `what` file, or a UserError saying why it cannot be read.
 
@@ -114,11 +150,27 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed (numbers must be finite)")
 
 
+class DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKey(clean(repr(k))[:80])
+        out[k] = v
+    return out
+
+
 def parse_json(text: str, path: str, what: str) -> Any:
     """json.loads, with NaN/Infinity refused and every parse failure (deep nesting included) one line."""
     shown = clean(str(path))
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except DuplicateKey as e:
+        raise UserError(f"{what} file {shown}: key {e} appears twice in one object (JSON keeps only the last "
+                        "silently); keep one") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{what} file {shown}: not valid JSON (line {e.lineno}: {e.msg})") from None
     except RecursionError:
@@ -147,6 +199,12 @@ def csv_rows(text: str, path: str, what: str, required: tuple[str, ...],
         dupes = sorted({h for h in header if header.count(h) > 1 and h})
         if dupes:
             raise UserError(f"{what} file {shown}: column {dupes[0]} appears twice")
+        known = (*required, *optional)
+        for h in header:
+            near = difflib.get_close_matches(h.lower(), known, n=1, cutoff=0.75) if h and h not in known else []
+            if near:  # a misspelt optional column would otherwise be dropped without a word
+                raise UserError(f"{what} file {shown}: column {clean(h)!r} is not one this file takes; closest: "
+                                f"{near[0]}; columns: {expected}")
         rows: list[tuple[int, dict[str, str]]] = []
         for cells in reader:
             line = reader.line_num

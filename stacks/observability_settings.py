@@ -27,7 +27,7 @@ EXAMPLES = {"observability": "true", "idle_guard": "false", "idle_minutes": "60"
 IDLE_MINUTES = (10, 1440)
 IDLE_THRESHOLD = (0.5, 50.0)
 ACTIONS = ("stop", "notify")
-_TOPIC = re.compile(r"arn:aws(?:-cn|-us-gov)?:sns:(?P<region>[a-z0-9-]+):\d{12}:[A-Za-z0-9_-]{1,256}(?:\.fifo)?")
+_TOPIC = re.compile(r"arn:aws(?:-cn|-us-gov)?:sns:(?P<region>[a-z0-9-]+):\d{12}:[A-Za-z0-9_-]{1,256}(?:\.fifo)?", re.ASCII)
 
 
 @dataclass(frozen=True)

@@ -50,13 +50,13 @@ MAX_TYPES = 8  # launch templates per product: each type is one, and the templat
 MAX_NODES = 64  # as the training stack's nodes
 BUDGET_ACTIONS = ("notify", "stop")
 DEFAULT_BUDGET_HOURS = 100
-_ACCOUNT = re.compile(r"\d{12}")
+_ACCOUNT = re.compile(r"\d{12}", re.ASCII)
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 _TAG_VALUE = re.compile(r"[\w .:/=+@-]{1,256}")  # Service Catalog TagOption values
 _PORTFOLIO_KEYS = ("provider", "description", "profiles", "share_with_accounts", "share_with_organization_units",
                    "principals", "budget_emails", "tag_options")
 _ORG_NODE = re.compile(r"ou-[0-9a-z]{4,32}-[a-z0-9]{8,32}|o-[a-z0-9]{10,32}")
-_PRINCIPAL = re.compile(r"arn:aws(?:-cn|-us-gov)?:iam::\d{12}:(?:role|group|user)/[\w+=,.@/-]{1,512}")
+_PRINCIPAL = re.compile(r"arn:aws(?:-cn|-us-gov)?:iam::\d{12}:(?:role|group|user)/[\w+=,.@/-]{1,512}", re.ASCII)
 _PRODUCT_KEYS = ("instance_types", "max_nodes", "max_cluster_usd_per_hour", "spot_only", "monthly_budget_usd",
                  "budget_action", "idle_guard", "idle_minutes", "idle_action")
 _TOP_KEYS = ("profiles", "portfolio", "products")

@@ -74,7 +74,7 @@ MARKETS = ("spot", "on-demand", "capacity-block")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 _RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
 _RESERVATION_GROUP = re.compile(r"arn:aws(?:-cn|-us-gov)?:resource-groups:(?P<region>[a-z0-9-]+):\d{12}:"
-                                r"group/[A-Za-z0-9_.-]{1,300}")
+                                r"group/[A-Za-z0-9_.-]{1,300}", re.ASCII)
 
 # The marker that ends the job file in the user data (constructs_lib.userdata.HEREDOC; kept here so
 # that validating context needs no CDK import; tests/test_bad_context.py checks they agree).

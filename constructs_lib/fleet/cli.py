@@ -16,6 +16,8 @@ import os
 import sys
 from typing import Any, Optional
 
+from selector.argv import OneLineParser
+
 from .errors import error_code
 
 EXIT_USAGE = 2
@@ -25,9 +27,8 @@ class UsageError(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise UsageError(f"{self.prog}: {message} (see --help)")
+class _Parser(OneLineParser):
+    error_class = UsageError
 
 
 def parser() -> argparse.ArgumentParser:

@@ -18,13 +18,13 @@ MARKETS = ("spot", "on-demand", "capacity-block")
 # CreateFleet's MinTargetCapacity is at most 1000.
 MAX_NODES = 1000
 
-_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
-_LAUNCH_TEMPLATE = re.compile(r"^lt-[0-9a-f]{8,17}$")
-_VERSION = re.compile(r"^(\$Latest|\$Default|[1-9][0-9]*)$")
-_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
-_RESERVATION = re.compile(r"^(cr-[0-9a-f]{8,17}|arn:aws[a-z-]*:resource-groups:[a-z0-9-]+:\d{12}:group/[\w.+=,@-]+)$")
-_STACK = re.compile(r"^arn:aws[a-z-]*:cloudformation:[a-z0-9-]+:\d{12}:stack/[A-Za-z][A-Za-z0-9-]*/[0-9a-f-]+$")
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+\Z")
+_LAUNCH_TEMPLATE = re.compile(r"^lt-[0-9a-f]{8,17}\Z")
+_VERSION = re.compile(r"^(\$Latest|\$Default|[1-9][0-9]*)\Z")
+_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}\Z")
+_RESERVATION = re.compile(r"^(cr-[0-9a-f]{8,17}|arn:aws[a-z-]*:resource-groups:[a-z0-9-]+:\d{12}:group/[\w.+=,@-]+)\Z", re.ASCII)
+_STACK = re.compile(r"^arn:aws[a-z-]*:cloudformation:[a-z0-9-]+:\d{12}:stack/[A-Za-z][A-Za-z0-9-]*/[0-9a-f-]+\Z", re.ASCII)
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 
 
 def _positive_price(value: Any, what: str) -> None:

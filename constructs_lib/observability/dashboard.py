@@ -28,7 +28,7 @@ from ..runtime import contract
 
 PERIOD = cdk.Duration.seconds(contract.METRIC_PERIOD)
 PER_NODE = (contract.DIM_INSTANCE, contract.DIM_JOB)  # the dimension set of the per-node series
-_JOB = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # nothing a SEARCH string would have to escape
+_JOB = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # nothing a SEARCH string would have to escape
 
 
 def search(namespace: str, metric: str, job: str, stat: str, *, dims: Optional[Sequence[str]] = None,

@@ -14,13 +14,15 @@ import re
 import sys
 from typing import Optional
 
+from selector.argv import OneLineParser
+
 from . import contract
 from .errors import RuntimeUserError
 
 
 MAX_STEP = 10**12
 MAX_POLL_SECONDS = 60.0  # a spot notice gives two minutes; a slower poll would miss most of them
-_DIGITS = re.compile(r"^[0-9]{1,12}$")
+_DIGITS = re.compile(r"^[0-9]{1,12}\Z")
 
 
 def step_arg(text: str) -> int:
@@ -43,9 +45,8 @@ def poll_arg(text: str, what: str = "--poll") -> float:
     return v
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise RuntimeUserError(f"{self.prog}: {message} (see --help)")
+class _Parser(OneLineParser):
+    error_class = RuntimeUserError
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -86,9 +87,26 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# Settings the node's units pass through the environment (node.env), checked like the flags.
+_ENV_SETTINGS = ("DL_CHECKPOINT_BUCKET", "DL_CHECKPOINT_PREFIX", "DL_CHECKPOINT_DIR", "DL_CLUSTER",
+                 "DL_AGENT_POLL_SECONDS")
+
+
+def _refuse_control_characters(a: argparse.Namespace) -> None:
+    """A line break or escape in a bucket, prefix, directory or region is a paste gone wrong: a
+    directory named with one would be created, and a newline would pass a `$`-anchored check."""
+    given = [(f"--{k.replace('_', '-')}" if k != "local_dir" else "--dir", v) for k, v in vars(a).items()]
+    given += [(k, os.environ[k]) for k in _ENV_SETTINGS if k in os.environ]
+    for what, v in given:
+        if isinstance(v, str) and not v.isprintable():
+            shown = "".join(c for c in v if c.isprintable()).strip()
+            raise RuntimeUserError(f"{what} {v!r} has a control character: not allowed; closest: {shown!r}")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     try:
         a = parser().parse_args(argv)
+        _refuse_control_characters(a)
         if a.command == "agent" and a.poll is None:
             try:
                 a.poll = poll_arg(os.environ.get("DL_AGENT_POLL_SECONDS", "2"), "DL_AGENT_POLL_SECONDS")

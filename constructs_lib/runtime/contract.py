@@ -210,7 +210,7 @@ EXIT_FAILED = 3      # the training command failed repeatedly without progress: 
 NO_RESTART_EXITS = (EXIT_USAGE, EXIT_FAILED)  # RestartPreventExitStatus of the job unit
 
 # ---- env files ------------------------------------------------------------------------------------
-_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")
 _UNSAFE = set('"\\$`\n\r\0')
 
 

@@ -42,8 +42,8 @@ from .layout import write_atomic
 Log = Callable[[str], None]
 DEFINITION_FORMAT = 1
 SETUP_TAIL = 20          # lines of a failed setup's output kept for health and the log
-_SHA = re.compile(r"^[0-9a-f]{64}$")
-_S3_URL = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(.+)$")
+_SHA = re.compile(r"^[0-9a-f]{64}\Z")
+_S3_URL = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(.+)\Z")
 CONTAINER = "dl-job"     # the job's container name: one per node, removed before each run
 
 
@@ -451,7 +451,7 @@ def docker_run(docker: str, image: str, *, script: str, workdir: str, names: lis
     return argv + [image, "/bin/bash", os.path.join(contract.lib_dir(), "dl_container.sh"), script]
 
 
-_ECR = re.compile(r"^(\d{12})\.dkr\.ecr(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/")
+_ECR = re.compile(r"^(\d{12})\.dkr\.ecr(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/", re.ASCII)
 
 
 def ecr_registry(image: str) -> Optional[tuple[str, str]]:

@@ -12,10 +12,10 @@ from typing import Optional
 
 MANIFEST = "MANIFEST.json"
 FORMAT = 1
-_NAME = re.compile(r"^step-(\d{12})$")
+_NAME = re.compile(r"^step-(\d{12})\Z", re.ASCII)
 # No IAM wildcards (* ?) and no quote: the prefix goes verbatim into the grant's resource ARN
 # and s3:prefix condition, where a '*' would widen the grant to other jobs' checkpoints.
-_PREFIX = re.compile(r"^[A-Za-z0-9!_.()-]+(/[A-Za-z0-9!_.()-]+)*$", re.ASCII)
+_PREFIX = re.compile(r"^[A-Za-z0-9!_.()-]+(/[A-Za-z0-9!_.()-]+)*\Z", re.ASCII)
 
 
 def prefix_problem(prefix: str) -> Optional[str]:

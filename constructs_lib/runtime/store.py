@@ -26,7 +26,7 @@ from .errors import RuntimeUserError
 from .layout import FORMAT, MANIFEST, name_for, prefix_problem, step_of
 
 MiB = 1024 * 1024
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 
 
 @dataclass(frozen=True)

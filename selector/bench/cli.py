@@ -30,7 +30,7 @@ def add_parser(sub, parser_class) -> None:
     p.add_argument("--max-cost", metavar="USD", help="refuse a plan that could cost more than this in all")
     p.add_argument("--command", dest="bench_run", help="what each instance runs (one line; prints dl-bench lines); "
                                      "default: the reference benchmark")
-    p.add_argument("--model", default="resnet50", help="reference benchmark model: resnet50 or gpt2")
+    p.add_argument("--model", help="reference benchmark model: resnet50 (default) or gpt2")
     p.add_argument("--precision", help="reference benchmark precision: fp32, tf32, bf16 or fp16 "
                                        "(default: fp16 for mixed-precision profiles, fp32 for fp32 ones)")
     p.add_argument("--families", metavar="a,b", help="only these families")
@@ -71,7 +71,10 @@ def _plan(a: argparse.Namespace, aws: Callable) -> str:
     top = int(finite_number(a.top, "--top", 1, 50, integer=True))
     minutes = int(finite_number(a.minutes, "--minutes", MINUTES[0], MINUTES[1], integer=True))
     max_cost = None if a.max_cost is None else finite_number(a.max_cost, "--max-cost", 0, 1e6, above=True)
-    if a.model not in MODELS:
+    if a.bench_run is not None and a.model is not None:
+        raise UserError("--model picks the reference benchmark's model; with --command your command is the "
+                        "benchmark: pass one of the two")
+    if a.model is not None and a.model not in MODELS:
         from ..errors import unknown
         raise unknown("--model", a.model, MODELS)
     if a.precision is not None and a.precision not in PRECISIONS:
@@ -83,7 +86,7 @@ def _plan(a: argparse.Namespace, aws: Callable) -> str:
     check_writable(a.out)
     result = make_plan(profile, catalog=catalog, region=a.region, rank_market="spot" if a.spot else "on-demand",
                        launch_market="on-demand" if a.on_demand else "spot", top=top, minutes=minutes,
-                       command=a.bench_run, model=a.model, precision=a.precision, families=_families(a.families),
+                       command=a.bench_run, model=a.model or "resnet50", precision=a.precision, families=_families(a.families),
                        name=a.name, max_cost=max_cost)
     write_text(a.out, result.plan.to_json())
     if a.json:

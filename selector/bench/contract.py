@@ -225,6 +225,9 @@ class Plan:
             raise ValueError(f"minutes {plan.minutes!r}: a whole number from 1 to 1440")
         if not isinstance(plan.command, str) or not plan.command.strip():
             raise ValueError("command is empty")
+        if not plan.command.isprintable():  # a hand-edited line break would split the node's user data
+            raise ValueError("command must be one line of printable characters (no line breaks or control "
+                             "characters)")
         if not plan.candidates:
             raise ValueError("no candidates")
         seen = set()

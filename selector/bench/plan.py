@@ -16,6 +16,7 @@ from typing import Optional
 
 from ..catalog import Catalog
 from ..errors import UserError
+from ..validate import clean
 from ..profiles import Profile
 from ..recommend import Recommendation, recommend
 from .contract import MARKETS, NAME_PATTERN, Plan, PlannedCandidate
@@ -70,8 +71,11 @@ def make_plan(profile: Profile, *, catalog: Catalog, region: str, rank_market: s
             raise UserError(f"profile {profile.name} ranks on {profile.precision} throughput, which the reference "
                             "benchmark does not measure; pass --command with your own benchmark")
         command = reference_command(model, precision)
-    elif not command.strip() or "\n" in command:
-        raise UserError("--command must be one non-empty line (a shell command that prints dl-bench lines)")
+    elif not command.strip() or not command.isprintable():
+        # A CR, tab or escape would reach the node's user data and the summary as something else.
+        raise UserError(f"--command {clean(repr(command))[:80]}: must be one non-empty line of printable "
+                        "characters, no line breaks or other control characters (a shell command that prints "
+                        "dl-bench lines)")
     rec = recommend(profile, region=region, market=rank_market, families=families, catalog=catalog)
     if not rec.candidates:
         raise UserError(f"profile {profile.name} has no candidate in {region}: nothing to measure")

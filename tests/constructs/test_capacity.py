@@ -125,10 +125,17 @@ def test_the_controller_may_launch_and_terminate_only_its_cluster(cluster):
     assert terminate["Condition"] == {"StringEquals": {"ec2:ResourceTag/dl-launcher:cluster": "llm",
                                                        "ec2:ResourceTag/dl-launcher:stack": stack}}
     denies = [s for s in by_action["ec2:RunInstances"] if s["Effect"] == "Deny"]
-    assert sorted((d["Condition"] for d in denies), key=json.dumps) == sorted([
+    tagged = [d for d in denies if "aws:RequestTag/" in json.dumps(d["Condition"])]
+    assert sorted((d["Condition"] for d in tagged), key=json.dumps) == sorted([
         {"StringNotEquals": {"aws:RequestTag/dl-launcher:cluster": "llm"}},
         {"StringNotEquals": {"aws:RequestTag/dl-launcher:stack": stack}}], key=json.dumps), "either tag wrong: denied"
-    assert all("instance/*" in json.dumps(d["Resource"]) for d in denies)
+    assert all("instance/*" in json.dumps(d["Resource"]) for d in tagged)
+    # and only from its own templates, subnets and group (tests/fleet/test_launch_confinement.py evaluates them)
+    confined = {next(iter(next(iter(d["Condition"].values())))): json.dumps(d["Resource"]) for d in denies
+                if d not in tagged}
+    assert set(confined) == {"ec2:LaunchTemplate", "ec2:Subnet", "aws:ResourceTag/dl-launcher:stack"}, confined
+    assert "network-interface/*" in confined["ec2:Subnet"] and "security-group/*" in confined[
+        "aws:ResourceTag/dl-launcher:stack"]
     assert all(s.get("Condition") for a in by_action for s in by_action[a] if s["Resource"] == "*"), \
         "every wildcard resource is bound by a condition"
     (passrole,) = by_action["iam:PassRole"]

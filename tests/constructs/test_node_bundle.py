@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import aws_cdk as cdk
+import boto3
 import aws_cdk.aws_ec2 as ec2
 import pytest
 
@@ -46,16 +47,18 @@ def test_layout_is_the_package_files_as_they_are(bundle):
                 **{n: (PACKAGE / "scripts" / n).read_bytes() for n in SCRIPTS},
                 "contract.sh": contract.shell().encode(),
                 **{f"units/{u}": unit_texts()[u].encode() for u in UNITS},
-                # the dl-bench line format, which the node monitor parses (one source with the benchmark)
+                # the dl-bench line format, which the node monitor parses (one source with the benchmark),
+                # and the runtime CLI's one-line argparse errors
                 **{f"python/selector/{r}": (SELECTOR / r).read_bytes()
-                   for r in ("__init__.py", "bench/__init__.py", "bench/contract.py")}}
+                   for r in ("__init__.py", "argv.py", "bench/__init__.py", "bench/contract.py")}}
     assert files == expected
     assert "contract.py" in runtime and "__init__.py" in runtime
 
 
 def test_the_bundled_runtime_runs_from_the_bundle_alone(bundle):
     r = subprocess.run([sys.executable, "-B", "-c", "import constructs_lib.runtime.contract as c; print(c.__file__)\n"
-                        "from selector.bench.contract import parse_line; assert parse_line('dl-bench samples_per_second=2')"],
+                        "from selector.bench.contract import parse_line; assert parse_line('dl-bench samples_per_second=2')\n"
+                        "import constructs_lib.runtime.cli"],
                        env={"PYTHONPATH": str(bundle / "python"), "PATH": "/usr/bin:/bin"}, cwd="/", capture_output=True,
                        text=True)
     assert r.returncode == 0 and r.stdout.startswith(str(bundle)), r.stderr
@@ -176,3 +179,18 @@ def test_scripts_are_valid_bash_and_shellcheck_clean(bundle, name):
     skip = ["-e", "SC1091"] + (["-e", "SC2034"] if name == "contract.sh" else [])
     r = subprocess.run([_shellcheck(), "-x", *skip, str(path)], capture_output=True, text=True, cwd=path.parent)
     assert r.returncode == 0, r.stdout
+
+
+def test_the_controllers_lambda_package_imports_from_itself_alone(tmp_path):
+    """The Lambda package holds the fleet, the runtime's contract and the selector's argv module the
+    fleet CLI uses: every module in it imports with nothing else on the path (boto3 aside, which
+    Lambda's runtime has)."""
+    from constructs_lib.controller import build_controller_code
+    build_controller_code(str(tmp_path))
+    modules = sorted(".".join(p.relative_to(tmp_path).with_suffix("").parts) for p in tmp_path.rglob("*.py")
+                     if p.name != "__main__.py")
+    assert "selector.argv" in modules and "constructs_lib.fleet.handler" in modules
+    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m.removesuffix('.__init__'))"
+    r = subprocess.run([sys.executable, "-B", "-S", "-c", code, *modules], cwd="/", capture_output=True, text=True,
+                       env={"PYTHONPATH": f"{tmp_path}:{Path(boto3.__file__).parents[1]}", "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr[-2000:]

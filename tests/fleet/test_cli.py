@@ -73,6 +73,10 @@ def test_mistakes_are_one_line_and_exit_2(cloud, tmp_path, capsys):
         (["status", "--bucket", " ", "--key", "k"], "--bucket is empty"),
         (["reconcile", "--spec", str(tmp_path)], "is a directory: expected a ClusterSpec JSON file"),
         (["logs", "--job", ""], "--job is empty"),
+        (["stats"], "closest: status"),
+        (["status", "--bucket", BUCKET, "--key", "k", "--lsat", "2"], "unrecognized arguments: --lsat 2; closest: "
+                                                                       "--last; flags: --bucket, --key"),
+        (["reconcile", "--spec", str(bad), "again"], "takes no further values"),
     ]:
         assert main(argv) == 2, argv
         err = capsys.readouterr().err

@@ -106,6 +106,20 @@ ROWS = [
     ("push-a-file", ["checkpoint", "push", STEP_DIR, *B], {}, _a_file, "does not exist as a directory"),
     ("pull-dir-is-a-file", ["checkpoint", "pull", *B, "--dir", "{tmp}/plain-file"], {}, _dir_is_a_file,
      "cannot use checkpoint directory"),
+    # issue 22: control characters in settings (a trailing newline passed a `$`-anchored check, and a
+    # directory was created with a BEL in its name), typos with the closest flag or verb
+    ("bucket-newline", ["checkpoint", "list", "--bucket", "ckpt-test\n", "--prefix", "jobs/x"], {}, None,
+     "--bucket 'ckpt-test\\n' has a control character: not allowed; closest: 'ckpt-test'"),
+    ("dir-bel", ["checkpoint", "pull", *B, "--dir", "{tmp}/a\x07b"], {}, None, "--dir"),
+    ("region-cr", ["checkpoint", "list", *B, "--region", "us-east-1\r"], {}, None, "control character"),
+    ("env-bucket-newline", ["checkpoint", "list", "--prefix", "jobs/x"], {"DL_CHECKPOINT_BUCKET": "ckpt-test\n"},
+     None, "DL_CHECKPOINT_BUCKET"),
+    ("env-prefix-esc", ["checkpoint", "list", "--bucket", "ckpt-test"], {"DL_CHECKPOINT_PREFIX": "jobs/x\x1b[2J"},
+     None, "DL_CHECKPOINT_PREFIX"),
+    ("verb-typo", ["checkpoint", "lst", *B], {}, None, "invalid choice: 'lst' (choose from 'push', 'pull', 'list'); "
+                                                    "closest: list"),
+    ("flag-typo", ["checkpoint", "list", "--buckett", "ckpt-test", "--prefix", "jobs/x"], {}, None,
+     "closest: --bucket; flags: --bucket, --prefix, --dir, --region"),
     # the node monitor run where there is no node (a laptop, CI): no IMDS answers
     ("monitor-off-a-node", ["monitor"], {"DL_CLUSTER": "dl-x"}, None,
      "this is not a dl-launcher node: no instance metadata (IMDSv2) at"),
@@ -124,6 +138,7 @@ def test_bad_input_is_one_line_exit_2(bucket, s3env, tmp_path, argv, env, setup,
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
     assert "Traceback" not in r.stderr and expected in r.stderr, r.stderr
+    assert not any("\x07" in p.name for p in tmp_path.rglob("*")), "a directory was created from a bad --dir"
 
 
 def test_there_are_enough_rows():

@@ -270,8 +270,50 @@ LIVE: list[Row] = [
      "is a directory"),
 ]
 
+# Issue 22's held-out classes: accepted before, each now one line.
+REVIEW: list[Row] = [
+    ("top-fullwidth-digit", {}, REC + ["--top", "\uff13"], "not plain ASCII; allowed: at least 1"),
+    ("top-arabic-indic", {}, REC + ["--top", "\u0665"], "closest: 5"),
+    ("tp-arabic-indic", {"t.csv": tp("g5.xlarge,\u0661\u0660,,")}, REC + TRT, "in ASCII digits; closest: 10"),
+    ("prices-fullwidth", {"p.csv": prices("g5.xlarge,us-east-1,\uff11.5,")}, REC + PR, "not plain ASCII"),
+    ("tp-json-duplicate-key", {"t.json": '[{"instance_type": "g5.xlarge", "samples_per_second": 5, '
+                                         '"samples_per_second": 7}]'}, REC + TRJ,
+     "key 'samples_per_second' appears twice in one object"),
+    ("catalog-duplicate-key", {"c.json": '{"as_of": "2026-01-01", "as_of": "2026-02-01"}'}, REC + CAT,
+     "key 'as_of' appears twice"),
+    ("prices-near-miss-column", {"p.csv": "instance_type,region,on_demand_usd_per_hour,spot_usd_per_hr\n"
+                                          "g5.xlarge,us-east-1,1,0.5\n"}, REC + PR,
+     "column 'spot_usd_per_hr' is not one this file takes; closest: spot_usd_per_hour"),
+    ("prices-column-case", {"p.csv": "instance_type,region,on_demand_usd_per_hour,Spot_USD_Per_Hour\n"
+                                     "g5.xlarge,us-east-1,1,0.5\n"}, REC + PR, "closest: spot_usd_per_hour"),
+    ("tp-near-miss-column", {"t.csv": "instance_type,samples_per_second,spot_price_per_hr\ng5.xlarge,10,1\n"},
+     REC + TRT, "closest: spot_price_per_hour"),
+    ("prices-as-of-word", {"p.csv": PRICES.strip() + ",as_of\ng5.xlarge,us-east-1,1,,yesterday\n"}, REC + PR,
+     "as_of = 'yesterday' is not a date; allowed: YYYY-MM-DD"),
+    ("prices-as-of-impossible", {"p.csv": PRICES.strip() + ",as_of\ng5.xlarge,us-east-1,1,,2026-02-30\n"},
+     REC + PR, "'2026-02-30' is not a date"),
+    ("prices-as-of-future", {"p.csv": PRICES.strip() + ",as_of\ng5.xlarge,us-east-1,1,,2999-01-01\n"},
+     REC + PR, "is in the future"),
+    ("prices-spot-as-of-word", {"p.csv": PRICES.strip() + ",spot_as_of\ng5.xlarge,us-east-1,1,0.5,last week\n"},
+     REC + PR, "spot_as_of = 'last week' is not a date"),
+    ("catalog-as-of-word", {"c.json": catalog_with(lambda d: d.__setitem__("as_of", "recently"))}, REC + CAT,
+     "as_of = 'recently' is not a date"),
+    ("plan-model-with-command", {}, ["bench", "plan", "--profile", "training", "--command", "echo x", "--model",
+                                     "gpt2", "--out", "{tmp}/plan.json"], "--model picks the reference benchmark"),
+    ("plan-command-line-break", {}, ["bench", "plan", "--profile", "training", "--command", "echo a\nrm -rf b",
+                                     "--out", "{tmp}/plan.json"], "no line breaks or other control characters"),
+    ("plan-command-cr", {}, ["bench", "plan", "--profile", "training", "--command", "echo a\rb",
+                             "--out", "{tmp}/plan.json"], "must be one non-empty line of printable characters"),
+    ("flag-typo", {}, REC + ["--topp", "3"], "unrecognized arguments: --topp 3; closest: --top; flags: --profile"),
+    ("flag-typo-equals", {}, REC + ["--famlies=p5"], "closest: --families"),
+    ("command-typo", {}, ["recomend", "--profile", "training"], "invalid choice: 'recomend'"),
+    ("command-typo-closest", {}, ["recomend"], "closest: recommend"),
+    ("bench-verb-typo", {}, ["bench", "colect"], "closest: collect"),
+    ("extra-value", {}, ["show", "p5.48xlarge", "p4d.24xlarge"], "takes no further values"),
+]
+
 CLASSES = {"numbers": NUMBERS, "malformed": MALFORMED, "ignored": IGNORED_SETTINGS, "case": CASE,
-           "terminal": TERMINAL, "refresh": REFRESH, "live": LIVE}
+           "terminal": TERMINAL, "refresh": REFRESH, "live": LIVE, "review": REVIEW}
 ROWS = [pytest.param(files, argv, expected, id=f"{cls}:{name}")
         for cls, rows in CLASSES.items() for name, files, argv, expected in rows]
 

@@ -1,0 +1,62 @@
+"""One-line argparse errors for every dl-launcher CLI (selector, the node runtime, the fleet).
+
+argparse's own messages name neither the closest flag for a typo (`unrecognized arguments:
+--topp 3`) nor the closest choice, and print a usage block. Here each mistake is one line with
+what is allowed and the closest match. Standard library only: the node runtime and the
+controller's Lambda package carry this file.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+from typing import Optional
+
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (?P<args>.*)", re.S)
+_CHOICE = re.compile(r"invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)", re.S)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose error() raises `error_class` (each CLI's own user-error type, which
+    its main prints as one line and exit 2) instead of printing usage and exiting."""
+
+    error_class: type[Exception] = ValueError
+    # The parser that parsed last: a subcommand's, once argparse has handed it the rest of argv.
+    # Unrecognized arguments are reported by the top parser, but the flags a typo was meant for
+    # are the subcommand's.
+    _active: Optional["OneLineParser"] = None
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        OneLineParser._active = self
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        active = OneLineParser._active or self
+        if not _UNRECOGNIZED.match(message):
+            active = self
+        raise self.error_class(f"{active.prog}: {explain(active, message)} (see --help)")
+
+
+def flags(parser: argparse.ArgumentParser) -> list[str]:
+    """The long flags `parser` takes (--help aside), in the order it declares them."""
+    return [s for a in parser._actions for s in a.option_strings if s.startswith("--") and s != "--help"]
+
+
+def explain(parser: argparse.ArgumentParser, message: str) -> str:
+    """argparse's `message` with the closest flag or choice, and what is allowed."""
+    m = _UNRECOGNIZED.match(message)
+    if m:
+        first = m.group("args").split()[0] if m.group("args").split() else ""
+        known = flags(parser)
+        if first.startswith("-"):
+            near = difflib.get_close_matches(first.split("=", 1)[0], known, n=1, cutoff=0.6)
+            return (f"{message}; " + (f"closest: {near[0]}; " if near else "")
+                    + ("flags: " + ", ".join(known) if known else "this command takes no flags"))
+        return f"{message}; this command takes no further values" + (f" (flags: {', '.join(known)})" if known else "")
+    m = _CHOICE.search(message)
+    if m:
+        choices = re.findall(r"'([^']*)'", m.group("choices"))
+        near = difflib.get_close_matches(m.group("value"), choices, n=1, cutoff=0.5)
+        if near:
+            return f"{message}; closest: {near[0]}"
+    return message
