@@ -84,9 +84,16 @@ def _synthesizer(settings):
 
 
 def _synthesizer_for(ctx: Mapping[str, Any]):
-    """-c local=true for a portfolio or product: no bootstrap stack needed (the moto deploy)."""
+    """-c local=true for a portfolio or product: no bootstrap roles needed. One product deploys into
+    moto with the legacy synthesizer; a whole portfolio cannot use it (its products' templates would
+    reference the portfolio's asset parameters across stacks, which CDK refuses), so its assets keep
+    concrete names and the CLI's own credentials deploy them."""
     from stacks.settings import _bool
-    return _synthesizer(type("Local", (), {"local": _bool("local", ctx.get("local", False))})())
+    local = _bool("local", ctx.get("local", False))
+    if local and "product" not in ctx:
+        import aws_cdk as cdk
+        return cdk.CliCredentialsStackSynthesizer()
+    return _synthesizer(type("Local", (), {"local": local})())
 
 
 def _context(app) -> dict:

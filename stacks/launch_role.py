@@ -103,6 +103,72 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+# What a role a product creates may ever do (its permissions boundary): exactly the actions that
+# dl-launcher's node, controller, guard and job roles are granted (tests check every product role
+# against it), and of IAM only passing SC- roles to EC2 and the EC2 launch services' linked roles.
+# The launch role may create or change a role only with this boundary on it, so a product version
+# (or whoever could edit one) cannot mint a role that manages IAM or does anything else.
+BOUNDARY_ACTIONS = (
+    "cloudformation:DescribeStacks",
+    "cloudwatch:GetMetricData", "cloudwatch:ListMetrics", "cloudwatch:PutMetricData",
+    "ec2:AuthorizeSecurityGroupEgress", "ec2:AuthorizeSecurityGroupIngress", "ec2:CreateFleet", "ec2:CreateTags",
+    "ec2:DescribeCapacityReservations", "ec2:DescribeFleets", "ec2:DescribeInstances",
+    "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeTags", "ec2:RevokeSecurityGroupEgress",
+    "ec2:RevokeSecurityGroupIngress", "ec2:RunInstances", "ec2:TerminateInstances",
+    "ec2messages:AcknowledgeMessage", "ec2messages:DeleteMessage", "ec2messages:FailMessage",
+    "ec2messages:GetEndpoint", "ec2messages:GetMessages", "ec2messages:SendReply",
+    "ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetAuthorizationToken",
+    "ecr:GetDownloadUrlForLayer",
+    "kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*",
+    "logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents",
+    "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:ListMultipartUploadParts",
+    "s3:PutObject",
+    "secretsmanager:GetSecretValue",
+    "sns:Publish",
+    "ssm:DescribeParameters", "ssm:GetCommandInvocation", "ssm:GetParameter", "ssm:GetParameterHistory",
+    "ssm:GetParameters", "ssm:SendCommand", "ssm:UpdateInstanceInformation",
+    "ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+)
+# The role actions whose request carries iam:PermissionsBoundary (the role's boundary, or the new one).
+BOUNDED_ROLE_ACTIONS = ("iam:CreateRole", "iam:AttachRolePolicy", "iam:DetachRolePolicy", "iam:PutRolePolicy",
+                        "iam:DeleteRolePolicy")
+
+
+def boundary_name(portfolio: str) -> str:
+    return f"dl-launcher-{portfolio}-product-boundary"[:128]
+
+
+class ProductRoleBoundary(Construct):
+    """The managed policy every role of a product carries as its permissions boundary, by a fixed
+    name (each account a portfolio is shared with deploys its own copy beside the launch role).
+    Attributes: policy."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, portfolio: str) -> None:
+        super().__init__(scope, construct_id)
+        stack = cdk.Stack.of(self)
+        self.policy = iam.ManagedPolicy(self, "Policy", managed_policy_name=boundary_name(portfolio),
+                                        description="dl-launcher products: the most any role of a launch may do",
+                                        statements=[
+            iam.PolicyStatement(actions=list(BOUNDARY_ACTIONS), resources=["*"]),
+            iam.PolicyStatement(actions=["iam:PassRole"], resources=[f"arn:{stack.partition}:iam::{stack.account}:role/SC-*"],
+                                conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}),
+            iam.PolicyStatement(actions=["iam:CreateServiceLinkedRole"], resources=["*"],
+                                conditions={"StringEquals": {"iam:AWSServiceName": ["ec2fleet.amazonaws.com",
+                                                                                     "spot.amazonaws.com"]}}),
+        ])
+        self.policy.node.default_child.add_metadata("checkov", {"skip": [{
+            "id": "CKV_AWS_108", "comment": "a permissions boundary grants nothing: it caps the product's roles, "
+            "whose own policies hold s3:GetObject, ssm:GetParameter and secretsmanager:GetSecretValue to the job's "
+            "bucket prefix, parameters and named secrets"}]})
+        why = ("a permissions boundary is a ceiling, not a grant: each role's own policy names its resources; the "
+               "boundary holds launches to these actions and to no IAM beyond passing SC- roles to EC2")
+        for finding in ["AwsSolutions-IAM5[Resource::*]",
+                        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:iam::{env_names(stack)[1]}:role/SC-*]",
+                        *(f"AwsSolutions-IAM5[Action::{a}]" for a in BOUNDARY_ACTIONS if a.endswith("*"))]:
+            cdk.Validations.of(self.policy).acknowledge(cdk.Acknowledgment(id=finding, reason=why))
+
+
 def permissions_for(resource_types: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """resource pattern -> sorted actions, for these types; a type without a row is a ValueError."""
     out: dict[str, set[str]] = {}
@@ -121,14 +187,18 @@ class LaunchRole(Construct):
     Keyword-only props: resource_types (every type in every product template), assets (the
     bucket holding the products' assets: Lambda code and the node bundle, read at launch),
     role_name [generated]: a shared portfolio's launch role is found by name in each account.
+    boundary: the permissions boundary every role it creates or changes must carry.
     Attributes: role.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, resource_types: Iterable[str],
-                 assets: s3.IBucket, role_name: "str | None" = None) -> None:
+                 assets: s3.IBucket, boundary: iam.IManagedPolicy, role_name: "str | None" = None) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
-        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("servicecatalog.amazonaws.com"),
+        # Only Service Catalog acting for this account (the confused-deputy guard AWS documents).
+        service = iam.ServicePrincipal("servicecatalog.amazonaws.com",
+                                       conditions={"StringEquals": {"aws:SourceAccount": stack.account}})
+        self.role = iam.Role(self, "Role", assumed_by=service,
                              role_name=role_name,
                              description="dl-launcher products: CloudFormation creates the product's resources, "
                                          "nothing else")
@@ -158,9 +228,14 @@ class LaunchRole(Construct):
         for resource, actions in permissions_for(resource_types).items():
             if resource == "*" and any(a.startswith("iam:") for a in actions):
                 raise ValueError("internal: IAM actions must be held to SC- names")
-            self.role.add_to_principal_policy(iam.PolicyStatement(
-                actions=list(actions), resources=[resource.format(**fill) if resource != "*" else "*"],
-                conditions=via))
+            target = [resource.format(**fill) if resource != "*" else "*"]
+            bounded = [a for a in actions if a in BOUNDED_ROLE_ACTIONS]
+            if bounded:
+                self.role.add_to_principal_policy(iam.PolicyStatement(actions=bounded, resources=target, conditions={
+                    **via, "StringEquals": {**via["StringEquals"], "iam:PermissionsBoundary": boundary.managed_policy_arn}}))
+            rest = [a for a in actions if a not in BOUNDED_ROLE_ACTIONS]
+            if rest:
+                self.role.add_to_principal_policy(iam.PolicyStatement(actions=rest, resources=target, conditions=via))
             wildcards.append(resource.format(**shown))
         reason = (
                 "CloudFormation creates the product's VPC, subnets, launch templates and groups, whose ids EC2 "

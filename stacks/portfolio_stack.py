@@ -21,7 +21,7 @@ from constructs import Construct
 from constructs_lib.nag import env_names
 from constructs_lib.observability.notifications import NotificationTopic
 
-from .launch_role import LaunchRole
+from .launch_role import LaunchRole, ProductRoleBoundary, boundary_name
 from .portfolio_settings import PortfolioSettings
 from .product_plan import ProductPlan
 from .selection import money
@@ -60,8 +60,9 @@ class LaunchRoleStack(cdk.Stack):
                  **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
         assets = s3.Bucket.from_bucket_name(self, "HubAssets", portfolio.asset_bucket_name)
+        self.boundary = ProductRoleBoundary(self, "ProductRoleBoundary", portfolio=settings.name).policy
         self.role = LaunchRole(self, "LaunchRole", resource_types=portfolio.resource_types, assets=assets,
-                               role_name=launch_role_name(settings)).role
+                               boundary=self.boundary, role_name=launch_role_name(settings)).role
 
 
 def product_tag(settings: PortfolioSettings, plan: ProductPlan) -> str:
@@ -98,6 +99,9 @@ class PortfolioStack(cdk.Stack):
             TrainingProduct(ps, "Product", plan=plan, product_tag=product_tag(settings, plan),
                             vpc_id=settings.vpc_id, subnet_ids=settings.subnet_ids,
                             availability_zone=settings.availability_zone, local=settings.local)
+            # By name: the launching account's own copy (the hub's, or a shared account's).
+            iam.PermissionsBoundary.of(ps).apply(iam.ManagedPolicy.from_managed_policy_name(
+                ps, "RoleBoundary", boundary_name(settings.name)))
             self.product_stacks[name] = ps
             histories[name] = sc.ProductStackHistory(
                 self, f"{name}-history", product_stack=ps, current_version_name=versions[name],
@@ -107,7 +111,9 @@ class PortfolioStack(cdk.Stack):
                                if isinstance(r, cdk.CfnResource)}
         # Shared: Service Catalog looks the launch role up by name in each account that launches.
         self.shared = bool(settings.share_with_accounts or settings.share_with_organization_units)
+        self.boundary = ProductRoleBoundary(self, "ProductRoleBoundary", portfolio=settings.name).policy
         self.launch_role = LaunchRole(self, "LaunchRole", resource_types=self.resource_types, assets=self.assets,
+                                      boundary=self.boundary,
                                       role_name=launch_role_name(settings) if self.shared else None).role
         for plan in plans:
             name = plan.profile.name

@@ -250,6 +250,9 @@ def test_launch_role_covers_every_resource_type_and_only_through_cloudformation(
     ("[portfolio]\nshare_with_accounts = [\"12345\"]\n", "portfolio.share_with_accounts has '12345': expected a "
                                                           "12-digit AWS account id"),
     ("[portfolio.tag_options]\nteam = []\n", "portfolio.tag_options.team is empty"),
+    # Arabic-Indic digits: a regex \d took them, and the share failed only at deploy
+    ("[portfolio]\nshare_with_accounts = [\"\u0661\u0661\u0661\u0661\u0662\u0662\u0662\u0662\u0663\u0663\u0663\u0663\"]\n",
+     "expected a 12-digit AWS account id"),
     ("[portfolio]\nshare_with_organization_units = [\"r-ab12\"]\n", "expected an organizational unit id"),
     ("[portfolio]\nprincipals = [\"ml-engineers\"]\n", "expected an IAM role, group or user ARN"),
     ("[portfolio.tag_options]\ncost_center = [\"x\"]\n", "closest: cost-centre"),
@@ -418,3 +421,78 @@ def test_a_snapshots_path_that_cannot_be_a_directory_is_one_line(tmp_path, capsy
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and expected in err and "Traceback" not in err, err
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.template.json"))
+
+
+def _statements(template: dict, role_logical_id: str) -> list[dict]:
+    return [st for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
+            and {"Ref": role_logical_id} in r["Properties"]["Roles"]
+            for st in r["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def _listed(v) -> list:
+    return v if isinstance(v, list) else [v]
+
+
+# AWS managed policies that product roles attach, with their published actions (IAM console,
+# "AWSLambdaBasicExecutionRole", version v1): the boundary must hold them too.
+AWS_MANAGED = {"AWSLambdaBasicExecutionRole": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"]}
+
+
+def test_every_role_a_product_creates_carries_the_boundary_and_needs_nothing_beyond_it(team_portfolio):
+    """Issue 22: the launch role creates SC- roles only with the portfolio's boundary on them, and
+    the boundary holds every action the products' own roles are granted (else a launch would fail)."""
+    import fnmatch
+
+    from stacks.launch_role import boundary_name
+    portfolio = json.loads((team_portfolio / "dl-portfolio-team.template.json").read_text())
+    (boundary_id, boundary), = [(k, r["Properties"]) for k, r in portfolio["Resources"].items()
+                                if r["Type"] == "AWS::IAM::ManagedPolicy"
+                                and r["Properties"].get("ManagedPolicyName") == boundary_name("team")]
+    ceiling = [a for st in boundary["PolicyDocument"]["Statement"] if st["Effect"] == "Allow"
+               for a in _listed(st["Action"])]
+    # of IAM, the boundary allows passing roles to EC2 and the launch services' linked roles, nothing else
+    assert sorted(a for a in ceiling if a.startswith("iam:")) == ["iam:CreateServiceLinkedRole", "iam:PassRole"]
+    assert not any(fnmatch.fnmatchcase(f"{s}:AnyAction", a) for a in ceiling
+                   for s in ("iam", "sts", "organizations", "account"))
+    products = _products(team_portfolio)
+    assert products
+    for name, t in products.items():
+        roles = {k: r for k, r in t["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
+        assert roles, name
+        for k, r in roles.items():
+            arn = json.dumps(r["Properties"].get("PermissionsBoundary"))
+            assert arn.endswith(f':policy/{boundary_name("team")}"]]}}'), (name, k, arn)
+            granted = [a for st in _statements(t, k) if st["Effect"] == "Allow" for a in _listed(st["Action"])]
+            granted += [a for p in r["Properties"].get("Policies", []) for st in p["PolicyDocument"]["Statement"]
+                        for a in _listed(st["Action"])]
+            for arn in r["Properties"].get("ManagedPolicyArns", []):
+                granted += AWS_MANAGED[json.dumps(arn).rsplit("/", 1)[1].rstrip('"}')]
+            beyond = [a for a in granted if not any(fnmatch.fnmatchcase(a, c) for c in ceiling)]
+            assert beyond == [], (name, k, beyond)
+    (role,) = [k for k, r in portfolio["Resources"].items() if r["Type"] == "AWS::IAM::Role"
+               and r["Properties"].get("RoleName") == "dl-launcher-team-launch"]
+    trust = portfolio["Resources"][role]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert [st["Condition"] for st in trust] == [{"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}]
+    creating = [st for st in _statements(portfolio, role) if "iam:CreateRole" in _listed(st["Action"])]
+    assert creating and all(st["Condition"]["StringEquals"]["iam:PermissionsBoundary"] == {"Ref": boundary_id}
+                            for st in creating)
+    for st in _statements(portfolio, role):  # no way to a role without the boundary, or to remove it
+        for a in _listed(st["Action"]):
+            if a in ("iam:CreateRole", "iam:PutRolePolicy", "iam:AttachRolePolicy"):
+                assert "iam:PermissionsBoundary" in st["Condition"]["StringEquals"], st
+            assert a not in ("iam:DeleteRolePermissionsBoundary", "iam:PutRolePermissionsBoundary", "iam:*"), st
+    # each shared account deploys the same boundary by the same name beside its launch role
+    spoke = json.loads((team_portfolio / "dl-portfolio-team-launch-role.template.json").read_text())
+    assert [r["Properties"]["ManagedPolicyName"] for r in spoke["Resources"].values()
+            if r["Type"] == "AWS::IAM::ManagedPolicy"] == [boundary_name("team")]
+
+
+def test_a_portfolio_with_local_true_synthesizes_and_leaves_no_stray_files(tmp_path, monkeypatch):
+    """The README documents -c local=true with portfolio; it crashed on a cross-stack asset reference."""
+    (tmp_path / "team.toml").write_text('[portfolio]\nprofiles = ["dev-prototyping"]\n')
+    rc, out = _synth(tmp_path, monkeypatch, portfolio="small", profiles_file=tmp_path / "team.toml", local="true",
+                     snapshots=tmp_path / "snaps")
+    assert rc == 0
+    assert (out / "dl-portfolio-small.template.json").is_file()
+    assert not (out / "error.txt").exists()
+    assert len(_products(out)) == 1
