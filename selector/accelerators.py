@@ -25,13 +25,15 @@ NVLINK_FABRICS = ("nvswitch", "nvlink")
 SCALING_CLASSES = ("fabric", "pcie")
 # What a row's relative_training_throughput rests on, and the uncertainty the rule in
 # accelerators.md ("Basis and uncertainty") gives it unless the row states a reason to differ.
-BASES = ("baseline", "measured", "proxy-measured", "derived-tflops", "vendor-claim", "not-for-training")
+BASES = ("baseline", "measured", "proxy-measured", "derived-tflops", "vendor-claim", "vendor-upper-bound",
+         "not-for-training")
 DEFAULT_UNCERTAINTY = {
     "baseline": 0.0,          # V100 = 1.0 by definition
     "measured": 0.15,         # independent multi-model suite, same harness as the V100 reference
     "proxy-measured": 0.20,   # one model, a sibling SKU, another harness, or a ratio chained through a measured row
     "derived-tflops": 0.30,   # anchor x (TFLOPS ratio)^0.78
     "vendor-claim": 0.30,     # at least: a vendor's own performance or price-performance claim
+    "vendor-upper-bound": 0.30,  # a vendor's "up to" claim: a best case, never a central figure
     "not-for-training": 0.0,  # the figure is 0 because the part is not a training device; nothing to be unsure of
 }
 # Two memory sizes within this fraction are the same variant (EC2 reports MiB; 81920 MiB = 80 GiB).
@@ -151,6 +153,23 @@ def spec_for(what: Union[Facts, tuple[str, Optional[float]], str],
         name, memory = what
     else:
         name, memory = what.accelerator, what.accelerator_memory_gib
+    # Every rule and the model ask this for every type on every ranking (about 160 times a call):
+    # answered once per table, name and memory. The table is held beside its answers, so its id
+    # cannot be reused by another dict while they are kept.
+    held = _SPEC_CACHE.get(id(accelerators))
+    if held is None or held[0] is not accelerators:
+        held = _SPEC_CACHE[id(accelerators)] = (accelerators, {})
+    key = (name, memory)
+    found = held[1].get(key)
+    if found is None:
+        found = held[1][key] = _find_spec(name, memory, accelerators)
+    return found
+
+
+_SPEC_CACHE: dict[int, tuple[dict[str, AcceleratorSpec], dict[tuple[str, Optional[float]], AcceleratorSpec]]] = {}
+
+
+def _find_spec(name: str, memory: Optional[float], accelerators: dict[str, AcceleratorSpec]) -> AcceleratorSpec:
     base = accelerators[name]
     if memory:
         for spec in accelerators.values():

@@ -8,7 +8,6 @@ controller's Lambda package carry this file.
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 from typing import Optional
 
@@ -44,6 +43,8 @@ def flags(parser: argparse.ArgumentParser) -> list[str]:
 
 def explain(parser: argparse.ArgumentParser, message: str) -> str:
     """argparse's `message` with the closest flag or choice, and what is allowed."""
+    import difflib  # only on a mistake: every CLI start builds a parser
+
     m = _UNRECOGNIZED.match(message)
     if m:
         first = m.group("args").split()[0] if m.group("args").split() else ""

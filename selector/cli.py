@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-age", metavar="MINUTES",
                    help=f"with --live: use cached prices younger than this (default {DEFAULT_MAX_AGE}; 0 refetches)")
     s.add_argument("--az", metavar="a,b", help="with --live: only these Availability Zones count for spot")
+    s.add_argument("--trust-single-az-spot", action="store_true",
+                   help="with --spot: rank on single-AZ quotes below 25%% of on-demand (set aside by default)")
+    s.add_argument("--gpu", metavar="MODEL[:COUNT]",
+                   help="only this accelerator model, and count per node (SkyPilot's syntax: H100:8, A10G, trainium2:16)")
+    s.add_argument("--min-gpu-memory", metavar="GiB", help="at least this much memory per accelerator")
+    s.add_argument("--max-price", metavar="USD", help="at most this price per node-hour in the ranked market")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("show", help="one instance type's full catalog entry")
@@ -94,17 +100,9 @@ def _recommend(a: argparse.Namespace) -> str:
     profile = get_profile(a.profile, load_profiles(a.profiles))
     measured = load_measurements(a.throughput, catalog.types) if a.throughput else None
     if a.throughput:
-        from dataclasses import replace
-
-        from .throughput import calibration, failed_in
+        from .throughput import failed_in
         for name, reason in failed_in(a.throughput):
             _warn(f"measurement failed for {name}: {reason}; it ranks on the model")
-        cal = calibration(a.throughput, profile.name)
-        if cal:
-            scale, count = cal
-            profile = replace(profile, reference_samples_per_second=profile.reference_samples_per_second * scale)
-            _warn(f"modelled figures scaled by {scale:.3g} into the benchmark's units (the median measured/model "
-                  f"ratio of {count} measured type(s) in {a.throughput}), so unmeasured types rank like for like")
     families = _families(a.families)
     if a.spot and a.capacity_block:
         raise UserError("--spot and --capacity-block name two markets; pick one (neither: on-demand)")
@@ -116,8 +114,23 @@ def _recommend(a: argparse.Namespace) -> str:
     if user_prices is not None:  # the user's own prices (private pricing, discounts) win over list prices
         catalog = catalog.with_prices(user_prices)
     rec = recommend(profile, region=a.region, market=market, top=top, families=families,
-                    measured=measured, catalog=catalog)
+                    measured=measured, catalog=catalog, filters=_filters(a, catalog),
+                    trust_single_az_spot=a.trust_single_az_spot)
+    if rec.calibration is not None:  # said on stderr too: it changes every modelled figure shown
+        _warn(f"modelled figures scaled by {rec.calibration.scale:.3g} into your measurements' units "
+              f"({rec.calibration.describe()} in {a.throughput}), so unmeasured types rank like for like")
     return render.dumps(rec.to_dict()) if a.json else render.recommendation_text(rec)
+
+
+def _filters(a: argparse.Namespace, catalog):
+    """The ad-hoc filters (--gpu, --min-gpu-memory, --max-price), or None when none is given."""
+    from .requirements import Filters, parse_gpu
+    if a.gpu is None and a.min_gpu_memory is None and a.max_price is None:
+        return None
+    model, count = parse_gpu(a.gpu, {f.accelerator for f in catalog}) if a.gpu is not None else (None, None)
+    memory = 0.0 if a.min_gpu_memory is None else finite_number(a.min_gpu_memory, "--min-gpu-memory", 0, 1e6, above=True)
+    price = None if a.max_price is None else finite_number(a.max_price, "--max-price", 0, 1e6, above=True)
+    return Filters(accelerator=model, count=count, min_memory_gib=memory, max_price=price)
 
 
 def _warn(message: str) -> None:

@@ -10,11 +10,15 @@ def parse_as_of(as_of: str) -> Optional[dt.date]:
     """The date of an as_of stamp: "2026-08-26", "2026-11-22T10:31Z" (live), "2024-12" (a month: its
     first day, so the age is never understated). None for "unknown" or anything else."""
     text = (as_of or "").strip()
-    for size, fmt in ((10, "%Y-%m-%d"), (7, "%Y-%m")):
-        try:
-            return dt.datetime.strptime(text[:size], fmt).date()
-        except ValueError:
-            continue
+    # Not strptime: it imports _strptime, calendar and locale on every CLI start that shows a price.
+    try:
+        return dt.date.fromisoformat(text[:10])
+    except ValueError:
+        pass
+    year, dash, month = text[:7].partition("-")
+    if dash and len(year) == 4 and len(month) == 2 and year.isdigit() and month.isdigit() and year.isascii() \
+            and month.isascii() and 1 <= int(month) <= 12:
+        return dt.date(int(year), int(month), 1)
     return None
 
 

@@ -1,6 +1,7 @@
 """recommend(profile) -> Recommendation: filter by hard requirements, estimate, rank, explain."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Optional, Union
 
@@ -10,7 +11,7 @@ from .catalog import Catalog, load_catalog
 from .errors import unknown
 from .facts import InstanceFacts, Price
 from .profiles import Profile, get_profile
-from .requirements import MARKETS, Context, failures
+from .requirements import MARKETS, Context, Filters, fails, failures, rules_for
 from .throughput import Estimate, Measurement, model
 
 DEFAULT_REGION = "us-east-1"
@@ -39,20 +40,29 @@ class Candidate:
     # The model's stated uncertainty for this figure (0.15 = +-15%); 0 for measured figures.
     uncertainty: float = 0.0
     throughput_basis: str = ""
-    # Candidates whose ranking metric lies within each other's uncertainty: reported as a tie,
-    # cheaper first. Empty when the candidate stands alone.
-    tied_with: tuple[str, ...] = ()
+    # The ranking's uncertainty bands and this candidate's place in them: tied_with is read from
+    # them when asked (a --top 5 table asks five times; the whole catalog may hold 1,000 tied pairs).
+    # The spot price is shown but not ranked on (see SUSPECT_SPOT_FRACTION).
+    spot_untrusted: bool = False
+    _bands: Optional["_Bands"] = field(repr=False, default=None, compare=False)
+    _index: int = field(repr=False, default=-1, compare=False)
     # What the reasons are made of; the sentences are written only when someone reads them
     # (a --top 5 table reads five), which keeps ranking the whole catalog cheap.
-    _explanation: str = field(repr=False, default="")
+    _explanation: Any = field(repr=False, default="", compare=False)  # the sentence, or a function that writes it
     _region: str = field(repr=False, default="")
     _measured: Optional[Measurement] = field(repr=False, default=None)
+
+    @property
+    def tied_with(self) -> tuple[str, ...]:
+        """Candidates whose figure's uncertainty band overlaps this one's: a flag ("measure these to
+        decide"), not a reordering. Empty when the candidate stands alone."""
+        return self._bands.partners(self._index) if self._bands is not None else ()
 
     @property
     def reasons(self) -> tuple[str, ...]:
         facts, region, m = self.facts, self._region, self._measured
         price = facts.price(region)
-        out = [_meets(facts), self._explanation]
+        out = [_meets(facts), self._explanation() if callable(self._explanation) else self._explanation]
         if price:
             out.append(price_line(price, region))
         elif facts.capacity_block_only:
@@ -65,8 +75,15 @@ class Candidate:
                        f"({freshness.describe(block.as_of)}; {block.source})")
         if m and (m.price_per_hour or m.spot_price_per_hour):
             out.append(f"prices from {m.source}")
+        if self.spot_untrusted:
+            p = self.facts.price(self._region)
+            out.append(f"spot ${self.spot_price_per_hour:.2f}/h is one AZ's quote ({p.spot_as_of or 'undated'}) at "
+                       f"{self.spot_price_per_hour / self.price_per_hour:.0%} of on-demand, below the "
+                       f"{SUSPECT_SPOT_FRACTION:.0%} this ranking trusts without a current quote: ranked as unpriced "
+                       "on spot; confirm it with --live, or rank on it with --trust-single-az-spot")
         if self.tied_with:
-            out.append(f"ties with {', '.join(self.tied_with)}: within the model's uncertainty, so the cheaper ranks first")
+            out.append(f"ties with {', '.join(self.tied_with)}: their uncertainty bands overlap, so the model cannot "
+                       "tell them apart; measure these to decide (ranked by the objective's expected value)")
         return tuple(out)
 
     @property
@@ -99,6 +116,15 @@ class Candidate:
 
     def per_dollar(self, market: Market) -> Optional[float]:
         return _per_dollar(self.samples_per_second, self.hourly(market))
+
+    def ranked_hourly(self, market: Market) -> Optional[float]:
+        """The price the ranking uses: hourly(), less a spot quote it does not trust."""
+        if self.spot_untrusted and market_name(market) == "spot":
+            return None
+        return self.hourly(market)
+
+    def ranked_per_dollar(self, market: Market) -> Optional[float]:
+        return _per_dollar(self.samples_per_second, self.ranked_hourly(market))
 
     def to_dict(self) -> dict[str, Any]:
         f = self.facts
@@ -138,6 +164,7 @@ class Candidate:
             "throughput_basis": self.throughput_basis,
             "throughput_uncertainty": self.uncertainty,
             "tied_with": list(self.tied_with),
+            "spot_untrusted": self.spot_untrusted,
             "reasons": list(self.reasons),
         }
 
@@ -179,8 +206,14 @@ def price_dict(price: Optional[Price], measured: Optional[Measurement] = None) -
 
 @dataclass(frozen=True)
 class Excluded:
+    """A type that fails a hard requirement. Every reason it fails is written when read (the
+    ranking only needs to know that one rule failed)."""
     instance_type: str
-    reasons: tuple[str, ...]
+    _why: Any = field(repr=False, compare=False)  # () -> the reasons
+
+    @functools.cached_property
+    def reasons(self) -> tuple[str, ...]:  # noqa: D401 (cached in the instance's __dict__, frozen or not)
+        return tuple(self._why())
 
     def to_dict(self) -> dict[str, Any]:
         return {"instance_type": self.instance_type, "reasons": list(self.reasons)}
@@ -197,6 +230,7 @@ class Recommendation:
     why: str
     notes: tuple[str, ...] = field(default=())
     market: str = ""  # one of MARKETS; "" = from `spot`
+    calibration: Optional[Calibration] = None
 
     def __post_init__(self) -> None:
         if not self.market:
@@ -223,6 +257,7 @@ class Recommendation:
             "candidates": [c.to_dict() for c in self.candidates],
             "excluded": [e.to_dict() for e in self.excluded],
             "notes": list(self.notes),
+            "calibration": self.calibration.to_dict() if self.calibration else None,
         }
 
 
@@ -259,14 +294,23 @@ def _round(x: Optional[float]) -> Optional[float]:
 
 _MISSING = float("inf")
 
+# A spot figure that is one AZ's quote, undated or more than SPOT_QUOTE_FRESH_DAYS old, and below this
+# fraction of on-demand is not trusted to decide a ranking: AWS GPU spot prices in a healthy market
+# sit at 30-70% of on-demand across AZs, and the quotes below a quarter that the catalog holds
+# (p6-b200.48xlarge at 18% in us-east-1, p5en.48xlarge at 14% in Seoul) are single AZs on undated
+# snapshots. Such a type ranks as unpriced on spot until --live confirms the quote (a quote from today's
+# market) or the user passes --trust-single-az-spot.
+SUSPECT_SPOT_FRACTION = 0.25
+SPOT_QUOTE_FRESH_DAYS = 2
+
 
 def _sort_key(objective: str, market: str):
     def price(c: Candidate) -> float:
-        p = c.hourly(market)
+        p = c.ranked_hourly(market)
         return p if p is not None else _MISSING
 
     def per_dollar(c: Candidate) -> float:
-        v = c.per_dollar(market)
+        v = c.ranked_per_dollar(market)
         return -v if v is not None else _MISSING
 
     keys = {
@@ -281,51 +325,111 @@ def _sort_key(objective: str, market: str):
 # Objectives whose ranking rests on the throughput figure, and so on its uncertainty.
 _MODEL_METRICS = {
     "max_throughput": lambda c, market: c.samples_per_second,
-    "max_samples_per_dollar": lambda c, market: c.per_dollar(market),
+    "max_samples_per_dollar": lambda c, market: c.ranked_per_dollar(market),
 }
 
 
-def _tie_groups(ranked: list[Candidate], objective: str, market: str) -> list[Candidate]:
-    """Re-rank so that candidates the model cannot tell apart are reported as ties, cheaper first.
+@dataclass(frozen=True)
+class _Bands:
+    """One ranking's figures with their uncertainty intervals, v x (1 +- u), in rank order (the
+    metric descending). Two candidates tie when their intervals overlap. A measured figure (u = 0)
+    is a point: it ties with a modelled one whose band holds it, with another measured one only if
+    equal. An unknown or zero figure (no price, not a training device) ties with none."""
+    names: tuple[str, ...]
+    values: tuple[Optional[float], ...]
+    lows: tuple[Optional[float], ...]
+    highs: tuple[Optional[float], ...]
+    widest: float
 
-    Walking down the ranking, the leader of what is left ties with every candidate whose metric is
-    within the larger of the two stated uncertainties of the leader's (metric >= leader x (1 - u)).
-    A figure with no uncertainty (measured by the user) ties only with an equal one."""
+    def partners(self, i: int) -> tuple[str, ...]:
+        low, high, values = self.lows[i], self.highs[i], self.values
+        if low is None:
+            return ()
+        out = []
+        for j in range(i - 1, -1, -1):  # above: larger figures
+            if values[j] is not None and values[j] * (1 - self.widest) > high:
+                break  # every figure further up is larger still: its band starts above this one's
+            if self.highs[j] is not None and self.highs[j] >= low and high >= self.lows[j]:
+                out.append(j)
+        for j in range(i + 1, len(values)):  # below: smaller figures
+            if values[j] is None or values[j] * (1 + self.widest) < low:
+                break
+            if self.highs[j] is not None and self.highs[j] >= low and high >= self.lows[j]:
+                out.append(j)
+        return tuple(self.names[j] for j in sorted(out))
+
+
+def _tie_groups(ranked: list[Candidate], objective: str, market: str) -> list[Candidate]:
+    """Give the ranking its uncertainty bands, from which each candidate's ties are read. A tie is a
+    flag ("measure these to decide"), never a reordering: the ranking stays by the objective's own
+    expected value (a cheaper type does not jump a faster one under max_throughput, nor one with
+    fewer samples per dollar a better one)."""
     metric = _MODEL_METRICS.get(objective)
     if metric is None:
         return ranked
-    widest = max((c.uncertainty for c in ranked), default=0.0)
-    left, out = list(ranked), []
-    while left:
-        leader = left[0]
-        lead = metric(leader, market)
-        group = [leader]
-        if lead is not None and lead > 0:
-            floor = lead * (1 - max(widest, leader.uncertainty))
-            for c in left[1:]:
-                v = metric(c, market)
-                if v is None or v < floor:
-                    break  # sorted by the metric: nothing further down can tie
-                if v >= lead * (1 - max(leader.uncertainty, c.uncertainty)):
-                    group.append(c)
-        if len(group) > 1:
-            order = {c.instance_type: i for i, c in enumerate(group)}
-            group.sort(key=lambda c: (c.hourly(market) if c.hourly(market) is not None else _MISSING,
-                                      order[c.instance_type]))
-            names = [c.instance_type for c in group]
-            group = [replace(c, tied_with=tuple(n for n in names if n != c.instance_type)) for c in group]
-        taken = {c.instance_type for c in group}
-        out.extend(group)
-        left = [c for c in left if c.instance_type not in taken]
-    return out
+    values = tuple(metric(c, market) for c in ranked)
+    bands = _Bands(names=tuple(c.instance_type for c in ranked), values=values,
+                   lows=tuple(v * (1 - c.uncertainty) if v else None for c, v in zip(ranked, values)),
+                   highs=tuple(v * (1 + c.uncertainty) if v else None for c, v in zip(ranked, values)),
+                   widest=max((c.uncertainty for c in ranked), default=0.0))
+    for i, c in enumerate(ranked):  # made by this call: set once, before anyone else sees them
+        object.__setattr__(c, "_bands", bands)
+        object.__setattr__(c, "_index", i)
+    return ranked
 
 
 def _estimate(facts: InstanceFacts, profile: Profile, accelerators: dict[str, AcceleratorSpec],
-              measured: dict[str, Measurement]) -> Estimate:
+              measured: dict[str, Measurement], scale: Optional["Calibration"] = None) -> Estimate:
     m = measured.get(facts.instance_type)
     if m is not None:
         return Estimate(m.samples_per_second, "measured", f"measured: {m.samples_per_second:g} samples/s ({m.source})")
-    return model(facts, profile, accelerators)
+    est = model(facts, profile, accelerators)
+    if scale is None:
+        return est
+    return replace(est, samples_per_second=est.samples_per_second * scale.scale, source="calibrated",
+                   _explain=lambda: f"{est.explanation}; x {scale.scale:.3g} into your measurements' units "
+                                    f"(calibrated: {scale.describe()})")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured samples/s count the user's own samples (images, tokens, sequences); the model counts
+    the profile's reference units. `scale` (the median measured/model ratio over the measured types)
+    puts every modelled figure in the user's units, so measured and modelled candidates rank on one
+    scale. `outliers`: measured types whose ratio lies off the median by more than their model band
+    (the measurement or the model row is wrong; either way the ranking should not be trusted blindly)."""
+    scale: float
+    count: int
+    outliers: tuple[tuple[str, float, float], ...] = ()  # (type, its ratio / the median, its band)
+
+    def describe(self) -> str:
+        return f"the median measured/model ratio of {self.count} measured type{'s' if self.count != 1 else ''}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scale": round(self.scale, 6), "measured_types": self.count,
+                "outliers": [{"instance_type": n, "relative_to_median": round(r, 3), "band": b}
+                             for n, r, b in self.outliers]}
+
+
+def calibrate(catalog: Iterable[InstanceFacts], profile: Profile, accelerators: dict[str, AcceleratorSpec],
+              measured: dict[str, Measurement]) -> Optional[Calibration]:
+    """The Calibration for these measurements, or None when none of them is of a catalog type the
+    model can figure (a not-for-training accelerator models as zero)."""
+    import statistics
+
+    ratios: list[tuple[str, float, float]] = []
+    for facts in catalog:
+        m = measured.get(facts.instance_type)
+        if m is None:
+            continue
+        est = model(facts, profile, accelerators)
+        if est.samples_per_second > 0:
+            ratios.append((facts.instance_type, m.samples_per_second / est.samples_per_second, est.uncertainty))
+    if not ratios:
+        return None
+    median = statistics.median(r for _n, r, _u in ratios)
+    outliers = tuple((n, r / median, u) for n, r, u in ratios if abs(r / median - 1) > u + 1e-9)
+    return Calibration(median, len(ratios), outliers)
 
 
 def _fmt_price(v: Optional[float]) -> str:
@@ -344,9 +448,11 @@ def _why(profile: Profile, ranked: list[Candidate], market: str, region: str) ->
     u = max(top.uncertainty, second.uncertainty)
     if top.tied_with and o in _MODEL_METRICS and u > 0:
         what = "throughput" if o == "max_throughput" else f"{kind} samples per dollar"
-        return (f"{top.instance_type} ties with {', '.join(top.tied_with)} on modelled {what} "
-                f"(within the model's ±{u:.0%}) and is the cheapest of them ({kind}): "
-                f"{_fmt_price(top.hourly(market))} vs {_fmt_price(second.hourly(market))} for {second.instance_type}")
+        fig = (lambda c: f"{c.samples_per_second:,.0f} samples/s") if o == "max_throughput" else (
+            lambda c: f"{c.per_dollar(market) or 0:,.0f} samples per dollar")
+        return (f"{top.instance_type} leads on modelled {what} ({fig(top)} vs {fig(second)} for "
+                f"{second.instance_type}) but ties with {_some(top.tied_with)}: their uncertainty bands "
+                f"overlap (±{u:.0%}); measure these to decide")
     if o == "max_throughput":
         if top.samples_per_second == second.samples_per_second:
             a, b = top.hourly(market), second.hourly(market)
@@ -377,12 +483,19 @@ def recommend(
     catalog: Optional[Catalog] = None,
     accelerators: Optional[dict[str, AcceleratorSpec]] = None,
     market: Optional[str] = None,
+    calibrate_model: bool = True,
+    filters: Optional[Filters] = None,
+    trust_single_az_spot: bool = False,
 ) -> Recommendation:
     """Rank every type in the catalog for `profile` in `region`.
 
     market: "on-demand", "spot" or "capacity-block" (the price kind ranked on); default from `spot`.
     families: restrict the catalog to these families; naming a retired family makes it eligible.
     measured: per-type measured samples/s (and optional prices) that replace the model.
+    trust_single_az_spot: rank on spot quotes SUSPECT_SPOT_FRACTION would set aside.
+    filters: ad-hoc narrowing on top of the profile (--gpu, --min-gpu-memory, --max-price).
+    calibrate_model: scale every modelled figure into the measurements' units (see Calibration),
+      so measured and modelled candidates compare on one scale; off only to see raw model units.
     """
     if isinstance(profile, str):
         profile = get_profile(profile)
@@ -399,26 +512,31 @@ def recommend(
         families = [f for f in families if f.strip()]
         catalog = catalog.only_families(families)
         named = frozenset(f.strip() for f in families)
-    ctx = Context(region=region, spot=spot, named_families=named, accelerators=accelerators, market=market)
+    ctx = Context(region=region, spot=spot, named_families=named, accelerators=accelerators, market=market,
+                  filters=filters)
+    scale = calibrate(catalog, profile, accelerators, measured) if measured and calibrate_model else None
+    rules = rules_for(profile, ctx)
 
     survivors: list[Candidate] = []
     excluded: list[Excluded] = []
     for facts in catalog:
-        failed = failures(facts, profile, ctx)
-        if failed:
-            excluded.append(Excluded(facts.instance_type, tuple(failed)))
+        if fails(facts, profile, ctx, rules):
+            excluded.append(Excluded(facts.instance_type, functools.partial(failures, facts, profile, ctx)))
             continue
-        est = _estimate(facts, profile, accelerators, measured)
+        est = _estimate(facts, profile, accelerators, measured, scale)
         price = facts.price(region)
         m = measured.get(facts.instance_type)
         od = m.price_per_hour if m and m.price_per_hour else (price.on_demand if price else None)
         sp = m.spot_price_per_hour if m and m.spot_price_per_hour else (price.spot if price else None)
         block = facts.capacity_block_prices.get(region)
+        untrusted = (spot and not trust_single_az_spot and sp is not None and od and price is not None
+                     and sp < SUSPECT_SPOT_FRACTION * od and price.spot_azs == 1 and sp == price.spot
+                     and not _fresh(price.spot_as_of))
         survivors.append(Candidate(
-            facts, 0, od, sp, est.samples_per_second, est.source,
+            facts, 0, od, sp, est.samples_per_second, est.source, spot_untrusted=bool(untrusted),
             capacity_block_price_per_hour=block.usd_per_hour if block else None,
             uncertainty=getattr(est, "uncertainty", 0.0), throughput_basis=getattr(est, "basis", est.source),
-            _explanation=est.explanation, _region=region, _measured=m))
+            _explanation=est._explain, _region=region, _measured=m))
 
     survivors.sort(key=_sort_key(profile.objective, market))
     ranked = _tie_groups(survivors, profile.objective, market)
@@ -429,14 +547,42 @@ def recommend(
     if any(c.throughput_source == "model" for c in ranked):
         notes.append("model figures are estimates (each row's ± is its stated uncertainty): "
                      "measure your own job and pass --throughput FILE")
-    if any(c.tied_with for c in ranked):
-        notes.append("ties: candidates whose modelled figures lie within the model's uncertainty of each other "
-                     "rank cheaper first; measure them to break the tie")
+    if ranked and ranked[0].throughput_basis == "vendor-upper-bound" and ranked[0].throughput_source != "measured":
+        # A best case must not win silently: say so in `why` itself, the line every reader sees.
+        why += (f"; note: {ranked[0].facts.accelerator}'s figure is an upper bound from the vendor's own 'up to' claim, "
+                "not a measurement: measure it (bench plan) before committing to it")
+        notes.append(f"{ranked[0].instance_type} wins on an upper bound ({ranked[0].facts.accelerator}: a vendor's "
+                     "best-case claim); typical workloads are likely slower: measure before committing")
+    untrusted = [c.instance_type for c in ranked if c.spot_untrusted]
+    if untrusted:
+        notes.append(f"spot: {', '.join(untrusted[:5])}{' and more' if len(untrusted) > 5 else ''} rank as unpriced: "
+                     f"each one AZ's undated quote below {SUSPECT_SPOT_FRACTION:.0%} of on-demand; confirm with --live "
+                     "or pass --trust-single-az-spot")
+    if scale is not None:
+        notes.append(f"calibrated: modelled figures x {scale.scale:.3g} into your measurements' units "
+                     f"({scale.describe()}), so measured and modelled types rank on one scale")
+        for name, rel, band in scale.outliers:
+            notes.append(f"{name}: measured {rel:.2f}x what the calibrated model expects, outside its ±{band:.0%} "
+                         "band: check the measurement (same job, batch and precision?) or the model's row")
+    if any(c.tied_with for c in ranked[:top or len(ranked)]):
+        notes.append("ties: candidates whose figures' uncertainty bands overlap are flagged with their partners "
+                     "and stay ranked by the objective's expected value; measure them to decide")
     if top is not None:
         ranked = ranked[:top]
     excluded.sort(key=lambda e: e.instance_type)
     return Recommendation(profile, region, spot, catalog.as_of, tuple(ranked), tuple(excluded), why,
-                          tuple(notes), market)
+                          tuple(notes), market, scale)
+
+
+def _some(names: tuple[str, ...], most: int = 4) -> str:
+    """'a, b, c, d and 5 more': a why line stays readable when dozens tie."""
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _fresh(as_of: str) -> bool:
+    days = freshness.age_days(as_of)
+    return days is not None and days <= SPOT_QUOTE_FRESH_DAYS
 
 
 def _meets(f: InstanceFacts) -> str:

@@ -48,12 +48,22 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
+def _tie_cell(c, ranks: dict[str, int]) -> str:
+    """' (tie #2,#5)': with whom, by rank; partners beyond the rows shown are counted."""
+    if not c.tied_with:
+        return ""
+    shown = sorted(ranks[n] for n in c.tied_with if n in ranks)
+    beyond = len(c.tied_with) - len(shown)
+    return " (tie " + ",".join([f"#{r}" for r in shown] + ([f"+{beyond}"] if beyond else [])) + ")"
+
+
 def recommendation_text(rec: Recommendation, show_excluded: int = 10) -> str:
     p = rec.profile
     out = [f"profile {p.name}: {p.description}",
            f"region {rec.region}, {rec.market} prices, objective {p.objective}, "
            f"catalog as of {rec.catalog_as_of}", ""]
     rows = []
+    ranks = {c.instance_type: c.rank for c in rec.candidates}
     for c in rec.candidates:
         f = c.facts
         rows.append([
@@ -64,7 +74,7 @@ def recommendation_text(rec: Recommendation, show_excluded: int = 10) -> str:
             *_price_cells(c, rec.market), _samples(c), _num(c.samples_per_dollar),
             _num(c.spot_samples_per_dollar),
             *([_num(c.per_dollar("capacity-block"))] if rec.market == "capacity-block" else []),
-            c.throughput_source + (" (tie)" if c.tied_with else ""),
+            c.throughput_source + _tie_cell(c, ranks),
         ])
     if rows:
         block = rec.market == "capacity-block"

@@ -17,12 +17,34 @@ MARKETS = ("on-demand", "spot", "capacity-block")
 
 
 @dataclass(frozen=True)
+class Filters:
+    """Ad-hoc narrowing on top of a profile (recommend --gpu, --min-gpu-memory, --max-price):
+    accelerator (a catalog accelerator name, matched exactly: see parse_gpu), count (accelerators
+    per node), min_memory_gib (per accelerator), max_price (USD per node-hour in the ranked market)."""
+    accelerator: Optional[str] = None
+    count: Optional[int] = None
+    min_memory_gib: float = 0.0
+    max_price: Optional[float] = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.accelerator:
+            parts.append(f"--gpu {self.accelerator}" + (f":{self.count}" if self.count else ""))
+        if self.min_memory_gib:
+            parts.append(f"--min-gpu-memory {self.min_memory_gib:g}")
+        if self.max_price is not None:
+            parts.append(f"--max-price {self.max_price:g}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
 class Context:
     region: str
     spot: bool
     named_families: frozenset[str]
     accelerators: dict[str, AcceleratorSpec]
     market: str = ""  # one of MARKETS; "" = from `spot`
+    filters: Optional[Filters] = None
 
     def __post_init__(self) -> None:
         if not self.market:
@@ -140,10 +162,72 @@ def architecture(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
     return None
 
 
+def _market_price(f: InstanceFacts, c: Context) -> Optional[float]:
+    if c.market == "capacity-block":
+        block = f.capacity_block_prices.get(c.region)
+        return block.usd_per_hour if block else None
+    price = f.price(c.region)
+    if price is None:
+        return None
+    return price.spot if c.market == "spot" else price.on_demand
+
+
+def adhoc_filters(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
+    flt = c.filters
+    if flt is None:
+        return None
+    if flt.accelerator and f.accelerator != flt.accelerator:
+        return f"{f.accelerator}, not {flt.accelerator} ({flt.describe()})"
+    if flt.count and f.accelerator_count != flt.count:
+        return f"{f.accelerator_count} x {f.accelerator}, not {flt.count} ({flt.describe()})"
+    if flt.min_memory_gib and f.accelerator_memory_gib < flt.min_memory_gib:
+        return f"{f.accelerator_memory_gib:g} GiB per accelerator, below --min-gpu-memory {flt.min_memory_gib:g}"
+    if flt.max_price is not None:
+        price = _market_price(f, c)
+        if price is None:
+            return f"no {c.market} price on record in {c.region} to hold to --max-price {flt.max_price:g}"
+        if price > flt.max_price:
+            return f"${price:.2f}/h {c.market}, above --max-price ${flt.max_price:.2f}/h"
+    return None
+
+
 RULES: tuple[Rule, ...] = (
     retired, offered_in_region, sold_in_market, sdk, role, accelerator_count, whole_accelerators,
     accelerator_memory, accelerator_speed, precisions, tensor_cores, interconnect, multi_node, architecture,
+    adhoc_filters,
 )
+
+
+# Rules that can fail only when the profile or the context asks for something: skipped for a
+# ranking that does not (a plain loop over every type on every recommendation is the hot path).
+_ASKED_FOR: dict[Rule, Callable[[Profile, Context], bool]] = {
+    sdk: lambda p, c: bool(p.sdks),
+    role: lambda p, c: bool(p.roles),
+    accelerator_count: lambda p, c: p.min_accelerators > 1 or p.max_accelerators is not None,
+    whole_accelerators: lambda p, c: p.whole_accelerators,
+    accelerator_memory: lambda p, c: p.min_accelerator_memory_gib > 0,
+    accelerator_speed: lambda p, c: p.min_relative_throughput > 0,
+    precisions: lambda p, c: bool(p.precisions or p.any_precision),
+    tensor_cores: lambda p, c: p.tensor_cores,
+    interconnect: lambda p, c: p.interconnect == "nvlink",
+    multi_node: lambda p, c: p.multi_node,
+    architecture: lambda p, c: bool(p.architectures),
+    adhoc_filters: lambda p, c: c.filters is not None,
+}
+
+
+def rules_for(p: Profile, c: Context) -> tuple[Rule, ...]:
+    """The rules that can fail for this profile and context, in RULES' order."""
+    return tuple(r for r in RULES if r not in _ASKED_FOR or _ASKED_FOR[r](p, c))
+
+
+def fails(f: InstanceFacts, p: Profile, c: Context, rules: tuple[Rule, ...] = RULES) -> bool:
+    """Whether any of `rules` fails: stops at the first (ranking needs no more; the reasons are
+    written when someone reads them, with failures())."""
+    for rule in rules:
+        if rule(f, p, c):
+            return True
+    return False
 
 
 def failures(f: InstanceFacts, p: Profile, c: Context) -> list[str]:
@@ -153,3 +237,25 @@ def failures(f: InstanceFacts, p: Profile, c: Context) -> list[str]:
         if reason:
             out.append(reason)
     return out
+
+
+def parse_gpu(text: str, known: "set[str] | frozenset[str]") -> tuple[str, Optional[int]]:
+    """SkyPilot's accelerator syntax, MODEL[:COUNT] (`H100:8`, `A10G`, `trainium2:16`): the model
+    matched to one of `known` (the catalog's accelerator names) ignoring case, spaces and dashes, as
+    SkyPilot users type them; UserError (one line, the closest model) otherwise."""
+    from .errors import UserError
+    from .validate import clean, finite_number
+
+    model, sep, count_text = text.strip().partition(":")
+    key = lambda s: "".join(ch for ch in s.lower() if ch.isalnum())  # noqa: E731
+    by_key = {key(k): k for k in known}
+    if not model.strip() or key(model) not in by_key:
+        import difflib
+        near = difflib.get_close_matches(key(model), list(by_key), n=1, cutoff=0.5)
+        raise UserError(f"--gpu {clean(repr(text))[:60]}: unknown accelerator model"
+                        + (f"; closest: {by_key[near[0]]}" if near else "")
+                        + f"; allowed: {', '.join(sorted(known))} (MODEL or MODEL:COUNT)")
+    count = None
+    if sep:
+        count = int(finite_number(count_text, f"--gpu {clean(model)}:COUNT", 1, 1024, integer=True))
+    return by_key[key(model)], count

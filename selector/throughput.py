@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import os
-from typing import Optional
+from typing import Any, Optional
 
 from .accelerators import DEFAULT_UNCERTAINTY, AcceleratorSpec, spec_for
 from .errors import UserError, unknown
@@ -41,14 +41,20 @@ class Measurement:
 @dataclass(frozen=True)
 class Estimate:
     samples_per_second: float
-    source: str  # "measured" or "model"
-    explanation: str
+    source: str  # "measured", "model" or "calibrated"
+    # The sentence, or a function that writes it: ranking the catalog models every type, and a
+    # --top 5 table reads five sentences (see `explanation`).
+    _explain: Any
     # The fraction the figure may be off either way (0.15 = ±15%): the accelerator table's for a
     # modelled figure, 0.0 for one the user measured (the defaults, so Estimate(sps, "measured", why)
     # still says so).
     uncertainty: float = 0.0
     # What the figure rests on: the table row's basis (accelerators.BASES) for a modelled figure.
     basis: str = "user-measured"
+
+    @property
+    def explanation(self) -> str:
+        return self._explain() if callable(self._explain) else self._explain
 
 
 def per_accelerator_basis(spec: AcceleratorSpec, precision: str) -> tuple[str, float, str]:
@@ -85,21 +91,19 @@ def model(facts: InstanceFacts, profile: Profile, accelerators: dict[str, Accele
     eff, how = scaling(facts, spec, profile)
     basis, uncertainty, evidence = per_accelerator_basis(spec, profile.precision)
     sps = profile.reference_samples_per_second * rel * facts.effective_accelerators * eff
-    count = f"{facts.accelerator_count}" if facts.accelerator_fraction == 1 else f"{facts.accelerator_fraction:g} of 1"
-    label = "V100" if profile.precision == "mixed" else f"V100 {profile.precision}"
-    if basis == "baseline":
-        margin = "the model's reference accelerator (V100 = 1.0)"
-    elif basis == "not-for-training":
-        margin = f"{spec.name} is not a training device (not-for-training)"
-    else:
-        margin = f"model ±{uncertainty:.0%} ({basis}" + (f": {evidence})" if evidence else ")")
-    return Estimate(
-        samples_per_second=round(sps, 1),
-        source="model",
-        explanation=f"modelled: {count} x {spec.name} at {rel:.2f}x {label} x {eff:.2f} ({how} scaling); {margin}",
-        uncertainty=uncertainty,
-        basis=basis,
-    )
+
+    def explain() -> str:
+        count = f"{facts.accelerator_count}" if facts.accelerator_fraction == 1 else f"{facts.accelerator_fraction:g} of 1"
+        label = "V100" if profile.precision == "mixed" else f"V100 {profile.precision}"
+        if basis == "baseline":
+            margin = "the model's reference accelerator (V100 = 1.0)"
+        elif basis == "not-for-training":
+            margin = f"{spec.name} is not a training device (not-for-training)"
+        else:
+            margin = f"model ±{uncertainty:.0%} ({basis}" + (f": {evidence})" if evidence else ")")
+        return f"modelled: {count} x {spec.name} at {rel:.2f}x {label} x {eff:.2f} ({how} scaling); {margin}"
+
+    return Estimate(round(sps, 1), "model", explain, uncertainty=uncertainty, basis=basis)
 
 
 # Sanity bounds, not physics: they keep samples per dollar (samples/s x 3600 / price) finite in
@@ -176,32 +180,6 @@ def failed_in(path: str) -> list[tuple[str, str]]:
         return []
     return [(clean(str(f.get("instance_type", "?"))), clean(str(f.get("reason", "no reason given"))))
             for f in failed if isinstance(f, dict)]
-
-
-def calibration(path: str, profile: str) -> Optional[tuple[float, int]]:
-    """(scale, measured count) where a `bench collect` file for `profile` holds measurements: the
-    median of measured / modelled samples/s over its measured types. A benchmark counts its own
-    samples (images, sequences), the model the profile's reference units; scaling the model by
-    this puts the unmeasured types in the benchmark's units, so they rank against the measured
-    ones like for like instead of by a unit mismatch. None for any other file."""
-    import statistics
-
-    text = read_text(str(path), "throughput")
-    if not text.lstrip().startswith("{"):
-        return None
-    data = parse_json(text, str(path), "throughput")
-    plan = data.get("plan") if isinstance(data, dict) else None
-    if not isinstance(plan, dict) or plan.get("profile") != profile or not isinstance(plan.get("candidates"), list):
-        return None
-    modelled = {c.get("instance_type"): c.get("modelled_samples_per_second") for c in plan["candidates"]
-                if isinstance(c, dict)}
-    ratios = []
-    for m in data.get("measurements") or []:
-        model_sps = modelled.get(m.get("instance_type")) if isinstance(m, dict) else None
-        sps = m.get("samples_per_second") if isinstance(m, dict) else None
-        if isinstance(model_sps, (int, float)) and isinstance(sps, (int, float)) and model_sps > 0 and sps > 0:
-            ratios.append(sps / model_sps)
-    return (statistics.median(ratios), len(ratios)) if ratios else None
 
 
 def _positive(value: object, where: str, key: str, required: bool = False, lo: float = 0.0,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
-import difflib
 import io
 import json
 import math
@@ -200,6 +199,7 @@ def csv_rows(text: str, path: str, what: str, required: tuple[str, ...],
         if dupes:
             raise UserError(f"{what} file {shown}: column {dupes[0]} appears twice")
         known = (*required, *optional)
+        import difflib  # here: only a file's header needs it, and the CLI's start is measured
         for h in header:
             near = difflib.get_close_matches(h.lower(), known, n=1, cutoff=0.75) if h and h not in known else []
             if near:  # a misspelt optional column would otherwise be dropped without a word

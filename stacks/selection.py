@@ -167,6 +167,9 @@ def _choose_pick(settings: Settings, rec: Recommendation) -> Candidate:
 # Spot prices move by tens of percent over weeks, not by half: a ceiling under half of the lowest
 # quote on record is a mistake (a misplaced decimal point), not a bet on a dip.
 SPOT_FLOOR = 0.5
+# Without a spot quote on record, AWS's own bound: spot saves "up to 90%" off on-demand, so a
+# ceiling under a tenth of the on-demand price can never be met.
+SPOT_MAX_DISCOUNT = 0.9
 
 
 def _ceiling(settings: Settings, pick: Candidate, price: OptionPrice) -> tuple[float, str]:
@@ -188,6 +191,13 @@ def _ceiling(settings: Settings, pick: Candidate, price: OptionPrice) -> tuple[f
                             f"in {region} (the lowest, in any AZ: {money(lowest)}{_as_of(quote.spot_date)}): the "
                             f"cluster would never launch; raise it to at least {money(SPOT_FLOOR * lowest)} (at "
                             f"{money(lowest)} it launches at today's prices), or pin a cheaper instance_type")
+        on_demand = quote.on_demand if quote else None
+        if (market == "spot" and lowest is None and on_demand is not None
+                and settings.max_price < (1 - SPOT_MAX_DISCOUNT) * on_demand):
+            raise UserError(f"max_price ${settings.max_price:g}/h is under a tenth of {name}'s on-demand price "
+                            f"{money(on_demand)} in {region}, and spot is at most 90% off on-demand (no spot quote is "
+                            f"on record to go by): the cluster would never launch; raise it to at least "
+                            f"{money((1 - SPOT_MAX_DISCOUNT) * on_demand)}, or pin a cheaper instance_type")
         return settings.max_price, "max_price, as you set it"
     if market == "capacity-block" and price.in_market is None:
         raise UserError(f"market capacity-block: the catalog holds no Capacity Block rate for {name} in {region}; "

@@ -36,8 +36,11 @@ ROWS = [
     ("number", {"max_price": "\uff11\uff12.5"}, "(a plain decimal number); closest: 12.5"),
     ("number", {"max_price": "$12"}, "context max_price='$12': expected USD per hour per node"),
     # a spot ceiling under every quote on record: a cluster that would wait for ever, never launching
-    ("number", {"profile": "multi-node-training", "max_price": "0.004"},
+    ("number", {"profile": "multi-node-training", "instance_type": "p6-b200.48xlarge", "max_price": "0.004"},
      "max_price $0.004/h is under half of every spot price on record for p6-b200.48xlarge in us-east-1 (the lowest, in any AZ:"),
+    # a type with no spot quote on record: AWS's own bound (at most 90% off on-demand)
+    ("number", {"profile": "multi-node-training", "instance_type": "p6-b300.48xlarge", "max_price": "0.004"},
+     "max_price $0.004/h is under a tenth of p6-b300.48xlarge's on-demand price"),
     ("number", {"nodes": "0"}, "context nodes=0: allowed 1 to 64; closest: 1"),
     ("number", {"nodes": "-1"}, "context nodes=-1: allowed 1 to 64; closest: 1"),
     ("number", {"nodes": "1.5"}, "context nodes='1.5': expected a whole number from 1 to 64; closest: 2"),

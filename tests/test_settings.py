@@ -134,13 +134,17 @@ def reason(sel, instance_type: str) -> str:
 
 
 def test_issue_multi_node_b200_never_gets_a100_or_b300_behind_it():
-    sel = select(from_context({"profile": "multi-node-training"}))
+    sel = select(from_context({"profile": "multi-node-training", "instance_type": "p6-b200.48xlarge"}))
     assert sel.pick.instance_type == "p6-b200.48xlarge"
     assert not {"p4d.24xlarge", "p4de.24xlarge", "p6-b300.48xlarge"} & set(taken(sel))
     for c in sel.alternates:  # whatever else comes, it is the same accelerator
         assert (c.facts.accelerator, c.facts.accelerator_memory_gib) == ("B200", sel.facts.accelerator_memory_gib)
     assert reason(sel, "p4d.24xlarge").startswith("not interchangeable: 8 x A100 40 GiB")
     assert reason(sel, "p6-b300.48xlarge").startswith("not interchangeable: 8 x B300")
+    # and the profile's own pick (B300 on BF16 evidence, issue 25) keeps its accelerator the same way
+    sel = select(from_context({"profile": "multi-node-training"}))
+    assert sel.pick.facts.accelerator == "B300" and all(c.facts.accelerator == "B300" for c in sel.alternates)
+    assert reason(sel, "p6-b200.48xlarge").startswith("not interchangeable: 8 x B200")
 
 
 @pytest.mark.parametrize("interchange", ["same-accelerator", "same-count"])
@@ -177,7 +181,8 @@ def test_p5_and_p5en_are_not_interchangeable_unless_widened():
 
 def test_unpriced_alternates_are_rejected_with_their_reason_whatever_the_ceiling():
     assert price("p6-b300.48xlarge") is None  # the cited table has no us-east-1 spot quote for it
-    sel = select(from_context({"profile": "multi-gpu-training", "max_price": "1000"}))
+    sel = select(from_context({"profile": "multi-gpu-training", "instance_type": "p6-b200.48xlarge",
+                               "max_price": "1000"}))
     assert "p6-b300.48xlarge" not in taken(sel)
     assert reason(sel, "p6-b300.48xlarge") == "no price on record in us-east-1 for spot"
     offered = {c.instance_type for c in sel.recommendation.candidates}

@@ -11,7 +11,7 @@ from typing import Callable
 
 from ..errors import UserError
 from ..validate import finite_number
-from .contract import DEFAULT_PLAN_FILE, DEFAULT_RESULTS_FILE
+from . import DEFAULT_PLAN_FILE, DEFAULT_RESULTS_FILE
 
 
 def add_parser(sub, parser_class) -> None:

@@ -250,5 +250,4 @@ class Plan:
 #
 # Every planned candidate is in exactly one of the two lists: never a zero, never dropped.
 COLLECTED_VERSION = 1
-DEFAULT_PLAN_FILE = "bench-plan.json"
-DEFAULT_RESULTS_FILE = "bench-results.json"
+from . import DEFAULT_PLAN_FILE, DEFAULT_RESULTS_FILE  # noqa: E402,F401  (where they were first named)

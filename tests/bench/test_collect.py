@@ -113,17 +113,19 @@ def test_recommend_reads_the_collected_file_calibrates_and_names_the_failures(tm
     got = {c["instance_type"]: c for c in json.loads(text)["candidates"]}
     assert got["g6e.xlarge"]["samples_per_second"] == 9000.0
     assert got["g6e.xlarge"]["throughput_source"].startswith("measured")
-    # The plan modelled 1,000 for it: the benchmark counts 9x the model's units, and every
-    # unmeasured type is put into those units (the g4dn.xlarge's modelled figure x 9).
-    assert "modelled figures scaled by 9 into the benchmark's units" in err
-    assert got["g4dn.xlarge"]["samples_per_second"] == pytest.approx(plain["g4dn.xlarge"]["samples_per_second"] * 9,
+    # The benchmark counts its own samples: every unmeasured type is put into those units, by the
+    # measured/model ratio of the profile's own model (issue 25: one rule for every throughput file).
+    scale = 9000.0 / plain["g6e.xlarge"]["samples_per_second"]
+    assert f"modelled figures scaled by {scale:.3g} into your measurements' units" in err
+    assert got["g4dn.xlarge"]["samples_per_second"] == pytest.approx(plain["g4dn.xlarge"]["samples_per_second"] * scale,
                                                                      rel=1e-3)
-    assert got["g4dn.xlarge"]["throughput_source"] == "model"
+    assert got["g4dn.xlarge"]["throughput_source"] == "calibrated"
     assert "measurement failed for g4dn.xlarge: never reported in" in err
     assert err.count("measurement failed for") == len(TYPES) - 1
-    # For another profile the file's scale does not apply.
-    assert main(["recommend", "--profile", "training", "--throughput", str(out)]) == 0
-    assert "scaled" not in capsys.readouterr().err
+    # Another profile's model has other units: its own ratio scales it.
+    assert main(["recommend", "--profile", "training", "--throughput", str(out), "--json"]) == 0
+    text, err = capsys.readouterr()
+    assert json.loads(text)["calibration"]["measured_types"] == 1 and "scaled by" in err
 
 
 def test_all_failed_is_said_by_recommend(tmp_path, s3, capsys):

@@ -20,8 +20,8 @@ from stacks.training_stack import TrainingStack
 # authorization reference: s3 ListObjectsV2 -> s3:ListBucket, HeadObject -> s3:GetObject).
 S3_ACTIONS = {"ListObjectsV2": "s3:ListBucket", "HeadObject": "s3:GetObject", "GetObject": "s3:GetObject",
               "PutObject": "s3:PutObject"}
-# p6-b200.48xlarge: 8 NVIDIA B200 GPUs (https://aws.amazon.com/ec2/instance-types/p6/).
-B200_GPUS = 8
+# p6-b300.48xlarge (multi-node-training's pick): 8 NVIDIA B300 GPUs (https://aws.amazon.com/ec2/instance-types/p6/).
+B300_GPUS = 8
 
 
 def _stack(ctx):
@@ -60,7 +60,7 @@ def test_settings_come_from_the_catalog_and_the_context(multi_node):
     assert _guard_function(t)["Properties"]["ReservedConcurrentExecutions"] == 1  # never two stops at once
     s = _resolved_env(stack, _guard_function(t))
     assert s.job == "dl-multi-node-training" and s.action == "stop"
-    assert s.expected_gpus == {"p6-b200.48xlarge": B200_GPUS}
+    assert s.expected_gpus == {"p6-b300.48xlarge": B300_GPUS}
     assert s.config == {"threshold_pct": 5.0, "idle_minutes": 30, "grace_minutes": 20.0}
     assert s.checkpoint_prefix == "jobs/multi-node-training"
     rules = [r for name, r in t.find_resources("AWS::Events::Rule").items() if "IdleGuard" in name]
@@ -181,7 +181,7 @@ def test_every_node_type_runs_the_agent_and_the_monitor(multi_node, monkeypatch,
     for t in stack.cluster.templates:
         env = parse_env(t.node_env())
         assert "dl-monitor.service" in env["DL_UNITS"].split()
-        assert env["DL_EXPECTED_GPUS"] == str(t.facts.accelerator_count) == str(B200_GPUS)
+        assert env["DL_EXPECTED_GPUS"] == str(t.facts.accelerator_count) == str(B300_GPUS)
         for k in ("DL_CLUSTER", "DL_SDK"):
             monkeypatch.setenv(k, env[k])
         config = json.loads(write_for_node(str(tmp_path / "cw.json")))

@@ -312,8 +312,23 @@ REVIEW: list[Row] = [
     ("extra-value", {}, ["show", "p5.48xlarge", "p4d.24xlarge"], "takes no further values"),
 ]
 
+# Issue 25's ad-hoc filters.
+FILTERS: list[Row] = [
+    ("gpu-unknown", {}, REC + ["--gpu", "H10:8"], "unknown accelerator model; closest: H100; allowed: A100"),
+    ("gpu-empty", {}, REC + ["--gpu", ""], "unknown accelerator model"),
+    ("gpu-count-word", {}, REC + ["--gpu", "H100:eight"], "--gpu H100:COUNT = 'eight' is not a number"),
+    ("gpu-count-zero", {}, REC + ["--gpu", "A10G:0"], "at least 1"),
+    ("gpu-count-fraction", {}, REC + ["--gpu", "A10G:1.5"], "not a whole number"),
+    ("gpu-esc", {}, REC + ["--gpu", "H100\x1b[2J"], r"H100\x1b[2J"),
+    ("min-gpu-memory-negative", {}, REC + ["--min-gpu-memory", "-4"], "--min-gpu-memory must be above zero"),
+    ("min-gpu-memory-word", {}, REC + ["--min-gpu-memory", "lots"], "is not a number"),
+    ("max-price-zero", {}, REC + ["--max-price", "0"], "--max-price must be above zero"),
+    ("max-price-nan", {}, REC + ["--max-price", "nan"], "not a finite number"),
+]
+
 CLASSES = {"numbers": NUMBERS, "malformed": MALFORMED, "ignored": IGNORED_SETTINGS, "case": CASE,
-           "terminal": TERMINAL, "refresh": REFRESH, "live": LIVE, "review": REVIEW}
+           "terminal": TERMINAL, "refresh": REFRESH, "live": LIVE, "review": REVIEW,
+           "filters": FILTERS}
 ROWS = [pytest.param(files, argv, expected, id=f"{cls}:{name}")
         for cls, rows in CLASSES.items() for name, files, argv, expected in rows]
 

@@ -84,3 +84,13 @@ def test_unknown_type_names_the_closest(catalog):
     from selector.errors import UserError
     with pytest.raises(UserError, match="closest: p4d.24xlarge"):
         catalog.get("p4d.24xlarg")
+
+
+def test_the_embedded_catalog_passes_the_checks_a_users_catalog_file_gets():
+    """load_catalog() skips check_catalog for the package's own file (CLI start time): it is checked here."""
+    import json
+
+    from selector.catalog import check_catalog
+    from selector.paths import data_file
+    with open(data_file("catalog.json")) as f:
+        check_catalog(json.load(f))

@@ -86,8 +86,10 @@ def test_throughput_file_json_form(capsys, tmp_path):
     f.write_text(json.dumps([{"instance_type": "p5.48xlarge", "samples_per_second": 99999, "spot_price_per_hour": 12}]))
     code, out, _ = run(capsys, "recommend", "--profile", "multi-node-training", "--throughput", str(f), "--json")
     doc = json.loads(out)
-    top = doc["candidates"][0]
-    assert top["instance_type"] == "p5.48xlarge" and top["spot_price_per_hour"] == 12
+    (p5,) = [c for c in doc["candidates"] if c["instance_type"] == "p5.48xlarge"]
+    assert p5["spot_price_per_hour"] == 12 and p5["throughput_source"] == "measured"
+    # one measured type: the model is scaled into its units (issue 25), so it ranks where the model puts it
+    assert doc["calibration"]["measured_types"] == 1 and doc["calibration"]["scale"] > 1
 
 
 def test_user_price_file(capsys, tmp_path):
@@ -137,3 +139,31 @@ def test_module_entry_point_and_no_heavy_imports():
     assert "HEAVY []" in p.stderr
     p = subprocess.run([sys.executable, "-m", "selector", "show", "nope.xlarge"], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.startswith("error: unknown instance type") and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("gpu,model,count", [("H100:8", "H100", 8), ("h100:8", "H100", 8), ("A10G", "A10G", None),
+                                             ("l40s:4", "L40S", 4), ("rtx-pro-4500", "RTX PRO 4500", None)])
+def test_gpu_filter_keeps_only_that_model_and_count(capsys, gpu, model, count):
+    code, out, _ = run(capsys, "recommend", "--profile", "training", "--gpu", gpu, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["candidates"], doc["why"]
+    for c in doc["candidates"]:
+        assert c["accelerator"] == model and (count is None or c["accelerator_count"] == count), c["instance_type"]
+    # every type of that model and count that the profile would rank otherwise is still here
+    code, out, _ = run(capsys, "recommend", "--profile", "training", "--json")
+    expected = {c["instance_type"] for c in json.loads(out)["candidates"]
+                if c["accelerator"] == model and (count is None or c["accelerator_count"] == count)}
+    assert {c["instance_type"] for c in doc["candidates"]} == expected
+    assert any(f"not {model}" in r for e in doc["excluded"] for r in e["reasons"])
+
+
+def test_memory_and_price_filters_combine_with_a_profile(capsys):
+    code, out, _ = run(capsys, "recommend", "--profile", "cost-efficient-training", "--min-gpu-memory", "40",
+                       "--max-price", "2", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["candidates"]
+    for c in doc["candidates"]:
+        assert c["accelerator_memory_gib"] >= 40 and c["price_per_hour"] <= 2, c["instance_type"]
+    code, out, _ = run(capsys, "recommend", "--profile", "cost-efficient-training", "--spot", "--max-price", "0.5",
+                       "--json")
+    assert all(c["spot_price_per_hour"] <= 0.5 for c in json.loads(out)["candidates"])

@@ -31,11 +31,6 @@ WITH_GUIDE_PICK = [p for p in builtin_profiles().values() if p.guide_pick]
 
 # Golden rows the product does not reproduce, on purpose, with the product's reason.
 DIFFERS = {
-    "cost-efficient-training": (
-        "with T4 re-anchored on a measured source (0.22 from an AWS 'up to 3.3x' claim -> 0.37, "
-        "selector/data/accelerators.md), g5.xlarge and g4dn.xlarge are about 3% apart in modelled samples per "
-        "dollar on the guides' prices, well inside the T4 row's +-25%: the product reports a tie and ranks the "
-        "cheaper g4dn.xlarge first; measuring the job breaks the tie"),
     "parallel-experiments": (
         "the guides picked the cheapest node per hour with 4 V100-class GPUs; the product ranks independent runs by "
         "samples per dollar (experiments finished per dollar) with no speed floor, and on the guides' prices "

@@ -18,43 +18,81 @@ def test_samples_per_dollar_is_throughput_per_hour_over_price():
             assert c.spot_samples_per_dollar == pytest.approx(c.samples_per_second * 3600 / c.spot_price_per_hour)
 
 
-def _follows(rec, metric, market="on-demand"):
-    """Ties (within the model's uncertainty) form runs ranked cheaper first; between runs, the best
-    figure of each run is at least the best of the next."""
-    runs, c = [], list(rec.candidates)
-    for x in c:
-        if runs and x.instance_type in runs[-1][-1].tied_with:
-            runs[-1].append(x)
-        else:
-            runs.append([x])
-    for run in runs:
-        prices = [x.hourly(market) or float("inf") for x in run]
-        assert prices == sorted(prices), [x.instance_type for x in run]
-    best = [max((metric(x) for x in run if metric(x) is not None), default=None) for run in runs]
-    best = [b for b in best if b is not None]
-    assert best == sorted(best, reverse=True)
+_METRIC = {
+    "max_throughput": lambda c, m: c.samples_per_second,
+    "max_samples_per_dollar": lambda c, m: c.ranked_per_dollar(m),
+    "min_price": lambda c, m: -c.ranked_hourly(m) if c.ranked_hourly(m) is not None else None,
+    "max_accelerator_memory": lambda c, m: c.facts.accelerator_memory_total_gib,
+}
+
+
+def _overlap(a, b, va, vb) -> bool:
+    return va * (1 - a.uncertainty) <= vb * (1 + b.uncertainty) and vb * (1 - b.uncertainty) <= va * (1 + a.uncertainty)
+
+
+def _check_order(rec, objective: str, market: str) -> None:
+    """Issue 25: ranked by the objective's own expected value, whatever the ties (priced types
+    first where the objective is about money); a tie is a symmetric flag between exactly the
+    candidates whose uncertainty intervals overlap, and it reorders nothing."""
+    c = list(rec.candidates)
     assert [x.rank for x in c] == list(range(1, len(c) + 1))
+    values = [_METRIC[objective](x, market) for x in c]
+    known = [v for v in values if v is not None]
+    assert known == sorted(known, reverse=True), [(x.instance_type, v) for x, v in zip(c, values)]
+    assert values[:len(known)] == known, "a candidate without the figure ranks before one with it"
+    by_name = {x.instance_type: x for x in c}
+    for x, vx in zip(c, values):
+        for name in x.tied_with:
+            assert x.instance_type in by_name[name].tied_with, "a tie is symmetric"
+        if objective not in ("max_throughput", "max_samples_per_dollar"):
+            assert not x.tied_with, "price and memory are known figures: nothing to tie"
+            continue
+        expected = {y.instance_type for y, vy in zip(c, values) if y is not x and vx and vy and _overlap(x, y, vx, vy)}
+        assert set(x.tied_with) == expected, x.instance_type
 
 
 def test_ranks_follow_the_objective():
-    _follows(recommend("multi-gpu-training"), lambda c: c.samples_per_second)
-    rec = recommend("dev-prototyping")
-    prices = [c.price_per_hour for c in rec.candidates if c.price_per_hour is not None]
-    assert prices == sorted(prices)
-    _follows(recommend("cost-efficient-training", spot=True), lambda c: c.spot_samples_per_dollar, "spot")
+    _check_order(recommend("multi-gpu-training"), "max_throughput", "on-demand")
+    _check_order(recommend("dev-prototyping"), "min_price", "on-demand")
+    _check_order(recommend("cost-efficient-training", spot=True), "max_samples_per_dollar", "spot")
 
 
-def test_ties_are_within_the_stated_uncertainty_and_cheaper_first():
+def test_the_ordering_rule_holds_for_random_candidate_sets_and_every_objective():
+    """Property test over random family subsets, measured overrides, markets and every built-in
+    profile under every objective."""
+    import random
+    from dataclasses import replace
+
+    from selector.profiles import builtin_profiles
+    rng = random.Random(25)
+    catalog = load_catalog()
+    families = sorted({f.family for f in catalog})
+    profiles = list(builtin_profiles().values())
+    for _ in range(120):
+        objective = rng.choice(list(_METRIC))
+        profile = replace(rng.choice(profiles), objective=objective)
+        market = rng.choice(["on-demand", "spot"])
+        names = [f.instance_type for f in catalog]
+        measured = {n: Measurement(rng.uniform(10, 50_000), source="random") for n in rng.sample(names, rng.randint(0, 6))}
+        rec = recommend(profile, region="us-east-1", market=market, catalog=catalog,
+                        families=rng.sample(families, rng.randint(1, len(families))), measured=measured)
+        _check_order(rec, objective, market)
+
+
+def test_a_faster_type_is_never_ranked_below_a_cheaper_tied_one():
+    """The audit's cases: under max_throughput p5en (H200) ranks above p5 (H100) although p5 is
+    cheaper and the two tie; under samples per dollar the better figure leads its tie."""
+    rec = recommend("multi-gpu-training", families=["p5", "p5en"])
+    first, second = rec.candidates[:2]
+    assert first.samples_per_second > second.samples_per_second
+    assert second.instance_type in first.tied_with and "measure these to decide" in " ".join(first.reasons)
+    assert "ties with" in rec.why and "measure these to decide" in rec.why
+
+
+def test_ties_are_overlapping_intervals_and_measured_figures_are_points():
     rec = recommend("multi-gpu-training")
-    by_name = {c.instance_type: c for c in rec.candidates}
-    tied = [c for c in rec.candidates if c.tied_with]
-    assert tied, "the full catalog has types the model cannot tell apart (p5 and p5en: H100 vs H200)"
-    for c in tied:
-        for other in map(by_name.get, c.tied_with):
-            hi, lo = max(c.samples_per_second, other.samples_per_second), min(c.samples_per_second, other.samples_per_second)
-            assert lo >= hi * (1 - max(c.uncertainty, other.uncertainty)) - 1e-9
+    assert any(c.tied_with for c in rec.candidates), "the full catalog has types the model cannot tell apart"
     # A measured figure carries no model uncertainty: two measured types 1% apart do not tie.
-    from selector.throughput import Measurement
     m = {"p5.48xlarge": Measurement(1000.0, source="m"), "p5en.48xlarge": Measurement(1010.0, source="m")}
     rec = recommend("multi-gpu-training", measured=m, families=["p5", "p5en"])
     assert [c.instance_type for c in rec.candidates[:2]] == ["p5en.48xlarge", "p5.48xlarge"]
@@ -63,12 +101,53 @@ def test_ties_are_within_the_stated_uncertainty_and_cheaper_first():
 
 def test_measured_beats_modelled_and_can_flip_the_ranking():
     base = recommend("cost-efficient-training")
-    loser = [c for c in base.candidates if c.price_per_hour][-1].instance_type
-    measured = {loser: Measurement(samples_per_second=1e7, source="measured (bench.csv)")}
+    priced = [c for c in base.candidates if c.price_per_hour]
+    loser = priced[-1]
+    # the user's own units: 7x the model's. Two types measured as the model expects set the scale;
+    # the loser measured far above its calibrated expectation wins, and is flagged as off the model.
+    units = 7.0
+    measured = {c.instance_type: Measurement(c.samples_per_second * units, source="bench.csv") for c in priced[:2]}
+    measured[loser.instance_type] = Measurement(loser.samples_per_second * units * 100, source="bench.csv")
     rec = recommend("cost-efficient-training", measured=measured)
-    assert rec.pick.instance_type == loser
-    assert rec.pick.throughput_source == "measured"
-    assert all(c.throughput_source == "model" for c in rec.alternates)
+    assert rec.calibration.scale == pytest.approx(units)
+    assert rec.pick.instance_type == loser.instance_type and rec.pick.throughput_source == "measured"
+    assert [o[0] for o in rec.calibration.outliers] == [loser.instance_type]
+    assert any(loser.instance_type in n and "outside its" in n for n in rec.notes)
+    others = [c for c in rec.candidates if c.instance_type not in measured]
+    assert others and all(c.throughput_source == "calibrated" for c in others)
+    by_name = {c.instance_type: c for c in base.candidates}
+    assert all(c.samples_per_second == pytest.approx(by_name[c.instance_type].samples_per_second * units)
+               for c in others)
+
+
+def test_a_hand_written_file_in_its_own_units_ranks_on_the_calibrated_scale():
+    """Issue 25: the README's example throughput file counts the user's own samples (far fewer a
+    second than the model's reference units). Without calibration its types sank to the bottom of
+    the ranking; calibrated, every type is in those units and the measured ones rank among the
+    modelled by their figures."""
+    import csv
+    import io
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme[readme.index("instance_type,samples_per_second"):]
+    block = block[:block.index("```")]
+    from selector.throughput import load_measurements
+    tmp = Path(__import__("tempfile").mkdtemp()) / "bench.csv"
+    tmp.write_text(block)
+    catalog = load_catalog()
+    measured = load_measurements(str(tmp), catalog.types)
+    rows = list(csv.DictReader(io.StringIO(block)))
+    assert len(measured) == len(rows) >= 2
+    profile = "training"  # single- and multi-GPU types alike: both rows are candidates
+    raw = recommend(profile, measured=measured, calibrate_model=False)
+    cal = recommend(profile, measured=measured)
+    rank = lambda rec, n: next(c.rank for c in rec.candidates if c.instance_type == n)  # noqa: E731
+    for name in measured:
+        assert rank(cal, name) < rank(raw, name), (name, rank(raw, name), rank(cal, name))
+    assert cal.calibration.count == len(measured)
+    assert {c.throughput_source for c in cal.candidates} == {"measured", "calibrated"}
+    assert any(n.startswith("calibrated:") for n in cal.notes)
 
 
 def test_measured_price_overrides_catalog_price():
@@ -142,3 +221,60 @@ def test_top_limits_candidates_but_not_exclusions():
     assert len(rec.candidates) == 3
     assert rec.excluded == full.excluded
     assert rec.pick == full.pick
+
+
+def test_the_rules_a_ranking_skips_could_not_have_failed():
+    """rules_for() skips a rule whose profile setting is off; every skipped rule, run anyway on
+    every catalog type under every built-in profile and market, passes (so skipping is only speed)."""
+    from selector.accelerators import load_accelerators
+    from selector.profiles import builtin_profiles
+    from selector.requirements import RULES, Context, Filters, rules_for
+    catalog, acc = load_catalog(), load_accelerators()
+    for profile in builtin_profiles().values():
+        for market in ("on-demand", "spot", "capacity-block"):
+            for filters in (None, Filters(accelerator="H100")):
+                ctx = Context(region="us-east-1", spot=market == "spot", named_families=frozenset(),
+                              accelerators=acc, market=market, filters=filters)
+                skipped = [r for r in RULES if r not in rules_for(profile, ctx)]
+                for f in catalog:
+                    assert [r.__name__ for r in skipped if r(f, profile, ctx)] == [], (profile.name, f.instance_type)
+
+
+def _spot_prices(tmp_path, as_of: str):
+    from selector.prices import load_prices
+    f = tmp_path / "p.csv"
+    f.write_text("instance_type,region,on_demand_usd_per_hour,spot_usd_per_hour,spot_azs,spot_as_of\n"
+                 f"p6-b200.48xlarge,us-east-1,113.93,21.01,1,{as_of}\n")
+    return load_prices(str(f))
+
+
+def test_a_cheap_single_az_undated_spot_quote_does_not_decide_a_pick(tmp_path):
+    """Issue 25: p6-b200.48xlarge's spot figure in us-east-1 is one AZ's undated quote at 18% of
+    on-demand; under a spot samples-per-dollar objective it would win on that quote alone."""
+    rec = recommend("parallel-experiments", market="spot")
+    b200 = next(c for c in rec.candidates if c.instance_type == "p6-b200.48xlarge")
+    assert b200.spot_untrusted and b200.spot_single_az and b200.spot_price_per_hour < 0.25 * b200.price_per_hour
+    assert rec.pick.instance_type != "p6-b200.48xlarge"
+    assert any("confirm it with --live" in r for r in b200.reasons)
+    assert any("--trust-single-az-spot" in n for n in rec.notes)
+    # trusted on request, or when the quote is a current one (as --live gives)
+    assert recommend("parallel-experiments", market="spot", trust_single_az_spot=True).pick.instance_type == \
+        "p6-b200.48xlarge"
+    import datetime as dt
+    today = dt.date.today().isoformat()
+    fresh = load_catalog().with_prices(_spot_prices(tmp_path, today))
+    assert recommend("parallel-experiments", market="spot", catalog=fresh).pick.instance_type == "p6-b200.48xlarge"
+    stale = load_catalog().with_prices(_spot_prices(tmp_path, "2026-01-01"))
+    assert recommend("parallel-experiments", market="spot", catalog=stale).pick.instance_type != "p6-b200.48xlarge"
+    # on-demand rankings are untouched
+    assert not any(c.spot_untrusted for c in recommend("parallel-experiments").candidates)
+
+
+def test_a_pick_that_rests_on_a_vendor_upper_bound_says_so():
+    """Issue 25: Trainium's figures come from AWS's best-case claims; such a row may win, never silently."""
+    rec = recommend("training", families=["trn1", "g6e"])
+    assert rec.pick.facts.accelerator == "Trainium" and rec.pick.throughput_basis == "vendor-upper-bound"
+    assert "upper bound" in rec.why and any("upper bound" in n for n in rec.notes)
+    m = {rec.pick.instance_type: Measurement(rec.pick.samples_per_second, source="bench")}
+    other = recommend("training", families=["trn1", "g6e"], measured=m)
+    assert other.pick.instance_type == rec.pick.instance_type and "upper bound" not in other.why
