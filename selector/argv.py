@@ -15,6 +15,27 @@ _UNRECOGNIZED = re.compile(r"unrecognized arguments: (?P<args>.*)", re.S)
 _CHOICE = re.compile(r"invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)", re.S)
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, sized from os.get_terminal_size: the stock one imports shutil (and
+    with it bz2, lzma and zlib) on every parser built, help or not."""
+
+    def __init__(self, prog: str, **kwargs) -> None:
+        if kwargs.get("width") is None:
+            import os
+            try:
+                kwargs["width"] = int(os.environ.get("COLUMNS", "")) - 2
+            except ValueError:
+                try:
+                    kwargs["width"] = os.get_terminal_size().columns - 2
+                except OSError:
+                    kwargs["width"] = 78
+        super().__init__(prog, **kwargs)
+
+
+class _RawFormatter(argparse.RawDescriptionHelpFormatter, _Formatter):
+    pass
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose error() raises `error_class` (each CLI's own user-error type, which
     its main prints as one line and exit 2) instead of printing usage and exiting."""
@@ -24,6 +45,11 @@ class OneLineParser(argparse.ArgumentParser):
     # Unrecognized arguments are reported by the top parser, but the flags a typo was meant for
     # are the subcommand's.
     _active: Optional["OneLineParser"] = None
+
+    def __init__(self, *args, **kwargs) -> None:
+        raw = kwargs.get("formatter_class") is argparse.RawDescriptionHelpFormatter
+        kwargs["formatter_class"] = _RawFormatter if raw else kwargs.get("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
         OneLineParser._active = self

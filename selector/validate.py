@@ -5,7 +5,6 @@ exists, the closest valid value. Standard library only (the CLI must stay fast t
 """
 from __future__ import annotations
 
-import csv
 import datetime as _dt
 import io
 import json
@@ -185,6 +184,8 @@ def csv_rows(text: str, path: str, what: str, required: tuple[str, ...],
     Refuses rows with more cells than the header or that end before a required column (a
     truncated or shifted row would otherwise read as blanks or lose cells silently), and anything
     the csv module chokes on. Trailing optional cells may be left off: they read as ''."""
+    import csv  # only where a CSV is read: the CLI's start is measured (BENCHMARKS.md)
+
     shown = clean(str(path))
     expected = ",".join(required) + (f" [,{','.join(optional)}]" if optional else "")
     # StringIO(newline=""), not splitlines(): a quoted cell may hold a newline, and splitlines
