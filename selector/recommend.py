@@ -28,7 +28,10 @@ def market_name(market: Market) -> str:
     return market
 
 
-@dataclass(frozen=True)
+# Not frozen, though nothing outside this module changes one: a frozen dataclass's __init__ sets
+# each of its 17 fields through object.__setattr__, and a ranking builds one per survivor (20% of
+# ranking the catalog). Compared by value, never hashed.
+@dataclass(eq=True)
 class Candidate:
     facts: InstanceFacts
     rank: int
@@ -305,13 +308,19 @@ SPOT_QUOTE_FRESH_DAYS = 2
 
 
 def _sort_key(objective: str, market: str):
+    m = market_name(market)
+    attr = {"spot": "spot_price_per_hour", "capacity-block": "capacity_block_price_per_hour"}.get(m, "price_per_hour")
+
+    def ranked(c: Candidate) -> Optional[float]:  # ranked_hourly, inlined: the sort's hot path
+        return None if (c.spot_untrusted and m == "spot") else getattr(c, attr)
+
     def price(c: Candidate) -> float:
-        p = c.ranked_hourly(market)
+        p = ranked(c)
         return p if p is not None else _MISSING
 
     def per_dollar(c: Candidate) -> float:
-        v = c.ranked_per_dollar(market)
-        return -v if v is not None else _MISSING
+        p = ranked(c)
+        return -(c.samples_per_second * 3600 / p) if p else _MISSING
 
     keys = {
         "max_throughput": lambda c: (-c.samples_per_second, price(c), c.instance_type),

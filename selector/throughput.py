@@ -38,7 +38,9 @@ class Measurement:
     source: str = ""
 
 
-@dataclass(frozen=True)
+# Not frozen: model() makes one per candidate on every ranking, and a frozen __init__ sets each field
+# through object.__setattr__. Nothing changes an Estimate after it is made.
+@dataclass
 class Estimate:
     samples_per_second: float
     source: str  # "measured", "model" or "calibrated"
