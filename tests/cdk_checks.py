@@ -47,6 +47,26 @@ def cdk_cli(*args: str, env_extra: dict | None = None, timeout: int = 300) -> su
     return subprocess.run(["cdk", *args], cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def listify(v) -> list:
+    """A policy's Action, Resource or Statement: one value or a list of them, as IAM allows."""
+    return v if isinstance(v, list) else [v]
+
+
+def role_statements(template: dict, role_logical_id: str) -> list[dict]:
+    """Every statement of every AWS::IAM::Policy attached to this role in a synthesized template."""
+    return [st for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
+            and {"Ref": role_logical_id} in r["Properties"]["Roles"]
+            for st in listify(r["Properties"]["PolicyDocument"]["Statement"])]
+
+
+def training_template(out: Path, job: str) -> dict:
+    """The synthesized template of a multi-node-training stack for `job`, through app.main."""
+    import app
+    assert app.main({"profile": "multi-node-training", "job": job, "command": "dl-torchrun train.py"},
+                    outdir=str(out)) == 0
+    return json.loads((out / f"dl-{job}.template.json").read_text())
+
+
 def cfn_lint(templates: list[Path]) -> None:
     r = subprocess.run([str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", *map(str, templates)],
                        capture_output=True, text=True)

@@ -14,7 +14,7 @@ import app
 from selector.catalog import load_catalog
 from selector.profiles import builtin_profiles
 from selector.recommend import recommend
-from tests.cdk_checks import cdk_cli as cli, cfn_lint
+from tests.cdk_checks import cdk_cli as cli, cfn_lint, listify, role_statements
 
 REGION = "us-east-1"
 TEAM_FILE = """
@@ -423,16 +423,6 @@ def test_a_snapshots_path_that_cannot_be_a_directory_is_one_line(tmp_path, capsy
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.template.json"))
 
 
-def _statements(template: dict, role_logical_id: str) -> list[dict]:
-    return [st for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
-            and {"Ref": role_logical_id} in r["Properties"]["Roles"]
-            for st in r["Properties"]["PolicyDocument"]["Statement"]]
-
-
-def _listed(v) -> list:
-    return v if isinstance(v, list) else [v]
-
-
 # AWS managed policies that product roles attach, with their published actions (IAM console,
 # "AWSLambdaBasicExecutionRole", version v1): the boundary must hold them too.
 AWS_MANAGED = {"AWSLambdaBasicExecutionRole": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"]}
@@ -449,7 +439,7 @@ def test_every_role_a_product_creates_carries_the_boundary_and_needs_nothing_bey
                                 if r["Type"] == "AWS::IAM::ManagedPolicy"
                                 and r["Properties"].get("ManagedPolicyName") == boundary_name("team")]
     ceiling = [a for st in boundary["PolicyDocument"]["Statement"] if st["Effect"] == "Allow"
-               for a in _listed(st["Action"])]
+               for a in listify(st["Action"])]
     # of IAM, the boundary allows passing roles to EC2 and the launch services' linked roles, nothing else
     assert sorted(a for a in ceiling if a.startswith("iam:")) == ["iam:CreateServiceLinkedRole", "iam:PassRole"]
     assert not any(fnmatch.fnmatchcase(f"{s}:AnyAction", a) for a in ceiling
@@ -462,9 +452,9 @@ def test_every_role_a_product_creates_carries_the_boundary_and_needs_nothing_bey
         for k, r in roles.items():
             arn = json.dumps(r["Properties"].get("PermissionsBoundary"))
             assert arn.endswith(f':policy/{boundary_name("team")}"]]}}'), (name, k, arn)
-            granted = [a for st in _statements(t, k) if st["Effect"] == "Allow" for a in _listed(st["Action"])]
+            granted = [a for st in role_statements(t, k) if st["Effect"] == "Allow" for a in listify(st["Action"])]
             granted += [a for p in r["Properties"].get("Policies", []) for st in p["PolicyDocument"]["Statement"]
-                        for a in _listed(st["Action"])]
+                        for a in listify(st["Action"])]
             for arn in r["Properties"].get("ManagedPolicyArns", []):
                 granted += AWS_MANAGED[json.dumps(arn).rsplit("/", 1)[1].rstrip('"}')]
             beyond = [a for a in granted if not any(fnmatch.fnmatchcase(a, c) for c in ceiling)]
@@ -473,11 +463,11 @@ def test_every_role_a_product_creates_carries_the_boundary_and_needs_nothing_bey
                and r["Properties"].get("RoleName") == "dl-launcher-team-launch"]
     trust = portfolio["Resources"][role]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert [st["Condition"] for st in trust] == [{"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}]
-    creating = [st for st in _statements(portfolio, role) if "iam:CreateRole" in _listed(st["Action"])]
+    creating = [st for st in role_statements(portfolio, role) if "iam:CreateRole" in listify(st["Action"])]
     assert creating and all(st["Condition"]["StringEquals"]["iam:PermissionsBoundary"] == {"Ref": boundary_id}
                             for st in creating)
-    for st in _statements(portfolio, role):  # no way to a role without the boundary, or to remove it
-        for a in _listed(st["Action"]):
+    for st in role_statements(portfolio, role):  # no way to a role without the boundary, or to remove it
+        for a in listify(st["Action"]):
             if a in ("iam:CreateRole", "iam:PutRolePolicy", "iam:AttachRolePolicy"):
                 assert "iam:PermissionsBoundary" in st["Condition"]["StringEquals"], st
             assert a not in ("iam:DeleteRolePermissionsBoundary", "iam:PutRolePermissionsBoundary", "iam:*"), st

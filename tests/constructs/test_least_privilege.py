@@ -15,7 +15,7 @@ from aws_cdk.assertions import Template
 
 from constructs_lib import CheckpointBucket, ConfigurationError, InterruptionAlerts
 from constructs_lib.identity import SESSION_MANAGER_ACTIONS, NodeIdentity
-from tests.cdk_checks import cfn_lint, synth_with_nag
+from tests.cdk_checks import cfn_lint, listify, synth_with_nag
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "jobs/llama-7b"
@@ -40,11 +40,7 @@ def synthesized(tmp_path_factory):
 
 
 def _statements(doc):
-    return doc["Statement"] if isinstance(doc["Statement"], list) else [doc["Statement"]]
-
-
-def _listify(v):
-    return v if isinstance(v, list) else [v]
+    return listify(doc["Statement"])
 
 
 # ---- the checkpoint grant -------------------------------------------------------------------
@@ -64,16 +60,16 @@ def test_grant_refuses_wildcards_and_dot_segments(prefix):
 def test_grant_covers_exactly_the_prefix(synthesized):
     policies = synthesized["t"].find_resources("AWS::IAM::Policy")
     s3_statements = [s for p in policies.values() for s in _statements(p["Properties"]["PolicyDocument"])
-                     if any(a.startswith("s3:") for a in _listify(s["Action"]))]
-    listing = [s for s in s3_statements if _listify(s["Action"]) == ["s3:ListBucket"]]
+                     if any(a.startswith("s3:") for a in listify(s["Action"]))]
+    listing = [s for s in s3_statements if listify(s["Action"]) == ["s3:ListBucket"]]
     assert len(listing) == 1
     assert listing[0]["Condition"] == {"StringLike": {"s3:prefix": [f"{PREFIX}/*", f"{PREFIX}/"]}}
-    objects = [s for s in s3_statements if "s3:GetObject" in _listify(s["Action"])]
+    objects = [s for s in s3_statements if "s3:GetObject" in listify(s["Action"])]
     assert len(objects) == 1
     resources = json.dumps(objects[0]["Resource"])
     assert f"/{PREFIX}/*" in resources and resources.count("*") == 1, resources
     for s in s3_statements:
-        assert not any("*" in a for a in _listify(s["Action"])), "no wildcard S3 actions"
+        assert not any("*" in a for a in listify(s["Action"])), "no wildcard S3 actions"
 
 
 # ---- the node role -------------------------------------------------------------------------
@@ -97,7 +93,7 @@ def test_node_role_session_manager_policy_is_exactly_what_the_agent_needs(synthe
     (inline,) = role["Policies"]
     (stmt,) = _statements(inline["PolicyDocument"])
     assert stmt["Effect"] == "Allow" and stmt["Resource"] == "*"
-    assert sorted(_listify(stmt["Action"])) == sorted(SESSION_MANAGER_ACTIONS)
+    assert sorted(listify(stmt["Action"])) == sorted(SESSION_MANAGER_ACTIONS)
     assert sorted(SESSION_MANAGER_ACTIONS) == sorted([
         "ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
         "ssmmessages:OpenDataChannel", "ssm:UpdateInstanceInformation", "ec2messages:AcknowledgeMessage",

@@ -9,32 +9,24 @@ import json
 
 import pytest
 
-import app
 from constructs_lib.runtime import contract
+from tests.cdk_checks import listify, role_statements, training_template
 from tests.constructs.userdata_text import evaluate
 
 ACCOUNT = "123456789012"
 STACK_ID = "<AWS::StackId>"  # what evaluate() leaves for the stack id: one value, compared as such
 
 
-def _listed(v):
-    return v if isinstance(v, list) else [v]
-
-
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cdk.out")
-    assert app.main({"profile": "multi-node-training", "job": "fenced", "command": "dl-torchrun train.py"},
-                    outdir=str(out)) == 0
-    return json.loads((out / "dl-fenced.template.json").read_text())
+    return training_template(tmp_path_factory.mktemp("cdk.out"), "fenced")
 
 
 @pytest.fixture(scope="module")
 def controller(template):
     res = template["Resources"]
     (role,) = [k for k, r in res.items() if r["Type"] == "AWS::IAM::Role" and "ControllerRole" in k]
-    statements = [st for r in res.values() if r["Type"] == "AWS::IAM::Policy" and {"Ref": role} in r["Properties"]["Roles"]
-                  for st in r["Properties"]["PolicyDocument"]["Statement"]]
+    statements = role_statements(template, role)
     # what the controller launches with: its spec's templates and subnets
     (fn,) = [r for r in res.values() if r["Type"] == "AWS::Lambda::Function"
              and r["Properties"]["Role"] == {"Fn::GetAtt": [role, "Arn"]}]
@@ -59,7 +51,7 @@ def _resolve(st: dict) -> dict:
 
 
 def _holds(op: str, have, want) -> bool:
-    want = [str(w) for w in _listed(want)]
+    want = [str(w) for w in listify(want)]
     if op in ("StringEquals", "ArnEquals"):
         return have is not None and str(have) in want
     if op == "ArnLike":
@@ -67,14 +59,14 @@ def _holds(op: str, have, want) -> bool:
     if op in ("StringNotEquals", "ArnNotEquals"):
         return have is None or str(have) not in want
     if op == "ForAnyValue:StringEquals":
-        return have is not None and any(h in want for h in _listed(have))
+        return have is not None and any(h in want for h in listify(have))
     raise AssertionError(f"the test's evaluator has no {op}")
 
 
 def _applies(st: dict, action: str, arn: str, ctx: dict) -> bool:
-    if not any(fnmatch.fnmatchcase(action, a) for a in _listed(st["Action"])):
+    if not any(fnmatch.fnmatchcase(action, a) for a in listify(st["Action"])):
         return False
-    if not any(fnmatch.fnmatchcase(arn, r) for r in _listed(st["Resource"])):
+    if not any(fnmatch.fnmatchcase(arn, r) for r in listify(st["Resource"])):
         return False
     return all(_holds(op, ctx.get(key), want) for op, kv in st.get("Condition", {}).items() for key, want in kv.items())
 

@@ -11,28 +11,21 @@ import time
 
 import pytest
 
-import app
 from constructs_lib.fleet.state import LEASE_SECONDS, StateStore
 from constructs_lib.runtime import contract
+from tests.cdk_checks import listify, role_statements, training_template
 from tests.constructs.userdata_text import evaluate
 from tests.fleet.conftest import BUCKET, live_instances
 
 
 # ---- the policies --------------------------------------------------------------------------------
-def _listify(v):
-    return v if isinstance(v, list) else [v]
-
-
 def _matches(pattern: str, value: str) -> bool:
     return fnmatch.fnmatchcase(value, pattern)
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cdk.out")
-    assert app.main({"profile": "multi-node-training", "job": "victim", "command": "dl-torchrun train.py"},
-                    outdir=str(out)) == 0
-    return json.loads((out / "dl-victim.template.json").read_text())
+    return training_template(tmp_path_factory.mktemp("cdk.out"), "victim")
 
 
 def test_no_node_may_write_or_read_the_controllers_state(template):
@@ -42,14 +35,12 @@ def test_no_node_may_write_or_read_the_controllers_state(template):
     bucket = next(k for k, r in resources.items() if r["Type"] == "AWS::S3::Bucket" and k.startswith("CheckpointsBucket"))
     state = f"<{bucket}.Arn>/{contract.capacity_state_key('dl-victim')}"
     allowed = []
-    for r in resources.values():
-        if r["Type"] == "AWS::IAM::Policy" and {"Ref": role} in r["Properties"]["Roles"]:
-            for s in _listify(r["Properties"]["PolicyDocument"]["Statement"]):
-                arns = [evaluate(x) if not isinstance(x, str) else x for x in _listify(s["Resource"])]
-                s3 = [a for a in _listify(s["Action"]) if fnmatch.fnmatchcase("s3:PutObject", a)
-                      or fnmatch.fnmatchcase("s3:GetObject", a) or fnmatch.fnmatchcase("s3:DeleteObject", a)]
-                if s["Effect"] == "Allow" and s3 and any(_matches(a, state) for a in arns):
-                    allowed.append(s)
+    for s in role_statements(template, role):
+        arns = [evaluate(x) if not isinstance(x, str) else x for x in listify(s["Resource"])]
+        s3 = [a for a in listify(s["Action"]) if fnmatch.fnmatchcase("s3:PutObject", a)
+              or fnmatch.fnmatchcase("s3:GetObject", a) or fnmatch.fnmatchcase("s3:DeleteObject", a)]
+        if s["Effect"] == "Allow" and s3 and any(_matches(a, state) for a in arns):
+            allowed.append(s)
     assert allowed == [], "an allow of the node role reaches the controller's state"
     # and the bucket's own policy denies the node role every action there, whatever it is granted later
     (policy,) = [r for r in resources.values() if r["Type"] == "AWS::S3::BucketPolicy"
