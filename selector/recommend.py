@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 from . import freshness
 from .accelerators import AcceleratorSpec, load_accelerators
@@ -12,6 +12,7 @@ from .errors import unknown
 from .facts import InstanceFacts, Price
 from .profiles import Profile, get_profile
 from .requirements import MARKETS, Context, Filters, fails, failures, rules_for
+from .calibration import Calibration, calibrate
 from .throughput import Estimate, Measurement, model
 
 DEFAULT_REGION = "us-east-1"
@@ -20,6 +21,11 @@ CAPACITY_BLOCK_ONLY = ("sold only as Capacity Blocks for ML (no on-demand or spo
                        "--capacity-block; reserve one and pass -c capacity_reservation=cr-... -c market=capacity-block")
 
 Market = Union[bool, str]  # True/False (spot or on-demand, the older API) or one of MARKETS
+
+
+# The Candidate field holding each market's price.
+_PRICE_FIELD = {"on-demand": "price_per_hour", "spot": "spot_price_per_hour",
+                "capacity-block": "capacity_block_price_per_hour"}
 
 
 def market_name(market: Market) -> str:
@@ -43,10 +49,10 @@ class Candidate:
     # The model's stated uncertainty for this figure (0.15 = +-15%); 0 for measured figures.
     uncertainty: float = 0.0
     throughput_basis: str = ""
-    # The ranking's uncertainty bands and this candidate's place in them: tied_with is read from
-    # them when asked (a --top 5 table asks five times; the whole catalog may hold 1,000 tied pairs).
     # The spot price is shown but not ranked on (see SUSPECT_SPOT_FRACTION).
     spot_untrusted: bool = False
+    # The ranking's uncertainty bands and this candidate's place in them: tied_with is read from
+    # them when asked (a --top 5 table asks five times; the whole catalog may hold 1,000 tied pairs).
     _bands: Optional["_Bands"] = field(repr=False, default=None, compare=False)
     _index: int = field(repr=False, default=-1, compare=False)
     # What the reasons are made of; the sentences are written only when someone reads them
@@ -79,8 +85,7 @@ class Candidate:
         if m and (m.price_per_hour or m.spot_price_per_hour):
             out.append(f"prices from {m.source}")
         if self.spot_untrusted:
-            p = self.facts.price(self._region)
-            out.append(f"spot ${self.spot_price_per_hour:.2f}/h is one AZ's quote ({p.spot_as_of or 'undated'}) at "
+            out.append(f"spot ${self.spot_price_per_hour:.2f}/h is one AZ's quote ({price.spot_as_of or 'undated'}) at "
                        f"{self.spot_price_per_hour / self.price_per_hour:.0%} of on-demand, below the "
                        f"{SUSPECT_SPOT_FRACTION:.0%} this ranking trusts without a current quote: ranked as unpriced "
                        "on spot; confirm it with --live, or rank on it with --trust-single-az-spot")
@@ -110,24 +115,17 @@ class Candidate:
 
     def hourly(self, market: Market) -> Optional[float]:
         """The price the ranking uses in `market` (True/False: spot/on-demand)."""
-        m = market_name(market)
-        if m == "spot":
-            return self.spot_price_per_hour
-        if m == "capacity-block":
-            return self.capacity_block_price_per_hour
-        return self.price_per_hour
+        return getattr(self, _PRICE_FIELD.get(market_name(market), "price_per_hour"))
 
     def per_dollar(self, market: Market) -> Optional[float]:
         return _per_dollar(self.samples_per_second, self.hourly(market))
 
     def ranked_hourly(self, market: Market) -> Optional[float]:
         """The price the ranking uses: hourly(), less a spot quote it does not trust."""
-        if self.spot_untrusted and market_name(market) == "spot":
-            return None
-        return self.hourly(market)
+        return ranked_price(market)(self)
 
     def ranked_per_dollar(self, market: Market) -> Optional[float]:
-        return _per_dollar(self.samples_per_second, self.ranked_hourly(market))
+        return _ranked_per_dollar(market)(self)
 
     def to_dict(self) -> dict[str, Any]:
         f = self.facts
@@ -307,20 +305,28 @@ SUSPECT_SPOT_FRACTION = 0.25
 SPOT_QUOTE_FRESH_DAYS = 2
 
 
-def _sort_key(objective: str, market: str):
+def ranked_price(market: Market) -> Callable[[Candidate], Optional[float]]:
+    """candidate -> the price a ranking in `market` uses: hourly(), less a spot quote it does not
+    trust. A function of the market, made once per ranking: the sort calls it for every candidate."""
     m = market_name(market)
-    attr = {"spot": "spot_price_per_hour", "capacity-block": "capacity_block_price_per_hour"}.get(m, "price_per_hour")
+    if m == "spot":
+        return lambda c: None if c.spot_untrusted else c.spot_price_per_hour
+    attr = _PRICE_FIELD.get(m, "price_per_hour")
+    return lambda c: getattr(c, attr)
 
-    def ranked(c: Candidate) -> Optional[float]:  # ranked_hourly, inlined: the sort's hot path
-        return None if (c.spot_untrusted and m == "spot") else getattr(c, attr)
+
+def _sort_key(objective: str, market: str):
+    ranked = ranked_price(market)
 
     def price(c: Candidate) -> float:
         p = ranked(c)
         return p if p is not None else _MISSING
 
+    ranked_per_dollar = _ranked_per_dollar(market)
+
     def per_dollar(c: Candidate) -> float:
-        p = ranked(c)
-        return -(c.samples_per_second * 3600 / p) if p else _MISSING
+        v = ranked_per_dollar(c)
+        return -v if v is not None else _MISSING
 
     keys = {
         "max_throughput": lambda c: (-c.samples_per_second, price(c), c.instance_type),
@@ -331,10 +337,16 @@ def _sort_key(objective: str, market: str):
     return keys[objective]
 
 
-# Objectives whose ranking rests on the throughput figure, and so on its uncertainty.
+def _ranked_per_dollar(market: Market) -> Callable[[Candidate], Optional[float]]:
+    price = ranked_price(market)
+    return lambda c: _per_dollar(c.samples_per_second, price(c))
+
+
+# Objectives whose ranking rests on the throughput figure, and so on its uncertainty:
+# objective -> market -> (candidate -> the figure ranked on), made once per ranking.
 _MODEL_METRICS = {
-    "max_throughput": lambda c, market: c.samples_per_second,
-    "max_samples_per_dollar": lambda c, market: c.ranked_per_dollar(market),
+    "max_throughput": lambda market: (lambda c: c.samples_per_second),
+    "max_samples_per_dollar": _ranked_per_dollar,
 }
 
 
@@ -373,10 +385,11 @@ def _tie_groups(ranked: list[Candidate], objective: str, market: str) -> list[Ca
     flag ("measure these to decide"), never a reordering: the ranking stays by the objective's own
     expected value (a cheaper type does not jump a faster one under max_throughput, nor one with
     fewer samples per dollar a better one)."""
-    metric = _MODEL_METRICS.get(objective)
-    if metric is None:
+    metric_for = _MODEL_METRICS.get(objective)
+    if metric_for is None:
         return ranked
-    values = tuple(metric(c, market) for c in ranked)
+    metric = metric_for(market)
+    values = tuple(metric(c) for c in ranked)
     bands = _Bands(names=tuple(c.instance_type for c in ranked), values=values,
                    lows=tuple(v * (1 - c.uncertainty) if v else None for c, v in zip(ranked, values)),
                    highs=tuple(v * (1 + c.uncertainty) if v else None for c, v in zip(ranked, values)),
@@ -388,7 +401,7 @@ def _tie_groups(ranked: list[Candidate], objective: str, market: str) -> list[Ca
 
 
 def _estimate(facts: InstanceFacts, profile: Profile, accelerators: dict[str, AcceleratorSpec],
-              measured: dict[str, Measurement], scale: Optional["Calibration"] = None) -> Estimate:
+              measured: dict[str, Measurement], scale: Optional[Calibration] = None) -> Estimate:
     m = measured.get(facts.instance_type)
     if m is not None:
         return Estimate(m.samples_per_second, "measured", f"measured: {m.samples_per_second:g} samples/s ({m.source})")
@@ -398,47 +411,6 @@ def _estimate(facts: InstanceFacts, profile: Profile, accelerators: dict[str, Ac
     return replace(est, samples_per_second=est.samples_per_second * scale.scale, source="calibrated",
                    _explain=lambda: f"{est.explanation}; x {scale.scale:.3g} into your measurements' units "
                                     f"(calibrated: {scale.describe()})")
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Measured samples/s count the user's own samples (images, tokens, sequences); the model counts
-    the profile's reference units. `scale` (the median measured/model ratio over the measured types)
-    puts every modelled figure in the user's units, so measured and modelled candidates rank on one
-    scale. `outliers`: measured types whose ratio lies off the median by more than their model band
-    (the measurement or the model row is wrong; either way the ranking should not be trusted blindly)."""
-    scale: float
-    count: int
-    outliers: tuple[tuple[str, float, float], ...] = ()  # (type, its ratio / the median, its band)
-
-    def describe(self) -> str:
-        return f"the median measured/model ratio of {self.count} measured type{'s' if self.count != 1 else ''}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"scale": round(self.scale, 6), "measured_types": self.count,
-                "outliers": [{"instance_type": n, "relative_to_median": round(r, 3), "band": b}
-                             for n, r, b in self.outliers]}
-
-
-def calibrate(catalog: Iterable[InstanceFacts], profile: Profile, accelerators: dict[str, AcceleratorSpec],
-              measured: dict[str, Measurement]) -> Optional[Calibration]:
-    """The Calibration for these measurements, or None when none of them is of a catalog type the
-    model can figure (a not-for-training accelerator models as zero)."""
-    import statistics
-
-    ratios: list[tuple[str, float, float]] = []
-    for facts in catalog:
-        m = measured.get(facts.instance_type)
-        if m is None:
-            continue
-        est = model(facts, profile, accelerators)
-        if est.samples_per_second > 0:
-            ratios.append((facts.instance_type, m.samples_per_second / est.samples_per_second, est.uncertainty))
-    if not ratios:
-        return None
-    median = statistics.median(r for _n, r, _u in ratios)
-    outliers = tuple((n, r / median, u) for n, r, u in ratios if abs(r / median - 1) > u + 1e-9)
-    return Calibration(median, len(ratios), outliers)
 
 
 def _fmt_price(v: Optional[float]) -> str:

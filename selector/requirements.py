@@ -243,15 +243,14 @@ def parse_gpu(text: str, known: "set[str] | frozenset[str]") -> tuple[str, Optio
     """SkyPilot's accelerator syntax, MODEL[:COUNT] (`H100:8`, `A10G`, `trainium2:16`): the model
     matched to one of `known` (the catalog's accelerator names) ignoring case, spaces and dashes, as
     SkyPilot users type them; UserError (one line, the closest model) otherwise."""
-    from .errors import UserError
+    from .errors import UserError, closest
     from .validate import clean, finite_number
 
     model, sep, count_text = text.strip().partition(":")
     key = lambda s: "".join(ch for ch in s.lower() if ch.isalnum())  # noqa: E731
     by_key = {key(k): k for k in known}
     if not model.strip() or key(model) not in by_key:
-        import difflib
-        near = difflib.get_close_matches(key(model), list(by_key), n=1, cutoff=0.5)
+        near = closest(key(model), list(by_key), n=1) if key(model) else []
         raise UserError(f"--gpu {clean(repr(text))[:60]}: unknown accelerator model"
                         + (f"; closest: {by_key[near[0]]}" if near else "")
                         + f"; allowed: {', '.join(sorted(known))} (MODEL or MODEL:COUNT)")
