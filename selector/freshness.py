@@ -14,7 +14,8 @@ def parse_as_of(as_of: str) -> Optional[dt.date]:
     try:
         return dt.date.fromisoformat(text[:10])
     except ValueError:
-        pass
+        if text[7:8] == "-":
+            return None  # a day that does not exist (2026-02-30) is no date, not its month
     year, dash, month = text[:7].partition("-")
     if dash and len(year) == 4 and len(month) == 2 and year.isdigit() and month.isdigit() and year.isascii() \
             and month.isascii() and 1 <= int(month) <= 12:

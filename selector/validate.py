@@ -103,8 +103,6 @@ def date_stamp(value: Any, what: str, today: Optional[_dt.date] = None) -> str:
     if text in ("", "unknown"):
         return text
     day = parse_as_of(text) if _STAMP.fullmatch(text) else None
-    if day is not None and len(text) >= 10 and day.isoformat() != text[:10]:
-        day = None  # 2026-02-30: parse_as_of falls back to the month
     if day is None:
         raise UserError(f"{what} = {clean(repr(value))[:60]} is not a date; allowed: {STAMP_FORMS}")
     latest = (today or _dt.date.today()) + _dt.timedelta(days=1)  # a day's slack for time zones
