@@ -61,7 +61,7 @@ class NodeBootstrap(Construct):
         self._env: dict[str, str] = {}
         self.set_env(DL_INSTANCE_TYPE=facts.instance_type, DL_ACCELERATOR=facts.accelerator,
                      DL_PROCS_PER_NODE=str(facts.processes_per_node), DL_SDK=facts.sdk, DL_SCRATCH=scratch_mount,
-                     DL_CHECKPOINT_DIR=f"{scratch_mount}/checkpoints")
+                     DL_CHECKPOINT_DIR=f"{scratch_mount}/checkpoints", **contract.IMDS_PATIENCE)
         self._units: set[str] = set()
         self._files: list[SettingsFile] = []
         self._job: Optional[SettingsFile] = None

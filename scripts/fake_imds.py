@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import secrets
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
@@ -25,6 +26,10 @@ class FakeImds:
         self.rebalance: Optional[dict] = None
         self.tags = dict(tags or {})
         self.requests: list[str] = []
+        # What the next requests meet, one entry each: ("stall", seconds) answers late (a busy
+        # node), ("status", 429) throttles as real IMDS does past its packet rate.
+        self.faults: list[tuple[str, float]] = []
+        self._faults_lock = threading.Lock()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -33,13 +38,28 @@ class FakeImds:
 
             def _send(self, code: int, body: str = "") -> None:
                 data = body.encode()
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up on a stalled answer
+                    pass
+
+            def _fault(self) -> bool:
+                with fake._faults_lock:
+                    kind, value = fake.faults.pop(0) if fake.faults else ("", 0)
+                if kind == "stall":
+                    time.sleep(value)
+                if kind == "status":
+                    self._send(int(value))
+                    return True
+                return False
 
             def do_PUT(self):
                 fake.requests.append(f"PUT {self.path}")
+                if self._fault():
+                    return
                 if self.path != "/latest/api/token" or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
                     return self._send(400)
                 token = secrets.token_hex(16)
@@ -48,6 +68,8 @@ class FakeImds:
 
             def do_GET(self):
                 fake.requests.append(f"GET {self.path}")
+                if self._fault():
+                    return
                 if self.headers.get("X-aws-ec2-metadata-token") not in fake.tokens:
                     return self._send(401)
                 path = self.path.removeprefix("/latest/meta-data/")

@@ -17,7 +17,7 @@ from typing import Optional
 from selector.argv import OneLineParser
 
 from . import contract
-from .errors import RuntimeUserError
+from .errors import ImdsUnavailable, RuntimeUserError
 
 
 MAX_STEP = 10**12
@@ -103,7 +103,11 @@ def _refuse_control_characters(a: argparse.Namespace) -> None:
             raise RuntimeUserError(f"{what} {v!r} has a control character: not allowed; closest: {shown!r}")
 
 
+_NODE_TRANSIENT = ("NoCredentialsError", "EndpointConnectionError", "ConnectTimeoutError")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
+    a: Optional[argparse.Namespace] = None
     try:
         a = parser().parse_args(argv)
         _refuse_control_characters(a)
@@ -140,10 +144,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     except RuntimeUserError as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return contract.EXIT_USAGE
+    except ImdsUnavailable as e:  # busy or throttled, not misconfigured: exit 1 lets systemd try again
+        print(f"error: {_one_line(e)}; the unit starts again shortly", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # boto's own, for problems of setup rather than code
         name = type(e).__name__
+        if a is not None and a.command == "job" and name in _NODE_TRANSIENT:
+            # the job unit runs only on a node, whose role and endpoints come from its template:
+            # missing credentials or an unreachable endpoint there is a slow boot or a network blip
+            print(f"error: {name}: {_one_line(e)}; the unit starts again shortly", file=sys.stderr)
+            return 1
         if name == "NoCredentialsError":
             print("error: no AWS credentials: on a node the instance role provides them; elsewhere set AWS_PROFILE",
                   file=sys.stderr)

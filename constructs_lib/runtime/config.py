@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import contract
-from .errors import RuntimeUserError
+from .errors import ImdsUnavailable, RuntimeUserError
 
 
 @dataclass(frozen=True)
@@ -19,9 +19,9 @@ class RuntimeConfig:
     region: Optional[str]
 
 
-def _imds():
+def _imds(*, on_node: bool = False):
     from .imds import Imds
-    return Imds(timeout=1.0)
+    return Imds.on_node() if on_node else Imds(timeout=1.0)
 
 
 def resolve_config(bucket: Optional[str] = None, prefix: Optional[str] = None, local_dir: Optional[str] = None,
@@ -70,15 +70,18 @@ class NodeIdentity:
 
 def node_identity() -> NodeIdentity:
     """This node's cluster, size and place: DL_CLUSTER / DL_NODES / DL_PROCS_PER_NODE from node.env,
-    else the instance tags; the instance id and private address from IMDS."""
+    else the instance tags; the instance id and private address from IMDS. Raises ImdsUnavailable
+    (restartable) when IMDS is there but does not answer in time, RuntimeUserError when it is absent."""
     env = os.environ
-    imds = _imds()
+    imds = _imds(on_node=True)  # only the node's job unit asks: a slow IMDS is waited for, not a bad setting
     try:
         cluster = env.get("DL_CLUSTER") or imds.tag(contract.TAG_CLUSTER)
         nodes_text = env.get("DL_NODES") or imds.tag(contract.TAG_NODES) or ""
         node = imds.instance_id()
         addr = imds.get("meta-data/local-ipv4")
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or imds.get("meta-data/placement/region")
+    except ImdsUnavailable:
+        raise
     except (OSError, http.client.HTTPException) as e:
         raise RuntimeUserError(f"this is not a dl-launcher node: no instance metadata (IMDSv2) at {imds.endpoint} "
                                f"({_reason(e)}); the job supervisor runs only on a node, which IMDS tells its "

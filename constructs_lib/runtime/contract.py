@@ -204,6 +204,11 @@ RESERVED_ENV_PREFIXES = ("DL_", "TORCHELASTIC_")
 # The training command: 0 = it ended normally; whether it finished or stopped for a termination
 # notice is recorded by Checkpointer in outcome_dir. Anything else is a failure.
 # The job supervisor (dl-job.service), for systemd:
+# botocore asks IMDS for the instance role's credentials once, with a 1 s timeout: on a node busy
+# at boot that is "no credentials", which stopped jobs for good. Every process on the node (units,
+# the user's job) reads these from node.env.
+IMDS_PATIENCE = {"AWS_METADATA_SERVICE_TIMEOUT": "2", "AWS_METADATA_SERVICE_NUM_ATTEMPTS": "5"}
+
 EXIT_FINISHED = 0    # the job is done on every node (or was done before this node came)
 EXIT_USAGE = 2       # a setting is wrong: restarting cannot help
 EXIT_FAILED = 3      # the training command failed repeatedly without progress: the job is stopped

@@ -329,12 +329,14 @@ def _from_node(log: Log) -> Monitor:
 
     import http.client
 
-    from .errors import RuntimeUserError
+    from .errors import ImdsUnavailable, RuntimeUserError
     from .imds import Imds
 
-    imds = Imds()
+    imds = Imds.on_node()
     try:
         instance_id = imds.instance_id()
+    except ImdsUnavailable:
+        raise
     except (OSError, http.client.HTTPException) as e:
         reason = " ".join(str(getattr(e, "reason", None) or e).split()) or type(e).__name__
         raise RuntimeUserError(f"this is not a dl-launcher node: no instance metadata (IMDSv2) at {imds.endpoint} "

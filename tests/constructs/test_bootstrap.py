@@ -137,6 +137,19 @@ def test_settings_are_written_as_given(node, deployed):
     assert (node.etc / "job.sh").read_text() == COMMAND, "the command, verbatim"
 
 
+def test_botocore_on_the_node_asks_imds_for_its_credentials_patiently(node, monkeypatch):
+    """botocore's own default is one try of 1 s: "no credentials" on a node busy at boot."""
+    import botocore.session
+
+    assert node.boot().returncode == 0
+    env = contract.parse_env((node.etc / "node.env").read_text())
+    for k in ("AWS_METADATA_SERVICE_TIMEOUT", "AWS_METADATA_SERVICE_NUM_ATTEMPTS"):
+        monkeypatch.setenv(k, env[k])
+    session = botocore.session.Session()
+    assert session.get_config_variable("metadata_service_num_attempts") >= 3
+    assert session.get_config_variable("metadata_service_timeout") >= 2
+
+
 def test_the_job_command_runs_as_bash(node):
     assert node.boot().returncode == 0
     (node.root / "python").write_text('#!/bin/sh\nprintf "%s\\n" "python $*"\n')
