@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import csv
 import functools
-from dataclasses import dataclass
 import math
 from typing import Any, Optional, Union
 
 from .errors import UserError
 from .paths import data_file
+from .record import record
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "int8", "fp8", "fp4")
 # How a node's accelerators reach each other (accelerators.md, "fabric and scaling_class").
@@ -40,7 +40,7 @@ DEFAULT_UNCERTAINTY = {
 MEMORY_MATCH = 0.02
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AcceleratorSpec:
     name: str
     vendor: str

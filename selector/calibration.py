@@ -2,16 +2,16 @@
 types puts every modelled figure in the user's own units (see Calibration)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from .accelerators import AcceleratorSpec
 from .facts import InstanceFacts
 from .profiles import Profile
+from .record import record
 from .throughput import Measurement, model
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Calibration:
     """Measured samples/s count the user's own samples (images, tokens, sequences); the model counts
     the profile's reference units. `scale` (the median measured/model ratio over the measured types)

@@ -5,20 +5,19 @@ that a recommendation costs milliseconds and no AWS account.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
 from typing import Iterable, Optional
 
 from .errors import UserError, unknown
 from .facts import MAX_NETWORK_GBPS, InstanceFacts
-from .prices import MAX_USD_PER_HOUR, MIN_USD_PER_HOUR, PriceTable
-from .validate import clean, date_stamp, finite_number, parse_json, read_text
-
 from .paths import data_file
+from .prices import MAX_USD_PER_HOUR, MIN_USD_PER_HOUR, PriceTable
+from .record import field, fields, record, replace
+from .validate import clean, date_stamp, finite_number, parse_json, read_text
 
 DEFAULT_PATH = data_file("catalog.json")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Catalog:
     as_of: str
     specs_source: str

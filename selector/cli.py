@@ -217,7 +217,7 @@ def _profiles(a: argparse.Namespace) -> str:
 
 def _refresh_prices(a: argparse.Namespace) -> str:
     """catalog refresh --prices: the embedded catalog with live prices; no DescribeInstanceTypes."""
-    from dataclasses import replace
+    from .record import replace
 
     from . import live_prices
     from .catalog import load_catalog

@@ -1,11 +1,12 @@
 """The facts of one instance type, as the catalog holds them."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from .record import asdict, field, record
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class Price:
     """One type's prices in one region. On-demand and spot come from different sources at different
     times, so spot carries its own date, source and spread; "" / 0 / None mean "not recorded"."""
@@ -25,7 +26,7 @@ class Price:
         return self.spot_as_of or self.as_of
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CapacityBlockPrice:
     """AWS's published Capacity Block for ML rate: USD per instance-hour, reserved in advance."""
     usd_per_hour: float
@@ -33,7 +34,7 @@ class CapacityBlockPrice:
     source: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvmeDisks:
     count: int
     size_gb: int
@@ -47,7 +48,7 @@ class NvmeDisks:
 MAX_NETWORK_GBPS = 100_000.0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class InstanceFacts:
     instance_type: str
     family: str

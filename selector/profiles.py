@@ -5,15 +5,15 @@ or YAML file of the same shape (`[profiles.NAME]` tables; `extends = "NAME"` cop
 """
 from __future__ import annotations
 
-import tomllib
-from dataclasses import dataclass, fields, replace
 import os
+import tomllib
 from typing import Any, Optional
 
 from .errors import UserError, closest, unknown
-from .validate import range_text, clean, finite_number, read_text
-
 from .paths import data_file
+from .record import fields, record, replace
+from .validate import clean, finite_number, range_text, read_text
+
 OBJECTIVES = ("max_throughput", "max_samples_per_dollar", "min_price", "max_accelerator_memory")
 INTERCONNECTS = ("any", "nvlink")
 SDKS = ("cuda", "neuron", "synapseai", "rocm", "qaic")
@@ -23,7 +23,7 @@ PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "int8", "fp8", "fp4")
 MODEL_PRECISIONS = ("mixed", "fp32", "fp64")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Profile:
     """One workload. Every field but name/description has a default that requires nothing."""
 

@@ -2,17 +2,17 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Optional, Union
 
 from . import freshness
 from .accelerators import AcceleratorSpec, load_accelerators
+from .calibration import Calibration, calibrate
 from .catalog import Catalog, load_catalog
 from .errors import unknown
 from .facts import InstanceFacts, Price
 from .profiles import Profile, get_profile
+from .record import field, record, replace
 from .requirements import MARKETS, Context, Filters, fails, failures, rules_for
-from .calibration import Calibration, calibrate
 from .throughput import Estimate, Measurement, model
 
 DEFAULT_REGION = "us-east-1"
@@ -34,10 +34,10 @@ def market_name(market: Market) -> str:
     return market
 
 
-# Not frozen, though nothing outside this module changes one: a frozen dataclass's __init__ sets
+# Not frozen, though nothing outside this module changes one: a frozen record's __init__ sets
 # each of its 17 fields through object.__setattr__, and a ranking builds one per survivor (20% of
 # ranking the catalog). Compared by value, never hashed.
-@dataclass(eq=True)
+@record
 class Candidate:
     facts: InstanceFacts
     rank: int
@@ -205,7 +205,7 @@ def price_dict(price: Optional[Price], measured: Optional[Measurement] = None) -
     }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Excluded:
     """A type that fails a hard requirement. Every reason it fails is written when read (the
     ranking only needs to know that one rule failed)."""
@@ -220,7 +220,7 @@ class Excluded:
         return {"instance_type": self.instance_type, "reasons": list(self.reasons)}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Recommendation:
     profile: Profile
     region: str
@@ -350,7 +350,7 @@ _MODEL_METRICS = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Bands:
     """One ranking's figures with their uncertainty intervals, v x (1 +- u), in rank order (the
     metric descending). Two candidates tie when their intervals overlap. A measured figure (u = 0)

@@ -113,7 +113,7 @@ def _price_footer(rec: Recommendation) -> list[str]:
 
 
 def profiles_json(profiles: dict[str, Profile]) -> list[dict[str, Any]]:
-    from dataclasses import asdict
+    from .record import asdict
     out = []
     for p in profiles.values():
         d = asdict(p)

@@ -5,18 +5,17 @@ p5.48xlarge?" always has an answer.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .accelerators import AcceleratorSpec, spec_for
 from .facts import InstanceFacts
 from .profiles import Profile
-
+from .record import record
 
 MARKETS = ("on-demand", "spot", "capacity-block")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Filters:
     """Ad-hoc narrowing on top of a profile (recommend --gpu, --min-gpu-memory, --max-price):
     accelerator (a catalog accelerator name, matched exactly: see parse_gpu), count (accelerators
@@ -37,7 +36,7 @@ class Filters:
         return " ".join(parts)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Context:
     region: str
     spot: bool

@@ -15,7 +15,6 @@ Scaling efficiency (documented assumptions, not measurements; replace with --thr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 import os
 from typing import Any, Optional
 
@@ -23,6 +22,7 @@ from .accelerators import DEFAULT_UNCERTAINTY, AcceleratorSpec, spec_for
 from .errors import UserError, unknown
 from .facts import InstanceFacts
 from .profiles import Profile
+from .record import record
 from .validate import clean, csv_rows, finite_number, parse_json, read_text
 
 V100 = "V100"
@@ -30,7 +30,7 @@ FAST_FABRIC_EFFICIENCY = 0.95
 PCIE_EFFICIENCY = 0.80
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Measurement:
     samples_per_second: float
     price_per_hour: Optional[float] = None
@@ -40,7 +40,7 @@ class Measurement:
 
 # Not frozen: model() makes one per candidate on every ranking, and a frozen __init__ sets each field
 # through object.__setattr__. Nothing changes an Estimate after it is made.
-@dataclass
+@record
 class Estimate:
     samples_per_second: float
     source: str  # "measured", "model" or "calibrated"

@@ -20,13 +20,13 @@ from constructs import Construct
 
 from constructs_lib.nag import env_names
 from constructs_lib.observability.notifications import NotificationTopic
+from constructs_lib.runtime.contract import TAG_PRODUCT
+from selector import record
 
 from .launch_role import LaunchRole, ProductRoleBoundary, boundary_name
 from .portfolio_settings import PortfolioSettings
 from .product_plan import ProductPlan
 from .selection import money
-from constructs_lib.runtime.contract import TAG_PRODUCT
-
 from .training_product import TrainingProduct, product_rules
 
 
@@ -37,7 +37,7 @@ def version_name(plan: ProductPlan) -> str:
         package = metadata.version("dl-launcher")
     except metadata.PackageNotFoundError:
         package = "0"
-    decided = {"profile": dataclasses.asdict(plan.profile) | {"source": ""}, "region": plan.region,
+    decided = {"profile": record.asdict(plan.profile) | {"source": ""}, "region": plan.region,
                "limits": dataclasses.asdict(plan.limits), "types": plan.instance_types, "markets": plan.markets,
                "max_nodes": plan.max_nodes, "catalog": plan.catalog_as_of,
                "choices": [(c.instance_type, c.market, c.ceiling, c.max_nodes,

@@ -9,12 +9,13 @@ price in that market, which no alternate exceeds), so nodes x ceiling <= cap.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 
 from selector.errors import UserError, closest
 from selector.profiles import Profile
 from selector.recommend import recommend
+from selector.record import replace
 
 from .portfolio_settings import DEFAULT_BUDGET_HOURS, MAX_TYPES, ProductLimits
 from .selection import Selection, money, select

@@ -11,7 +11,7 @@ at most nodes x ceiling, and by default exactly the pick's own cluster price.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping, NamedTuple, Optional
 
 from selector.catalog import load_catalog
@@ -19,6 +19,7 @@ from selector.errors import UserError
 from selector.facts import InstanceFacts
 from selector.interchange import interchangeable
 from selector.recommend import CAPACITY_BLOCK_ONLY, Candidate, Recommendation, recommend
+from selector.record import replace
 
 from .settings import Settings
 

@@ -97,7 +97,7 @@ def test_every_golden_row_says_what_decides_it():
 def test_no_golden_pick_hinges_on_a_threshold_at_the_winners_value(profile):
     """A threshold equal to the winner's own value that, removed, changes the pick was placed to make
     that pick win (the parallel-experiments speed floor of 1.0 = V100 was one)."""
-    from dataclasses import replace
+    from selector.record import replace
     catalog, acc = _guide_catalog(), load_accelerators()
     rec = recommend(profile, region="us-east-1", families=GUIDE_FAMILIES, catalog=catalog)
     winner = rec.pick.facts
@@ -115,7 +115,7 @@ def test_no_golden_pick_hinges_on_a_threshold_at_the_winners_value(profile):
 def test_the_sensitivity_check_catches_a_floor_at_the_winners_value():
     """The check itself must be able to fail: the old parallel-experiments profile (min_price, speed
     floor 1.0 = V100's value) picked p3.8xlarge only because of that floor."""
-    from dataclasses import replace
+    from selector.record import replace
     old = replace(builtin_profiles()["parallel-experiments"], objective="min_price", min_relative_throughput=1.0)
     with pytest.raises(AssertionError, match="min_relative_throughput = 1 is exactly p3.8xlarge's value"):
         test_no_golden_pick_hinges_on_a_threshold_at_the_winners_value(old)

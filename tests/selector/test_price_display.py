@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import replace
+from selector.record import replace
 
 import pytest
 

@@ -61,7 +61,7 @@ def test_the_ordering_rule_holds_for_random_candidate_sets_and_every_objective()
     """Property test over random family subsets, measured overrides, markets and every built-in
     profile under every objective."""
     import random
-    from dataclasses import replace
+    from selector.record import replace
 
     from selector.profiles import builtin_profiles
     rng = random.Random(25)
@@ -190,7 +190,7 @@ def test_fractional_gpus_are_not_whole_gpus():
 
 
 def test_pcie_multi_gpu_is_penalised_but_independent_runs_are_not():
-    from dataclasses import replace
+    from selector.record import replace
     training = get_profile("training")
     by_type = lambda p: {c.instance_type: c.samples_per_second for c in recommend(p, families=["g5"]).candidates}
     dp = by_type(training)

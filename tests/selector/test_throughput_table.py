@@ -8,7 +8,7 @@ import csv
 import math
 import re
 import shutil
-from dataclasses import replace
+from selector.record import replace
 
 import pytest
 
