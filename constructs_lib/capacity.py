@@ -67,7 +67,7 @@ class ClusterCapacity(Construct):
       node_options [NodeOptions()]: how every node is set up whatever its type (root volume, RAID, AMI, ...).
 
     Attributes: templates (GpuLaunchTemplate per usable type, pick first), primary, controller
-    (CapacityController), spec (the controller's), spec_json (as the controller reads it), state_bucket, state_key, ceiling, unused
+    (CapacityController), controller_log_group, spec (the controller's), spec_json (as the controller reads it), state_bucket, state_key, ceiling, unused
     (type -> why it will never be used), role, security_group, placement_group.
     """
 
@@ -151,6 +151,7 @@ class ClusterCapacity(Construct):
         }
 
     def _add_controller(self, spec, *, log_group: logs.ILogGroup, teardown: bool) -> None:
+        self.controller_log_group = log_group
         # What the controller reads as DL_CLUSTER_SPEC (a rendered token); the idle guard gets the same.
         self.spec_json = spec if isinstance(spec, str) else cdk.Stack.of(self).to_json_string(spec)
         protect = [t.launch_template for t in self.templates] + [self.security_group]

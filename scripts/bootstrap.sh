@@ -19,4 +19,4 @@ if [ ! -f .deps-stamp ] || [ "$(cat .deps-stamp)" != "$stamp_inputs" ] || [ ! -d
 fi
 # Byte-compile the project's own packages: environments that set PYTHONDONTWRITEBYTECODE would
 # otherwise recompile them on every CLI start (about a quarter of `python -m selector`'s time).
-.venv/bin/python -m compileall -q selector constructs_lib stacks app.py >/dev/null
+.venv/bin/python -m compileall -q selector constructs_lib stacks dl_launcher app.py >/dev/null

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the local default: what the selector picks for multi-node training and why,
 # then the real CDK CLI deploying that profile into a local moto_server (no AWS account), what
-# exists afterwards, and cdk destroy (which keeps the checkpoint bucket).
+# exists afterwards, and dl-launcher destroy (which keeps the checkpoint bucket).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh

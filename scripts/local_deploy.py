@@ -2,7 +2,7 @@
 CLI, with your own training project (examples/train_project: code, setup, env, a secret), the
 cluster launched by the capacity controller, its nodes booted from their real user data on this
 machine (scripts/simnode.py) and the job run there, its lines read back from CloudWatch Logs;
-then `cdk destroy`, and show that the checkpoint bucket survived.
+then `dl-launcher destroy`, and show that the checkpoint bucket survived.
 
 No AWS account is touched: fake credentials, every endpoint pointed at the local moto_server.
 What moto does not emulate is listed at the end of the run (and in the README).
@@ -395,15 +395,18 @@ def main(argv=None) -> int:
         import boto3
         log("\n== teardown (what the stack's custom resource does on delete)")
         ctl.teardown()
-        cdk("destroy", "--app", str(out), "--force", stack, env=env)
+        log("\n== dl-launcher destroy (CloudFormation deletes the stack; the checkpoints stay)")
+        gone = subprocess.run([sys.executable, "-m", "dl_launcher", "destroy", a.profile, "--region", REGION],
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        log(gone.stdout.rstrip() + gone.stderr.rstrip())
         left = [b["Name"] for b in boto3.client("s3", region_name=REGION).list_buckets()["Buckets"]]
         kept = [b for b in left if "checkpointsbucket" in b.lower()]
-        log(f"\nafter cdk destroy, buckets left: {', '.join(left) or 'none'}")
+        log(f"\nafter dl-launcher destroy, buckets left: {', '.join(left) or 'none'}")
         log("checkpoint bucket kept (RemovalPolicy.RETAIN): " + (", ".join(kept) if kept else "NO - this is a bug"))
         others = boto3.client("ec2", region_name=REGION).describe_launch_templates()["LaunchTemplates"]
         log(f"launch templates left: {len(others)}")
         log("\nwhat moto does not emulate:\n" + "\n".join(f"  - {n}" for n in NOT_EMULATED))
-        return 0 if kept and state["launch_templates"] and bundle and ran else 1
+        return 0 if gone.returncode == 0 and kept and state["launch_templates"] and bundle and ran else 1
     finally:
         shutil.rmtree(out, ignore_errors=True)
         server.stop()

@@ -26,8 +26,8 @@ class _Parser(OneLineParser):
     error_class = UserError
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m selector", description=__doc__)
+def _parser(prog: str = "python -m selector") -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description=__doc__)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     s = sub.add_parser("profiles", help="list workload profiles")
@@ -273,9 +273,9 @@ def _refresh(a: argparse.Namespace) -> str:
             + (f"; written to {a.out}" if a.out else "; pass --out FILE to write it"))
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None, *, prog: str = "python -m selector") -> int:
     try:
-        a = _parser().parse_args(argv)
+        a = _parser(prog).parse_args(argv)
         handler = {"profiles": _profiles, "recommend": _recommend, "show": _show, "bench": _bench}.get(a.command, _refresh)
         out = handler(a)
         # Line by line so that the table's own newlines stay; JSON output is already escaped.

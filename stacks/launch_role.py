@@ -69,6 +69,8 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "AWS::Logs::LogGroup": (("logs:CreateLogGroup", "logs:DeleteLogGroup", "logs:PutRetentionPolicy",
                              "logs:DeleteRetentionPolicy", "logs:TagResource", "logs:TagLogGroup",
                              "logs:DescribeLogGroups", "logs:ListTagsForResource"), "arn:{p}:logs:{r}:{a}:log-group:*"),
+    "AWS::Logs::MetricFilter": (("logs:PutMetricFilter", "logs:DeleteMetricFilter", "logs:DescribeMetricFilters"),
+                                "arn:{p}:logs:{r}:{a}:log-group:*"),
     "AWS::Logs::ResourcePolicy": (("logs:PutResourcePolicy", "logs:DeleteResourcePolicy",
                                    "logs:DescribeResourcePolicies"), "*"),
     "AWS::S3::Bucket": (("s3:CreateBucket", "s3:DeleteBucket", "s3:PutEncryptionConfiguration",

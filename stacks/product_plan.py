@@ -3,8 +3,9 @@ team's limits (pure Python, no CDK): the instance types a user may pick, the mar
 nodes, and for every (type, market) the capacity it launches on and the most nodes the team's
 cluster $/hour cap allows there.
 
-The cap is held against the worst case: every node at the ceiling of its choice (the chosen type's
-price in that market, which no alternate exceeds), so nodes x ceiling <= cap.
+The cap is held against the worst case: every node at the ceiling of its choice (on-demand: the
+chosen type's price; spot: its on-demand price, EC2's default maximum, which is what EC2 may
+charge), so nodes x ceiling <= cap.
 """
 from __future__ import annotations
 

@@ -1,24 +1,27 @@
 """Settings -> the instance type to launch, the alternates that may replace it, and what the whole
 cluster can cost: asked once per synth, pure Python (no CDK).
 
-The cost ceiling is a price per node per hour in the market the job launches in (spot: the
-catalog's spot price; on-demand: the on-demand price; capacity-block: the block's published rate
-where the catalog has one, else what the user paid, as max_price). Default: the pick's own price there, so no alternate costs
-more than the pick; `max_price` sets it. An alternate must be interchangeable with the pick for
-the same job (selector/interchange.py), priced in the market, and at or below the ceiling; every
+The cost ceiling is a price per node per hour in the market the job launches in (spot: the pick's
+on-demand price, EC2's own default max price, since a spot quote is a dated snapshot and as a max
+price it could keep the cluster from ever launching; on-demand: the on-demand price;
+capacity-block: the block's published rate where the catalog has one, else what the user paid, as
+max_price). `max_price` sets it; on spot EC2 enforces it per node. An alternate must be
+interchangeable with the pick for the same job (selector/interchange.py), priced in the market, and at or below the ceiling (on spot
+without max_price: at or below the pick's own quote, so no alternate is expected to cost more); every
 other candidate keeps the reason it was not taken. Hence the cluster's worst case in its market is
-at most nodes x ceiling, and by default exactly the pick's own cluster price.
+at most nodes x ceiling.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Mapping, NamedTuple, Optional
 
+from selector import freshness
 from selector.catalog import load_catalog
 from selector.errors import UserError
 from selector.facts import InstanceFacts
 from selector.interchange import interchangeable
-from selector.recommend import CAPACITY_BLOCK_ONLY, Candidate, Recommendation, recommend
+from selector.recommend import CAPACITY_BLOCK_ONLY, Candidate, Recommendation, recommend, spot_spread
 from selector.record import replace
 
 from .settings import Settings
@@ -92,9 +95,27 @@ class Selection:
 
         opts = list(self.prices.values())
         cap = self.max_price if self.market == "spot" else None  # EC2 enforces it on spot only
+        if self.market == "spot":
+            # EC2 charges spot at most the max price sent (the ceiling) and at most on-demand: the
+            # quotes are only what it is expected to cost.
+            in_market = most([min(self.ceiling, o.on_demand) if o.on_demand is not None else self.ceiling
+                              for o in opts])
+        else:
+            in_market = most([o.in_market for o in opts])
         return WorstCase(on_demand=most([o.on_demand for o in opts]),
                          spot=most([_spot_most(o.spot, o.on_demand, cap)[0] for o in opts]),
-                         market=most([o.in_market for o in opts]))
+                         market=in_market)
+
+    def expected_spot(self) -> Optional[str]:
+        """On spot, what the pick is expected to cost per node and how far the quote can be trusted:
+        '$21.01/h per node (from 1 AZ only: not a market-wide figure; date unknown; SOURCE)'."""
+        if self.market != "spot":
+            return None
+        quote = self.pick.facts.price(self.region)
+        if quote is None or quote.spot is None:
+            return f"no spot quote on record for {self.pick.instance_type} in {self.region}"
+        return (f"{money(quote.spot)} per node ({spot_spread(quote)}; {freshness.describe(quote.spot_date)}; "
+                f"{quote.spot_source or quote.source})")
 
     def describe_ceiling(self) -> str:
         """'$21.01/h per node, spot (p6-b200.48xlarge's spot price in us-east-1, on record)'."""
@@ -203,13 +224,30 @@ def _ceiling(settings: Settings, pick: Candidate, price: OptionPrice) -> tuple[f
     if market == "capacity-block" and price.in_market is None:
         raise UserError(f"market capacity-block: the catalog holds no Capacity Block rate for {name} in {region}; "
                         f"pass -c max_price=USD/h, what one {name} of your block costs per hour")
+    if market == "spot" and price.on_demand is not None:
+        # A spot quote is a snapshot (often undated, sometimes one AZ): as EC2's max price it can
+        # sit below the market for good, and the cluster never launches. EC2's own default is the
+        # on-demand price, and spot never costs more than that.
+        return max(price.on_demand, price.in_market or 0.0), (
+            f"{name}'s on-demand price in {region}, EC2's default spot max price: a stale or one-AZ "
+            "quote cannot keep the cluster from launching")
     if price.in_market is None:
         raise UserError(f"{name} has no {market} price on record in {region}: pass -c max_price=USD/h "
                         "(the most one node may cost), or choose another market or instance_type")
     return price.in_market, f"{name}'s {market} price in {region}, {price.basis}"
 
 
-def _why_not(c: Candidate, pick: Candidate, price: OptionPrice, settings: Settings, ceiling: float) -> Optional[str]:
+def _alternate_bound(settings: Settings, pick_price: OptionPrice, ceiling: float) -> tuple[float, str]:
+    """The most an alternate may be expected to cost per node: the ceiling, except on spot without
+    max_price, where the ceiling is the pick's on-demand price (EC2's max price) but no alternate
+    may be expected to cost more than the pick itself, as quoted."""
+    if settings.market == "spot" and settings.max_price is None and pick_price.in_market is not None:
+        return min(ceiling, pick_price.in_market), "the pick's own spot price"
+    return ceiling, "the ceiling"
+
+
+def _why_not(c: Candidate, pick: Candidate, price: OptionPrice, settings: Settings,
+             bound: tuple[float, str]) -> Optional[str]:
     """None when `c` may be an alternate; else why not, one line."""
     reason = interchangeable(pick.facts, c.facts, multi_node=settings.multi_node, rule=settings.interchange)
     if reason:
@@ -220,8 +258,8 @@ def _why_not(c: Candidate, pick: Candidate, price: OptionPrice, settings: Settin
         if c.facts.capacity_block_only and settings.market != "capacity-block":
             return f"no price on record in {settings.region} for {settings.market}: {CAPACITY_BLOCK_ONLY}"
         return f"no price on record in {settings.region} for {settings.market}"
-    if price.in_market > ceiling:
-        return f"price {money(price.in_market)} {settings.market} is above the ceiling {money(ceiling)}"
+    if price.in_market > bound[0]:
+        return f"price {money(price.in_market)} {settings.market} is above {bound[1]} {money(bound[0])}"
     return None
 
 
@@ -233,6 +271,7 @@ def select(settings: Settings, max_alternates: int = MAX_ALTERNATES) -> Selectio
     pick = _choose_pick(settings, rec)
     prices = {pick.instance_type: _price(pick, settings.market, settings.max_price, pick=True)}
     ceiling, source = _ceiling(settings, pick, prices[pick.instance_type])
+    bound = _alternate_bound(settings, prices[pick.instance_type], ceiling)
 
     alternates: list[Candidate] = []
     rejected: list[tuple[str, str]] = []
@@ -240,7 +279,7 @@ def select(settings: Settings, max_alternates: int = MAX_ALTERNATES) -> Selectio
         if c.instance_type == pick.instance_type:
             continue
         price = _price(c, settings.market, settings.max_price, pick=False)
-        reason = _why_not(c, pick, price, settings, ceiling)
+        reason = _why_not(c, pick, price, settings, bound)
         if reason is None and len(alternates) >= max_alternates:
             reason = f"interchangeable and within the ceiling, but the first {max_alternates} alternates were taken"
         if reason:

@@ -127,6 +127,7 @@ class Settings:
     capacity_reservation: Optional[str] = None
     observability: ObservabilitySettings = ObservabilitySettings()
     job_settings: JobSettings = JobSettings()
+    region_source: str = "context region"  # where the region came from (resolve_region)
 
     def __post_init__(self) -> None:
         if self.market is None:
@@ -479,6 +480,22 @@ def network_from_context(ctx: Mapping[str, Any], region: str) -> tuple[Optional[
     return vpc_id, subnet_ids, az
 
 
+DEFAULT_REGION = "us-east-1"
+REGION_ENV = ("CDK_DEFAULT_REGION", "AWS_REGION", "AWS_DEFAULT_REGION")
+
+
+def resolve_region(ctx: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """(region, where it came from): -c region, else the CDK environment (the CDK CLI sets
+    CDK_DEFAULT_REGION from the profile it deploys with), else AWS_REGION / AWS_DEFAULT_REGION,
+    else us-east-1. A stack must deploy where the user's AWS tools point, not silently elsewhere."""
+    if "region" in ctx:
+        return str(ctx["region"]).strip(), "context region"
+    for var in REGION_ENV:
+        if env.get(var, "").strip():
+            return env[var].strip(), var
+    return DEFAULT_REGION, "the default: no -c region, CDK_DEFAULT_REGION, AWS_REGION or AWS_DEFAULT_REGION"
+
+
 def from_context(ctx: Mapping[str, Any]) -> Settings:
     """Validate the app's context. Unknown keys that look like ours (typos) are errors."""
     _check_keys(ctx)
@@ -498,7 +515,12 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
     _named("profile", profile_name, profiles if profiles is not None else load_profiles())
     profile = get_profile(profile_name, profiles)
     catalog = load_catalog()
-    region = ctx.get("region", "us-east-1").strip()
+    region, region_source = resolve_region(ctx)
+    if region_source != "context region":
+        try:
+            catalog.check_region(region)
+        except UserError as e:
+            raise UserError(f"{e} (from {region_source}; -c region=NAME sets it)") from None
     _named("region", region, catalog.regions)
     region = catalog.check_region(region)
     instance_type = ctx["instance_type"].strip() if "instance_type" in ctx else None
@@ -523,4 +545,4 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                     max_price=max_price, local=_bool("local", ctx.get("local", False)),
                     market=market, interchange=interchange, capacity_reservation=reservation,
                     observability=observability_from_context(ctx, profile, region),
-                    job_settings=job_from_context(ctx, region, read_script))
+                    job_settings=job_from_context(ctx, region, read_script), region_source=region_source)

@@ -112,6 +112,9 @@ class TrainingStack(cdk.Stack):
             self.cluster.controller.function.function_name,
             " --cli-binary-format raw-in-base64-out --payload '{\"dl-launcher\": \"resume\"}' /dev/stdout"]),
             description="start the cluster again after the idle guard or a teardown stopped it (newest checkpoint)")
+        cdk.CfnOutput(self, "DestroyCommand", value=f"dl-launcher destroy {settings.job} --region {self.region}",
+                      description="delete this stack (the cluster first); the checkpoint buckets stay unless "
+                                  "--delete-checkpoints")
         cdk.CfnOutput(self, "CapacityStatusCommand", value=(
             f"python -m constructs_lib.fleet status --bucket {self.checkpoints.bucket.bucket_name} "
             f"--key {capacity_state_key(cluster_id)}"),
@@ -155,14 +158,15 @@ def summary(settings: Settings, selection: Selection, job_definition: "JobDefini
     into = f" into {settings.capacity_reservation}" if settings.capacity_reservation else ""
     hint = "" if settings.max_price is not None else "; -c max_price=USD/h sets it"
     lines = [
-        f"dl-launcher: profile {settings.profile.name} in {settings.region}: "
+        f"dl-launcher: profile {settings.profile.name} in {settings.region} ({_region_from(settings)}): "
         f"{n} x {pick.instance_type} ({pick.facts.accelerator_count} x {pick.facts.accelerator})",
         f"  why: {selection.recommendation.why}",
         f"  market: {selection.market}{into}; ceiling {selection.describe_ceiling()}{hint}",
+        *([f"  expected on spot: {selection.expected_spot()}"] if selection.market == "spot" else []),
         f"  options (the pick, then the alternates under rule {selection.interchange}):",
         *(f"    {d}" for d in selection.describe_options()),
         f"  worst case, whole cluster: {money(w.market)} {selection.market} "
-        f"(<= {n} x ceiling = {money(n * selection.ceiling)}; the pick alone {money(alone)}); "
+        f"(<= {n} x ceiling = {money(n * selection.ceiling)}; the pick alone, as quoted, {money(alone)}); "
         f"all on-demand {money(w.on_demand)}, all spot {money(w.spot)}",
     ]
     if selection.rejected:
@@ -173,6 +177,11 @@ def summary(settings: Settings, selection: Selection, job_definition: "JobDefini
     lines.append(f"  checkpoints: s3://<CheckpointBucket>/jobs/{settings.job}/")
     lines += job_summary(settings, job_definition)
     return "\n".join(lines)
+
+
+def _region_from(settings: Settings) -> str:
+    source = settings.region_source
+    return "-c region" if source == "context region" else source if source.isupper() else "the default"
 
 
 def job_summary(settings: Settings, job: "JobDefinition | None") -> list[str]:

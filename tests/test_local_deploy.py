@@ -1,5 +1,5 @@
 """The README's main job: the real CDK CLI deploys multi-node-training into moto_server on
-127.0.0.1, the summary shows what exists, and cdk destroy keeps the checkpoint bucket."""
+127.0.0.1, the summary shows what exists, and dl-launcher destroy keeps the checkpoint bucket."""
 from __future__ import annotations
 
 import os
@@ -59,6 +59,7 @@ def test_local_deploy_of_multi_node_training():
     assert out.count("[dl-launcher] generation 1 ended: finished") == 2
     assert "your code in staging bucket: s3://cdk-local-staging-123456789012/assets/" in out
     assert "output LogsCommand: aws logs tail /dl-launcher/dl-multi-node-training/job --follow" in out
-    assert "dl-multi-node-training: destroyed" in out
+    assert "deleted stack dl-multi-node-training" in out, "dl-launcher destroy, through moto's CloudFormation"
+    assert "kept bucket dl-multi-node-training-checkpointsbucket" in out and "object versions" in out
     assert "checkpoint bucket kept (RemovalPolicy.RETAIN): dl-multi-node-training-checkpointsbucket" in out
     assert "launch templates left: 0" in out

@@ -11,6 +11,7 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 import app
+from constructs_lib.runtime import contract
 from selector.catalog import load_catalog
 from selector.profiles import builtin_profiles
 from selector.recommend import recommend
@@ -125,8 +126,10 @@ def test_real_cli_synth_of_the_portfolio(tmp_path):
 
 
 def _catalog_price(instance_type: str, market: str) -> float:
+    """The most one node may cost: on spot, EC2's default maximum price, the on-demand price (issue
+    24: a spot quote as the maximum could keep a cluster from ever launching)."""
     p = load_catalog().get(instance_type).price(REGION)
-    return p.spot if market == "spot" else p.on_demand
+    return p.on_demand
 
 
 def _evaluate(expr, params: dict[str, str]):
@@ -340,7 +343,8 @@ def test_a_product_watches_its_gpus_with_the_spec_cloudformation_chose(team_port
     # nodes and the chosen type's price enter the metric math as the launch's own values
     assert '{"Ref": "Nodes"}' in body and '"Fn::If"' in body and '{"Ref": "JobName"}' in body
     alarms = [r for r in t["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"]
-    assert len(alarms) == 2
+    assert len(alarms) == 3  # starved GPUs, node health, and the capacity shortfall (issue 24)
+    assert sum(a["Properties"].get("MetricName") == contract.M_CAPACITY_SHORT for a in alarms) == 1
     # the health alarm expects the chosen type's GPU count (8 on every p-type here), picked by the same conditions
     health = next(json.dumps(a) for a in alarms if "gpus <" in json.dumps(a))
     assert '"Fn::If"' in health and '"UseP5En48XlargeSpot", "8"' in health

@@ -151,12 +151,14 @@ def test_issue_multi_node_b200_never_gets_a100_or_b300_behind_it():
 def test_issue_pinned_p4d_gets_no_alternate_dearer_than_p4d(interchange):
     sel = select(from_context({"profile": "multi-node-training", "instance_type": "p4d.24xlarge",
                                "interchange": interchange}))
-    assert sel.market == "spot" and sel.ceiling == price("p4d.24xlarge")
+    # EC2's max price is p4d's on-demand price (issue 24), yet no alternate is expected to cost
+    # more than p4d itself, as quoted
+    assert sel.market == "spot" and sel.ceiling == price("p4d.24xlarge", "on-demand")
     for c in sel.alternates:
         assert price(c.instance_type) <= price("p4d.24xlarge"), c.instance_type
     assert "p6-b200.48xlarge" not in taken(sel) and "p6-b300.48xlarge" not in taken(sel)
     if interchange == "same-count":
-        assert "above the ceiling $8.00/h" in reason(sel, "p6-b200.48xlarge")
+        assert "above the pick's own spot price $8.00/h" in reason(sel, "p6-b200.48xlarge")
         assert reason(sel, "p6-b300.48xlarge") == "no price on record in us-east-1 for spot"
 
 
@@ -292,3 +294,39 @@ def test_command_is_kept_as_written_and_command_file_is_read_verbatim(tmp_path, 
 def test_settings_docstring_says_multi_line_commands_go_through_command_file():
     import stacks.settings
     assert "multi-line commands go here" in stacks.settings.__doc__ and "command_file" in stacks.settings.__doc__
+
+
+@pytest.mark.parametrize("profile", sorted(builtin_profiles()))
+def test_the_default_spot_ceiling_is_at_least_the_picks_on_demand_price(profile):
+    """Issue 24: a ceiling at a spot quote (dated, sometimes one AZ) was EC2's max price too, and a
+    cluster could wait for ever below the market; EC2's own default is the on-demand price."""
+    sel = select(from_context({"profile": profile, "market": "spot"}))
+    quote = sel.pick.facts.price(sel.region)
+    if quote and quote.on_demand is not None:
+        assert sel.ceiling >= quote.on_demand, (sel.pick.instance_type, sel.ceiling, quote.on_demand)
+        assert "EC2's default spot max price" in sel.ceiling_source
+    capped = select(from_context({"profile": profile, "market": "spot", "max_price": "99"}))
+    assert capped.ceiling == 99 and capped.ceiling_source.startswith("max_price")
+    assert capped.worst_case(2).market <= 2 * 99
+
+
+@pytest.mark.parametrize("ctx,env,expected", [
+    ({"region": "eu-west-1"}, {"CDK_DEFAULT_REGION": "us-west-2", "AWS_REGION": "ap-northeast-2"}, ("eu-west-1", "context region")),
+    ({}, {"CDK_DEFAULT_REGION": "us-west-2", "AWS_REGION": "ap-northeast-2"}, ("us-west-2", "CDK_DEFAULT_REGION")),
+    ({}, {"AWS_REGION": "ap-northeast-2", "AWS_DEFAULT_REGION": "eu-west-1"}, ("ap-northeast-2", "AWS_REGION")),
+    ({}, {"AWS_DEFAULT_REGION": "eu-west-1"}, ("eu-west-1", "AWS_DEFAULT_REGION")),
+    ({}, {}, ("us-east-1", "the default: no -c region, CDK_DEFAULT_REGION, AWS_REGION or AWS_DEFAULT_REGION")),
+])
+def test_the_region_follows_the_cdk_environment_then_the_aws_one(ctx, env, expected):
+    """Issue 24: with AWS_REGION=eu-west-1 the app deployed to us-east-1 anyway."""
+    from stacks.settings import resolve_region
+    assert resolve_region(ctx, env) == expected
+
+
+def test_a_bad_region_from_the_environment_says_where_it_came_from(monkeypatch):
+    monkeypatch.setenv("CDK_DEFAULT_REGION", "eu-centrall-1")
+    with pytest.raises(UserError, match=r"closest: eu-central-1.*\(from CDK_DEFAULT_REGION; -c region=NAME sets it\)"):
+        from_context({"profile": "training"})
+    monkeypatch.setenv("CDK_DEFAULT_REGION", "us-west-2")
+    s = from_context({"profile": "training"})
+    assert (s.region, s.region_source) == ("us-west-2", "CDK_DEFAULT_REGION")

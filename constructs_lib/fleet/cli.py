@@ -159,6 +159,7 @@ def _when(t: Optional[float]) -> str:
 
 
 def _status(a: argparse.Namespace, ec2: Any, s3: Any) -> int:
+    from . import shortfall
     from .instances import list_cluster
     from .state import StateStore
 
@@ -169,11 +170,13 @@ def _status(a: argparse.Namespace, ec2: Any, s3: Any) -> int:
     last = state.history[-a.last:] if a.last else []
     if a.json:
         print(json.dumps({"cluster": state.cluster, "instance_type": state.instance_type, "stopped": state.stopped,
-                          "short_since": state.loss_since, "updated_at": state.updated_at,
+                          "short_since": state.loss_since, "short": state.short, "updated_at": state.updated_at,
                           "instances": [n.__dict__ for n in nodes], "transitions": last}, indent=1))
         return 0
     what = "torn down" if state.stopped else f"current type {state.instance_type or 'none (nothing launched)'}"
     print(f"cluster {state.cluster}: {what}; {len(nodes)} running; state of {_when(state.updated_at)}")
+    if state.short is not None and not state.stopped:
+        print(f"{shortfall.describe(state.short)} (since {_when(state.short['since'])})")
     if state.loss_since is not None:
         print(f"short of nodes since {_when(state.loss_since)}")
     for n in nodes:

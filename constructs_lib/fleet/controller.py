@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence, Mapping
 
 from ..runtime.contract import HEALTH_REPLACE
+from . import shortfall
 from .errors import error_code
 from .instances import (LIVE_STATES, Launched, Node, fleet_request, launch, list_cluster, states, tag_volumes,
                         terminate)
@@ -78,6 +79,7 @@ class Controller:
         self._state = ControllerState()
         self._lease = Lease(0.0, "")
         self._done: list[Transition] = []
+        self._failed: Optional[tuple[str, Sequence[str]]] = None  # the last launch that failed: what, errors
 
     # ---- entry points ----------------------------------------------------------------------------
     def reconcile(self, *, resume: bool = False, noticed: Iterable[str] = ()) -> list[Transition]:
@@ -101,6 +103,8 @@ class Controller:
                 self._decide(set(noticed))
             except _OutOfLease as e:
                 self._add("waiting", "", f"lease about to end before {e}: the next event goes on from here")
+            if self._state.short is not None:  # each run short says so: the CapacityShort alarm counts these
+                self._say("short", "", shortfall.describe(self._state.short))
             return self._done
         finally:  # also when EC2 failed halfway: what was launched or terminated is remembered
             try:
@@ -126,7 +130,7 @@ class Controller:
             types = ",".join(sorted({n.instance_type for n in nodes}))
             self._add("torn-down", types, f"terminated {len(nodes)} instances: {why}"
                       if nodes else f"nothing was running: {why}", [n.id for n in nodes])
-            st.instance_type, st.loss_since, st.recent, st.noticed = None, None, {}, {}
+            st.instance_type, st.loss_since, st.recent, st.noticed, st.short = None, None, {}, {}, None
             return self._done
         finally:
             self._save(release=True)
@@ -201,7 +205,7 @@ class Controller:
                 continue
             got = self._launch(option, spec.nodes, spec.subnet_ids, minimum=spec.nodes)
             if len(got.ids) >= spec.nodes:
-                st.instance_type, st.loss_since = option.instance_type, None
+                st.instance_type, st.loss_since, st.short = option.instance_type, None, None
                 self._add("launched", option.instance_type, f"{spec.nodes} x {option.instance_type} ({spec.market}) "
                           "launched together", got.ids)
                 return True
@@ -211,6 +215,7 @@ class Controller:
             self._add("launch-failed", option.instance_type,
                       f"got {len(got.ids)} of {spec.nodes}" + (" and terminated them (all or nothing)" if got.ids else "")
                       + f": {'; '.join(got.errors) or 'the fleet gave no reason'}", got.ids)
+            self._failed = (f"{spec.nodes} x {option.instance_type} ({spec.market})", got.errors)
         return False
 
     def _replace(self, current: str, survivors: Sequence[Node], missing: int) -> bool:
@@ -226,7 +231,11 @@ class Controller:
             self._add("replaced", current, f"{len(got.ids)} of {missing} missing x {current} launched in {subnet}",
                       got.ids)
         if len(got.ids) >= missing:
+            st.short = None
             return True
+        self._short(f"{missing - len(got.ids)} more x {current} ({spec.market}) beside the running nodes", got.errors,
+                    f"replacing is tried again every minute; after {spec.replace_within_seconds} s short the whole "
+                    "cluster moves to the next option")
         short = self.clock() - (st.loss_since or 0)
         self._add("launch-failed", current, f"replacing {missing - len(got.ids)} x {current} in {subnet}: "
                   f"{'; '.join(got.errors) or 'the fleet gave no reason'}; short for {short:.0f} s, the whole "
@@ -254,8 +263,18 @@ class Controller:
 
     def _none_running(self) -> None:
         self._state.instance_type = None
+        what, errors = self._failed or (f"{self.spec.nodes} nodes of any option", ("no option is within the ceiling",))
+        self._short(what, errors, f"every option again ({len(self.spec.options)}, in order) on the next EC2 "
+                    "event or the 1-minute schedule")
         self._add("waiting", "", f"no option could launch {self.spec.nodes} nodes; none running; "
                   "trying again on the next event or the 1-minute schedule")
+
+    def _short(self, what: str, errors: Sequence[str], next_step: str) -> None:
+        """Remember why the cluster is short, keeping the time it first was (status reads it)."""
+        kind = shortfall.classify(errors) if errors and errors[0] != "no option is within the ceiling" else "price"
+        old = self._state.short
+        self._state.short = {"since": old["since"] if old else self.clock(), "what": what, "kind": kind,
+                             "error": "; ".join(errors) or "the fleet gave no reason", "next": next_step}
 
     def _affordable(self, option: CapacityOption) -> bool:
         spec = self.spec

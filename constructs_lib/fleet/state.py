@@ -48,6 +48,8 @@ class ControllerState:
     history: list[dict[str, Any]] = field(default_factory=list)
     updated_at: Optional[float] = None
     lease_until: float = 0.0              # a reconcile or teardown is under way until then
+    # Why the cluster cannot launch, while it cannot (shortfall.py): since, what, kind, error, next.
+    short: Optional[dict[str, Any]] = None
 
     def record(self, transition: dict[str, Any]) -> None:
         self.history.append(transition)
@@ -94,6 +96,8 @@ def _schema_problem(s: ControllerState) -> Optional[str]:
         ("history", isinstance(s.history, list) and all(isinstance(h, dict) for h in s.history)),
         ("updated_at", s.updated_at is None or _number(s.updated_at)),
         ("lease_until", _number(s.lease_until)),
+        ("short", s.short is None or (isinstance(s.short, dict) and _number(s.short.get("since")) and all(
+            isinstance(s.short.get(k), str) for k in ("what", "kind", "error", "next")))),
     ]
     bad = [name for name, ok in checks if not ok]
     return f"fields of the wrong type or shape: {', '.join(bad)}" if bad else None

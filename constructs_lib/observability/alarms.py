@@ -25,6 +25,7 @@ from typing import Optional
 import aws_cdk as cdk
 import aws_cdk.aws_cloudwatch as cw
 import aws_cdk.aws_cloudwatch_actions as actions
+import aws_cdk.aws_logs as logs
 import aws_cdk.aws_sns as sns
 from constructs import Construct
 
@@ -130,3 +131,42 @@ class NodeHealthAlarm(Construct):
             f"It has tagged itself {contract.TAG_HEALTH}={contract.HEALTH_REPLACE} and the capacity controller "
             "replaces it; the job resumes from its newest checkpoint. The dashboard's health row names the node. "
             "If it recurs on new nodes, open a case with AWS naming the instance type and AZ."))
+
+
+class CapacityShortAlarm(Construct):
+    """ALARM when the capacity controller found the cluster short (a vCPU quota, no capacity in
+    the AZs, a spot price above the max price) in `runs` of its runs within `period`; OK once it
+    launches. The controller runs every minute and on EC2's events, so a blip of one run does not
+    alarm; an alarm acts on its change of state, so the topic hears once per shortfall, not every
+    minute. The controller's state (`status`) holds the one line: which type, which error, since
+    when, what it tries next.
+
+    Keyword-only props (defaults in brackets):
+      cluster: the cluster id (the controller's lines carry it; the metric's Job dimension).
+      log_group: the controller's log group (ClusterCapacity.controller_log_group).
+      runs [3], period [5 minutes], topic [None]: told on ALARM.
+    Attributes: metric_filter (logs.MetricFilter), alarm (cloudwatch.Alarm).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, cluster: str, log_group: logs.ILogGroup,
+                 runs: int = 3, period: cdk.Duration = cdk.Duration.minutes(5),
+                 topic: Optional[sns.ITopic] = None) -> None:
+        super().__init__(scope, construct_id)
+        if runs < 1:
+            raise ValueError(f"runs {runs}: at least 1")
+        self.metric_filter = logs.MetricFilter(
+            self, "Runs", log_group=log_group, metric_namespace=contract.NS_JOB,
+            metric_name=contract.M_CAPACITY_SHORT, metric_value="1", dimensions={contract.DIM_JOB: "$.cluster"},
+            filter_pattern=logs.FilterPattern.all(logs.FilterPattern.string_value("$.kind", "=", "short"),
+                                                  logs.FilterPattern.string_value("$.cluster", "=", cluster)))
+        metric = job_metric(contract.NS_JOB, contract.M_CAPACITY_SHORT, cluster, "Sum", period)
+        self.alarm = metric.create_alarm(
+            self, "Alarm", threshold=runs, evaluation_periods=1, datapoints_to_alarm=1,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING, alarm_description=(
+                f"dl-launcher {cluster}: the capacity controller cannot launch the cluster ({runs} runs in "
+                f"{period.to_minutes():g} minutes). The stack's CapacityStatusCommand prints one line: which type, "
+                "which error (quota, capacity or price), since when, what it tries next and what you can do. "
+                "A quota: `dl-launcher preflight` names the one and the number to ask for."))
+        if topic is not None:
+            self.alarm.add_alarm_action(actions.SnsAction(topic))

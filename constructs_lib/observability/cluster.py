@@ -11,7 +11,7 @@ import aws_cdk.aws_s3 as s3
 import aws_cdk.aws_sns as sns
 from constructs import Construct
 
-from .alarms import NodeHealthAlarm, StarvedGpuAlarm
+from .alarms import CapacityShortAlarm, NodeHealthAlarm, StarvedGpuAlarm
 from .dashboard import TrainingDashboard
 from .guard import IdleGuard
 from .notifications import NotificationTopic
@@ -32,7 +32,7 @@ class ClusterObservability(Construct):
       alarm_status [True]: the dashboard's alarm row (off for moto, whose CloudFormation does not
         create metric-math alarms, so the row's references to them would fail the deploy).
     Attributes: topic, notifications (NotificationTopic or None), dashboard (TrainingDashboard),
-    starved and health (the alarms, NVIDIA types only), guard (IdleGuard or None).
+    short (CapacityShortAlarm), starved and health (the alarms, NVIDIA types only), guard (IdleGuard or None).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, capacity: "ClusterCapacity", log_group: logs.ILogGroup,
@@ -50,6 +50,9 @@ class ClusterObservability(Construct):
         pick = facts[0]
         choose = getattr(capacity, "per_choice", None)  # ChoiceCapacity: the type is chosen at deploy
         cuda = all(f.sdk == "cuda" for f in facts)
+        # Every cluster, any accelerator: a deploy completes whether or not EC2 has the capacity.
+        self.short = CapacityShortAlarm(self, "CapacityShort", cluster=capacity.cluster,
+                                        log_group=capacity.controller_log_group, topic=topic)
         alarms = []
         if cuda:
             self.starved = StarvedGpuAlarm(self, "StarvedGpu", job=capacity.cluster, topic=topic)

@@ -59,6 +59,9 @@ M_TRAINING = "TrainingRunning"   # 1 while the training command runs on this nod
 M_RESTORING = "Restoring"        # 1 while the supervisor restores a checkpoint, else 0
 M_GPUS = "GpusVisible"           # GPUs the driver lists (compare with the catalog's count)
 M_XID = "XidErrors"              # hardware XID errors the kernel logged this minute
+# The capacity controller's runs that found the cluster short (quota, capacity, price), per Job:
+# a metric filter on its log counts them (observability/alarms.py CapacityShortAlarm).
+M_CAPACITY_SHORT = "CapacityShortRuns"
 METRIC_PERIOD = 60               # seconds: the agent's interval and the monitor's
 
 # ---- the rendezvous ----------------------------------------------------------------------------

@@ -21,17 +21,28 @@ BUCKET = "dl-fleet-state"
 PRICES = {"p5.48xlarge": 40.0, "p5en.48xlarge": 45.0, "p4d.24xlarge": 20.0, "p5e.48xlarge": None}
 
 
-def ice_error(request: dict[str, Any], instance_type: str) -> dict[str, Any]:
-    """What an instant fleet answers for a pool with no capacity (one entry per failed override)."""
+# EC2's own wording of a vCPU quota shortfall (the EC2 API reference's error codes, and what
+# CreateFleet's Errors[] carries for it).
+VCPU_LIMIT = ("VcpuLimitExceeded", "You have requested more vCPU capacity than your current vCPU limit of 0 allows "
+              "for the instance bucket that the specified instance type belongs to. Please visit "
+              "http://aws.amazon.com/contact-us/ec2-request to request an adjustment to this limit.")
+
+
+def ice_error(request: dict[str, Any], instance_type: str, code: Optional[tuple[str, str]] = None) -> dict[str, Any]:
+    """What an instant fleet answers for a pool with no capacity (one entry per failed override);
+    `code`: another (ErrorCode, ErrorMessage), e.g. VCPU_LIMIT."""
     config = request["LaunchTemplateConfigs"][0]
     market = request["TargetCapacitySpecification"]["DefaultTargetCapacityType"]
+    error, message = code or (
+        "InsufficientInstanceCapacity",
+        f"We currently do not have sufficient {instance_type} capacity in the Availability Zone you "
+        f"requested ({AZ}). Our system will be working on provisioning additional capacity.")
     return {
         "LaunchTemplateAndOverrides": {"LaunchTemplateSpecification": config["LaunchTemplateSpecification"],
                                        "Overrides": config["Overrides"][0]},
         "Lifecycle": "spot" if market == "spot" else "on-demand",
-        "ErrorCode": "InsufficientInstanceCapacity",
-        "ErrorMessage": f"We currently do not have sufficient {instance_type} capacity in the Availability Zone you "
-                        f"requested ({AZ}). Our system will be working on provisioning additional capacity.",
+        "ErrorCode": error,
+        "ErrorMessage": message,
     }
 
 
@@ -42,7 +53,8 @@ class FlakyEc2:
     partial: type -> how many the fleet gets before running out (the rest are errors), as a
              Capacity Block or a fleet without MinTargetCapacity can answer;
     hidden: instance ids DescribeInstances does not list yet (its eventual consistency);
-    refuse: type -> an error code create_fleet raises, as botocore does for AWS's error answers.
+    refuse: type -> an error code create_fleet raises, as botocore does for AWS's error answers;
+    answer: type -> (ErrorCode, ErrorMessage) an unavailable type answers instead of capacity's.
     Every create_fleet request is recorded, and after every launch the cluster is checked for
     mixed types: `mixed` lists any moment it held two.
     """
@@ -54,6 +66,7 @@ class FlakyEc2:
         self.partial: dict[str, int] = {}
         self.hidden: set[str] = set()
         self.refuse: dict[str, str] = {}
+        self.answer: dict[str, tuple[str, str]] = {}
         self.requests: list[dict[str, Any]] = []
         self.mixed: list[dict[str, int]] = []
         self.delay = 0.0                       # seconds each create_fleet takes (real ones take seconds)
@@ -75,7 +88,7 @@ class FlakyEc2:
             answer = self._client.create_fleet(**launched)
             answer.setdefault("Errors", [])
         if got < want:
-            answer["Errors"].append(ice_error(request, instance_type))
+            answer["Errors"].append(ice_error(request, instance_type, self.answer.get(instance_type)))
         counts = cluster_types(self._client, self.cluster)
         if len(counts) > 1:
             self.mixed.append(counts)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from constructs_lib.fleet.cli import main
-from tests.fleet.conftest import BUCKET, CLUSTER, live_instances
+from tests.fleet.conftest import BUCKET, CLUSTER, VCPU_LIMIT, live_instances
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,3 +89,50 @@ def test_the_module_runs_as_a_program():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.startswith("error: python -m constructs_lib.fleet status: the following")
     assert r.stderr.count("\n") == 1
+
+
+def _short_line(out: str) -> str:
+    (line,) = [x for x in out.splitlines() if x.startswith("short: ")]
+    return line
+
+
+def test_a_quota_shortfall_is_one_line_in_status_after_one_reconcile_and_goes_when_it_launches(cloud, capsys):
+    """Issue 24: the deploy completes and the controller waits; status must say why, at once."""
+    spec = cloud.spec()
+    for t in ("p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"):
+        cloud.ec2.unavailable.add(t)
+        cloud.ec2.answer[t] = VCPU_LIMIT
+    cloud.reconcile(cloud.controller(spec))
+    capsys.readouterr()
+    assert _status(spec) == 0
+    line = _short_line(capsys.readouterr().out)
+    assert line.startswith("short: 4 x p4d.24xlarge (spot): quota: VcpuLimitExceeded: You have requested more vCPU "
+                           "capacity than your current vCPU limit of 0 allows")
+    assert "next: every option again (3, in order) on the next EC2 event or the 1-minute schedule" in line
+    assert "dl-launcher preflight" in line and line.endswith(")") and "(since 20" in line
+    assert _status(spec, "--json") == 0
+    short = json.loads(capsys.readouterr().out)["short"]
+    assert short["kind"] == "quota" and short["what"] == "4 x p4d.24xlarge (spot)"
+    first = short["since"]
+
+    cloud.ec2.answer.clear()  # capacity, not quota, on the next try: the kind changes, the start stays
+    cloud.reconcile(cloud.controller(spec))
+    assert _status(spec, "--json") == 0
+    short = json.loads(capsys.readouterr().out)["short"]
+    assert short["kind"] == "capacity" and short["since"] == first
+
+    cloud.ec2.unavailable.discard("p5en.48xlarge")
+    cloud.reconcile(cloud.controller(spec))
+    assert _status(spec) == 0
+    out = capsys.readouterr().out
+    assert "current type p5en.48xlarge" in out and "short: " not in out
+    assert _status(spec, "--json") == 0 and json.loads(capsys.readouterr().out)["short"] is None
+
+
+def test_no_option_within_the_ceiling_is_a_price_shortfall(cloud, capsys):
+    spec = cloud.spec(max_price=10.0)
+    cloud.reconcile(cloud.controller(spec))
+    capsys.readouterr()
+    assert _status(spec) == 0
+    line = _short_line(capsys.readouterr().out)
+    assert line.startswith("short: 4 nodes of any option: price: no option is within the ceiling") and "max_price" in line

@@ -1,0 +1,229 @@
+"""dl-launcher: pick, check, watch and tear down GPU and Trainium clusters on AWS.
+
+Examples:
+  dl-launcher recommend --profile multi-node-training       rank every accelerated type
+  dl-launcher preflight --profile multi-node-training       quotas, bootstrap, AMI, offerings
+  cdk deploy -c profile=multi-node-training                 deploy (the CDK CLI)
+  dl-launcher status multi-node-training                    the cluster, and why it waits
+  dl-launcher logs multi-node-training --follow             every node's output
+  dl-launcher shell multi-node-training --rank 0            a Session Manager shell on a node
+  dl-launcher destroy multi-node-training                   delete the stack, keep checkpoints
+
+A job is named by -c job=NAME at deploy (default: the profile); its stack is dl-NAME. The region
+is --region, else CDK_DEFAULT_REGION, AWS_REGION or AWS_DEFAULT_REGION, else us-east-1.
+Mistakes exit 2 with one line.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Optional
+
+from selector.argv import OneLineParser
+
+from .errors import CliError
+
+PROG = "dl-launcher"
+# The selector's verbs, handed to its CLI as they are (`python -m selector` stays as it is).
+SELECTOR_VERBS = {"recommend": "rank instance types for a profile (dl-launcher recommend --help)",
+                  "profiles": "list workload profiles", "catalog": "rebuild the catalog (needs AWS credentials)",
+                  "bench": "measure throughput on real nodes and feed it to recommend"}
+
+
+class _Parser(OneLineParser):
+    error_class = CliError
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="verb", required=True, parser_class=_Parser, metavar="VERB")
+    for verb, text in SELECTOR_VERBS.items():
+        sub.add_parser(verb, help=text, add_help=False)
+    pf = sub.add_parser("preflight", help="what would stop a deploy: credentials, bootstrap, AMI, offerings, quotas",
+                        description="Example: dl-launcher preflight --profile multi-node-training --nodes 4\n\n"
+                                    "Each check prints one line (ok, warn or fail) with the fix. Exit 1 when one fails.",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    pf.add_argument("--profile", required=True, help="a workload profile (dl-launcher profiles)")
+    pf.add_argument("--nodes", type=int, help="nodes in the cluster [the profile's default for -c nodes]")
+    pf.add_argument("--instance-type", help="check this type instead of the profile's pick")
+    pf.add_argument("--market", choices=("spot", "on-demand"), help="[the profile's default]")
+    pf.add_argument("--availability-zone", help="the AZ the cluster will use, if you pin one")
+    pf.add_argument("--region")
+    pf.add_argument("--json", action="store_true")
+    for verb, text in (("status", "the cluster's type, nodes, and why it waits"),
+                       ("logs", "the job's output from every node"),
+                       ("shell", "a Session Manager shell on one node of the job"),
+                       ("destroy", "delete the job's stack; say what stays (checkpoints) and what it costs")):
+        v = sub.add_parser(verb, help=text, description=f"Example: dl-launcher {verb} multi-node-training",
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        v.add_argument("job", help="the job name (-c job=NAME at deploy; default the profile)")
+        v.add_argument("--region")
+        if verb == "status":
+            v.add_argument("--json", action="store_true")
+        if verb == "logs":
+            v.add_argument("--since", default="1h", help="how far back, e.g. 30m, 6h, 2d [1h]")
+            v.add_argument("--follow", action="store_true")
+        if verb == "shell":
+            v.add_argument("--rank", type=int, default=0, help="which node, in launch order [0]")
+        if verb == "destroy":
+            v.add_argument("--delete-checkpoints", action="store_true",
+                           help="also empty and delete the retained checkpoint and access-log buckets")
+            v.add_argument("--yes", action="store_true", help="do not ask before deleting checkpoints")
+    return p
+
+
+def _region(a: argparse.Namespace) -> tuple[str, str]:
+    from stacks.settings import resolve_region
+    return resolve_region({"region": a.region} if a.region else {})
+
+
+def _client(name: str, region: str) -> Any:
+    import boto3
+    return boto3.client(name, region_name=region)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SELECTOR_VERBS:
+        from selector.cli import main as selector_main
+        return selector_main(_with_region(argv), prog=PROG)
+    try:
+        a = parser().parse_args(argv)
+        return _run(a)
+    except CliError as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # botocore's own, for problems of setup rather than code
+        name = type(e).__name__
+        if name in ("NoCredentialsError", "PartialCredentialsError"):
+            print("error: no AWS credentials: set AWS_PROFILE (aws configure sso), or run where a role provides "
+                  "them", file=sys.stderr)
+            return 2
+        if name in ("EndpointConnectionError", "ClientError", "ConnectTimeoutError"):
+            print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _with_region(argv: list[str]) -> list[str]:
+    """recommend follows the same region as every other verb when --region is not given."""
+    if argv[0] != "recommend" or any(x == "--region" or x.startswith("--region=") for x in argv):
+        return argv
+    from stacks.settings import resolve_region
+    return [*argv, "--region", resolve_region({})[0]]
+
+
+def _run(a: argparse.Namespace) -> int:
+    region, source = _region(a)
+    if a.verb == "preflight":
+        return _preflight(a, region, source)
+    if a.verb == "status":
+        return _status(a, region)
+    if a.verb == "logs":
+        from constructs_lib.fleet.cli import main as fleet_main
+        from .jobstack import describe
+        describe(_client("cloudformation", region), a.job, region)  # one line naming the jobs if it is not there
+        return fleet_main(["logs", "--cluster", _cluster(a.job), "--since", a.since, "--region", region,
+                           *(["--follow"] if a.follow else [])])
+    if a.verb == "shell":
+        return _shell(a, region)
+    return _destroy(a, region)
+
+
+def _cluster(job: str) -> str:
+    from .jobstack import stack_name
+    return stack_name(job)
+
+
+def _preflight(a: argparse.Namespace, region: str, source: str) -> int:
+    import json
+
+    from selector.errors import UserError
+    from stacks.selection import select
+    from stacks.settings import from_context
+
+    from . import preflight
+
+    ctx: dict[str, Any] = {"profile": a.profile, "region": region}
+    for key, value in (("nodes", a.nodes), ("instance_type", a.instance_type), ("market", a.market),
+                       ("availability_zone", a.availability_zone)):
+        if value is not None:
+            ctx[key] = str(value)
+    try:
+        settings = from_context(ctx)
+        facts = select(settings).facts if not settings.instance_type else None
+    except UserError as e:
+        raise CliError(str(e)) from None
+    if facts is None:
+        from selector.catalog import load_catalog
+        facts = load_catalog().types[settings.instance_type]
+    plan = preflight.Plan(facts, settings.nodes, settings.market or "spot", region, source, settings.availability_zone)
+    results = preflight.run(plan, lambda name: _client(name, region))
+    if a.json:
+        print(json.dumps([r._asdict() for r in results], indent=1))
+    else:
+        print(f"preflight: {plan.nodes} x {facts.instance_type} ({plan.market}) in {region} for profile {a.profile}")
+        for r in results:
+            print(f"  {r.line()}")
+    return 1 if any(r.level == "fail" for r in results) else 0
+
+
+def _status(a: argparse.Namespace, region: str) -> int:
+    from constructs_lib.fleet.cli import main as fleet_main
+    from constructs_lib.runtime.contract import capacity_state_key
+
+    from .jobstack import describe, output
+
+    stack = describe(_client("cloudformation", region), a.job, region)
+    bucket = output(stack, "CheckpointBucket")
+    if not bucket:
+        raise CliError(f"stack {stack['StackName']} has no CheckpointBucket output: is it a dl-launcher training "
+                       f"stack (it is {stack['StackStatus']})?")
+    return fleet_main(["status", "--bucket", bucket, "--key", capacity_state_key(stack["StackName"]),
+                       "--region", region, *(["--json"] if a.json else [])])
+
+
+def _shell(a: argparse.Namespace, region: str) -> int:
+    import shutil
+
+    from constructs_lib.fleet.instances import list_cluster
+
+    from .jobstack import describe
+
+    describe(_client("cloudformation", region), a.job, region)
+    nodes = sorted(list_cluster(_client("ec2", region), _cluster(a.job)), key=lambda n: (n.launched, n.id))
+    if not nodes:
+        raise CliError(f"job {a.job} has no running node in {region}: `dl-launcher status {a.job}` says why")
+    if not 0 <= a.rank < len(nodes):
+        raise CliError(f"--rank {a.rank}: the cluster has {len(nodes)} running node(s): 0-{len(nodes) - 1}")
+    aws = shutil.which("aws")
+    if aws is None or shutil.which("session-manager-plugin") is None:
+        raise CliError("the AWS CLI and its Session Manager plugin are needed (`dl-launcher preflight` links them)")
+    os.execv(aws, [aws, "ssm", "start-session", "--region", region, "--target", nodes[a.rank].id])
+    return 0  # not reached
+
+
+def _destroy(a: argparse.Namespace, region: str) -> int:
+    from .destroy import destroy
+
+    def confirm(stack: str) -> bool:
+        if a.yes:
+            return True
+        if not sys.stdin.isatty():
+            raise CliError("--delete-checkpoints deletes every checkpoint for good: pass --yes when not at a terminal")
+        return input(f"delete every checkpoint of {a.job} for good? type {a.job} to confirm: ").strip() == a.job
+
+    return destroy(_client("cloudformation", region), _client("s3", region), a.job, region,
+                   delete_checkpoints=a.delete_checkpoints, confirm=confirm)
+
+
+def console() -> None:
+    """The console script's entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    console()

@@ -1,0 +1,81 @@
+"""The `dl-launcher` console script as a user meets it: installed by the README's set-up, every
+verb with its --help, the selector's verbs unchanged, and every mistake one line, exit 2."""
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+
+from tests.cli.conftest import CONSOLE, run
+
+VERBS = ("recommend", "profiles", "catalog", "bench", "preflight", "status", "logs", "shell", "destroy")
+
+
+def test_the_console_script_is_installed_and_lists_every_verb_with_examples():
+    assert CONSOLE.exists(), "pyproject [project.scripts] dl-launcher, installed by scripts/bootstrap.sh"
+    r = run("--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: dl-launcher")
+    assert "Examples:" in r.stdout and "dl-launcher destroy multi-node-training" in r.stdout
+    for verb in VERBS:
+        assert f"    {verb}" in r.stdout, verb
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_has_help(verb):
+    r = run(verb, "--help")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: dl-launcher"), r.stdout[:200]
+
+
+def test_recommend_is_the_selectors_answer_in_the_users_region():
+    r = run("recommend", "--profile", "single-gpu-training", "--json", AWS_DEFAULT_REGION="us-west-2")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["region"] == "us-west-2", "the region follows the AWS environment"
+    pinned = run("recommend", "--profile", "single-gpu-training", "--json", "--region", "us-east-1",
+                 AWS_DEFAULT_REGION="us-west-2")
+    assert json.loads(pinned.stdout)["region"] == "us-east-1"
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["statu", "x"], "invalid choice: 'statu'"),
+    (["destroy"], "the following arguments are required: job"),
+    (["status", "x", "--jsn"], "closest: --json"),
+    (["preflight", "--profile", "multi-node-trainin"], "unknown profile 'multi-node-trainin'; closest: multi-node-training"),
+    (["preflight", "--profile", "training", "--region", "eu-centrall-1"], "closest: eu-central-1"),
+    (["preflight", "--profile", "training", "--nodes", "0"], "nodes"),
+    (["recommend", "--profile", "nope"], "unknown profile 'nope'"),
+])
+def test_mistakes_are_one_line_exit_2(argv, expected):
+    r = run(*argv)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert expected in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_job_with_no_stack_names_the_deployed_ones(moto_endpoint):
+    cfn = boto3.client("cloudformation", region_name="us-east-1", endpoint_url=moto_endpoint)
+    cfn.create_stack(StackName="dl-llm-7b", TemplateBody=json.dumps({"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}))
+    try:
+        for verb in ("status", "destroy", "logs", "shell"):
+            r = run(verb, "llm-7", endpoint=moto_endpoint)
+            assert r.returncode == 2 and r.stderr.count("\n") == 1, (verb, r.stderr)
+            assert "no stack dl-llm-7 in us-east-1 (job 'llm-7'); closest: llm-7b; deployed jobs there: llm-7b" in r.stderr
+    finally:
+        cfn.delete_stack(StackName="dl-llm-7b")
+
+
+def test_shell_rank_beyond_the_cluster_is_one_line(moto_endpoint):
+    from constructs_lib.runtime.contract import TAG_CLUSTER
+
+    cfn = boto3.client("cloudformation", region_name="us-east-1", endpoint_url=moto_endpoint)
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint)
+    cfn.create_stack(StackName="dl-shelly", TemplateBody=json.dumps({"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}))
+    (i,) = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="p5.48xlarge", TagSpecifications=[
+        {"ResourceType": "instance", "Tags": [{"Key": TAG_CLUSTER, "Value": "dl-shelly"}]}])["Instances"]
+    try:
+        r = run("shell", "shelly", "--rank", "3", endpoint=moto_endpoint)
+        assert r.returncode == 2 and r.stderr == "error: --rank 3: the cluster has 1 running node(s): 0-0\n", r.stderr
+    finally:
+        ec2.terminate_instances(InstanceIds=[i["InstanceId"]])
+        cfn.delete_stack(StackName="dl-shelly")
