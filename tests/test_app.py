@@ -198,3 +198,27 @@ def test_cost_outputs_say_the_worst_case_and_the_alternates(all_profiles, profil
                            f"{money(sel.worst_case(n).market)} {sel.market}")
     assert f"ceiling {money(sel.ceiling)}" in cost
     assert "ceiling:" in outputs["ClusterCostPerHour"]["Description"]
+
+
+def test_the_deployer_policy_covers_every_resource_type_a_training_stack_declares(all_profiles, tmp_path):
+    """docs/deployer-policy.json (cdk bootstrap --cloudformation-execution-policies) is generated
+    from the launch role's table; every type in every profile's template, and in a stack with
+    code, env, a secret, its key and an image, must have its row and every row's actions."""
+    import app
+    from scripts.deployer_policy import OUT, policy, render
+    from stacks.job_settings import EXAMPLES
+    from stacks.launch_role import permissions_for
+
+    assert OUT.read_text() == render(), "stale: python scripts/deployer_policy.py --write"
+    ctx = {"profile": "multi-node-training", "job": "full", "command": "dl-torchrun train.py",
+           **{k: EXAMPLES[k] for k in ("code", "image", "env", "secrets", "secrets_kms")}}
+    assert app.main(ctx, outdir=str(tmp_path)) == 0
+    templates = [t.to_json() for _s, t in all_profiles.values()]
+    templates.append(json.loads((tmp_path / "dl-full.template.json").read_text()))
+    types = {r["Type"] for t in templates for r in t["Resources"].values()}
+    granted = {a for s in policy()["Statement"] for a in s["Action"]}
+    for actions in permissions_for(types).values():  # a type without a row raises here
+        assert set(actions) <= granted
+    assert len(json.dumps(policy(), separators=(",", ":"))) <= 6144, "IAM's managed-policy size limit"
+    resources = {s["Resource"] for s in policy()["Statement"]}
+    assert "arn:aws:iam::*:role/dl-*" in resources and not any("SC-" in r for r in resources)
