@@ -38,7 +38,8 @@ def main(context: Optional[Mapping[str, Any]] = None, outdir: Optional[str] = No
         else:
             settings = from_context(ctx)
             from stacks.training_stack import TrainingStack
-            TrainingStack.for_settings(app, settings, synthesizer=_synthesizer(settings))
+            stack = TrainingStack.for_settings(app, settings, synthesizer=_synthesizer(settings))
+            _preflight(settings, stack.selection.facts)
     except UserError as e:
         print(f"error: {one_line(str(e))}", file=sys.stderr)
         return 2
@@ -53,6 +54,35 @@ def main(context: Optional[Mapping[str, Any]] = None, outdir: Optional[str] = No
         print(f"error: {one_line(first)}", file=sys.stderr)
         return 2
     return 0
+
+
+def _preflight(settings, facts) -> None:
+    """dl-launcher preflight's checks, printed after the summary when the CDK CLI found an account
+    (it sets CDK_DEFAULT_ACCOUNT from the credentials it resolved); never with -c local=true or
+    -c preflight=false. A failed check is printed, not fatal: the deploy is the user's call."""
+    if not settings.preflight or settings.local:
+        return
+    account = os.environ.get("CDK_DEFAULT_ACCOUNT")
+    if not account:
+        print("preflight: skipped (no AWS account from the CDK CLI: offline or no credentials); "
+              f"`dl-launcher preflight --profile {settings.profile.name}` runs the checks", file=sys.stderr)
+        return
+    import boto3
+    from botocore.config import Config
+
+    from dl_launcher import preflight
+
+    quick = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=10)
+    plan = preflight.Plan(facts, settings.nodes, settings.market or "spot", settings.region, settings.region_source,
+                          settings.availability_zone)
+    results = preflight.run(plan, lambda name: boto3.client(name, region_name=settings.region, config=quick))
+    failed = [r for r in results if r.level == "fail"]
+    print(f"preflight ({len(results)} checks; -c preflight=false skips them):", file=sys.stderr)
+    for r in results:
+        if r.level != "ok":
+            print(f"  {r.line()}", file=sys.stderr)
+    if failed:
+        print(f"  {len(failed)} failed: the cluster may never launch until they are fixed", file=sys.stderr)
 
 
 def _validation_error(message: str) -> Optional[str]:

@@ -69,7 +69,7 @@ from .observability_settings import ObservabilitySettings, observability_from_co
 DEFAULT_PROFILE = "dev-prototyping"  # cheap (one T4-class GPU) and safe to deploy by mistake
 KEYS = ("profile", "instance_type", "nodes", "spot", "market", "region", "vpc_id", "subnet_ids", "availability_zone",
         "command", "command_file", "job", "max_price", "interchange", "capacity_reservation", "profiles_file", "local",
-        "bench", "portfolio", "product", "snapshots", *JOB_KEYS, *OBS_KEYS)
+        "bench", "portfolio", "product", "snapshots", "preflight", *JOB_KEYS, *OBS_KEYS)
 MARKETS = ("spot", "on-demand", "capacity-block")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 _RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
@@ -84,7 +84,7 @@ USER_DATA_LIMIT = 16 * 1024  # EC2's maximum; the whole user data is checked aga
 COMMAND_LIMIT = 8 * 1024
 NODES = (1, 64)
 MAX_PRICE = 1000.0  # USD per hour per node: above any instance or Capacity Block on record
-_BOOL_KEYS = ("spot", "local", *OBS_BOOL_KEYS)
+_BOOL_KEYS = ("spot", "local", "preflight", *OBS_BOOL_KEYS)
 _NUMBER_KEYS = ("nodes", "max_price", *OBS_NUMBER_KEYS)
 _PATH_KEYS = ("profiles_file", "command_file", "bench", "snapshots", *JOB_PATH_KEYS)
 _NAME_LIMIT, _PATH_LIMIT = 256, 4096
@@ -94,7 +94,8 @@ EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "
             "command": "dl-torchrun train.py", "command_file": "train.sh", "job": "my-job", "max_price": "12.5",
             "interchange": "same-accelerator", "capacity_reservation": "cr-0123456789abcdef0",
             "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json", "portfolio": "platform",
-            "product": "dev-prototyping", "snapshots": "product-stack-snapshots", **JOB_EXAMPLES, **OBS_EXAMPLES}
+            "product": "dev-prototyping", "snapshots": "product-stack-snapshots", "preflight": "false",
+            **JOB_EXAMPLES, **OBS_EXAMPLES}
 # Look-alikes a copy from a document or chat brings in; NFKC handles full-width forms and the like.
 _LOOKALIKES = str.maketrans({
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
@@ -128,6 +129,7 @@ class Settings:
     observability: ObservabilitySettings = ObservabilitySettings()
     job_settings: JobSettings = JobSettings()
     region_source: str = "context region"  # where the region came from (resolve_region)
+    preflight: bool = True  # dl-launcher preflight's checks at synth, when the CDK CLI found an account
 
     def __post_init__(self) -> None:
         if self.market is None:
@@ -545,4 +547,5 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                     max_price=max_price, local=_bool("local", ctx.get("local", False)),
                     market=market, interchange=interchange, capacity_reservation=reservation,
                     observability=observability_from_context(ctx, profile, region),
-                    job_settings=job_from_context(ctx, region, read_script), region_source=region_source)
+                    job_settings=job_from_context(ctx, region, read_script), region_source=region_source,
+                    preflight=_bool("preflight", ctx.get("preflight", True)))
