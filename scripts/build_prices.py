@@ -4,12 +4,15 @@
         --on-demand-ref "github:tsaol/aws-gpu@<commit> data/all_gpu_instances.js" \\
         --spot-ref "github:skypilot-org/skypilot-catalog@<commit> catalogs/v8/aws/vms.csv" \\
         --spot-as-of <commit date> [--spot-previous older/vms.csv --spot-previous-ref REF]
+        [--comparison-from selector/data/prices_sources.toml]  # keep a comparison whose older file is gone
 
     python scripts/build_prices.py --md-only   # prices.md again from the committed csv + toml
 
 The instance types are the catalog's (selector/data/catalog.json); the regions are
-selector.price_sources.REGIONS. The output is sorted and byte-identical on a rerun. Every file is
-written only after all inputs were read and checked.
+selector.price_sources.REGIONS, and a source that prices a catalog type in a region missing from it
+(a Local Zone or Wavelength Zone key is not a region) is refused rather than dropped. The output
+is sorted and byte-identical on a rerun. Every file is written only after all inputs were read and
+checked.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from selector.price_sources import (
     render_markdown,
     render_sources_toml,
     spot_stats,
+    unlisted_regions,
 )
 
 DATA = ROOT / "selector" / "data"
@@ -68,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spot-previous-ref", default="", help="citation for --spot-previous")
     ap.add_argument("--spot-previous-families", default="",
                     help="comma-separated families to compare (when --spot-previous holds only some)")
+    ap.add_argument("--comparison-from",
+                    help="an earlier prices_sources.toml whose [comparison] is kept as written (when the older "
+                         "snapshot it was computed from is not at hand); --spot-previous-ref, if given, "
+                         "replaces its 'older snapshot' line")
     ap.add_argument("--catalog", default=str(DATA / "catalog.json"), help="catalog whose types are priced")
     ap.add_argument("--out", default=str(DATA / "prices.csv"))
     ap.add_argument("--sources", default=str(DATA / "prices_sources.toml"))
@@ -87,8 +95,21 @@ def main(argv: list[str] | None = None) -> int:
         as_of = a.on_demand_as_of or od.last_updated
         if not as_of:
             raise UserError(f"{a.on_demand} has no '// Last updated:' header; pass --on-demand-as-of")
-        spot = spot_stats(read_spot_quotes(_read(a.spot, "spot file"), a.spot), types, on_demand=od.prices)
+        quotes = read_spot_quotes(_read(a.spot, "spot file"), a.spot)
+        missing = unlisted_regions(od, quotes, types)
+        if missing:
+            raise UserError(f"the sources price catalog types in {', '.join(missing)}, which "
+                            "selector.price_sources.REGIONS lacks; add them there (or they would be dropped)")
+        spot = spot_stats(quotes, types, on_demand=od.prices)
         comparison: tuple[tuple[str, str], ...] = ()
+        if a.spot_previous and a.comparison_from:
+            raise UserError("--spot-previous computes a comparison, --comparison-from keeps an earlier one: pass one")
+        if a.comparison_from:
+            comparison = load_sources_toml(_read(a.comparison_from, "sources")).comparison
+            if not comparison:
+                raise UserError(f"{a.comparison_from} has no [comparison] to keep")
+            if a.spot_previous_ref:
+                comparison = tuple((k, a.spot_previous_ref if k == "older snapshot" else v) for k, v in comparison)
         if a.spot_previous:
             old = spot_stats(read_spot_quotes(_read(a.spot_previous, "spot file"), a.spot_previous), types,
                              on_demand=od.prices)

@@ -37,7 +37,8 @@ Log = Callable[[str], None]
 PRICING_ENDPOINT_REGION = "us-east-1"  # the Price List API answers from us-east-1 (and a few others) for every region
 SPOT_LOOKBACK = dt.timedelta(hours=3)
 SPOT_PRODUCT = "Linux/UNIX"
-# The regions the embedded prices cover (selector/data/prices.csv): `catalog refresh` prices these.
+# The regions `catalog refresh --prices` prices live by default (those the embedded table first
+# covered; selector/data/prices.csv now covers every region of price_sources.REGIONS).
 PRICED_REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "ap-northeast-2")
 CACHE_FORMAT = "dl-launcher live prices"
 CACHE_VERSION = 1

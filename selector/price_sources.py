@@ -28,7 +28,19 @@ from typing import Iterable, Optional
 from .errors import UserError
 from .prices import MIN_SPOT_SHARE_OF_ON_DEMAND, implausible, spot_spread
 
-REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "ap-northeast-2")
+# Every AWS region in which the two sources price a catalog type (scripts/build_prices.py refuses a
+# source that prices one in a region missing here, so none is dropped unseen). A Local Zone or
+# Wavelength Zone is not a region: the on-demand file keys them like one (us-east-1-atl-1,
+# us-west-2-wl1-lax1), and they are left out as on the spot side (is_regular_az).
+REGIONS = (
+    "af-south-1", "ap-east-1", "ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-south-1", "ap-south-2",
+    "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ap-southeast-5", "ca-central-1",
+    "eu-central-1", "eu-central-2", "eu-north-1", "eu-south-1", "eu-south-2", "eu-west-1", "eu-west-2", "eu-west-3",
+    "il-central-1", "me-central-1", "me-south-1", "sa-east-1", "us-east-1", "us-east-2", "us-gov-east-1",
+    "us-gov-west-1", "us-west-1", "us-west-2",
+)
+# A region code (us-east-1, us-gov-west-1), as opposed to a Local Zone or Wavelength Zone key.
+_REGION = re.compile(r"^[a-z]{2}(?:-gov)?-[a-z]+-[0-9]+\Z")
 
 CSV_COLUMNS = ("instance_type", "region", "on_demand_usd_per_hour", "spot_usd_per_hour", "spot_min", "spot_max",
                "spot_azs", "as_of", "spot_as_of", "source", "spot_source", "note")
@@ -60,6 +72,20 @@ def is_regular_az(az: str, region: str) -> bool:
         return True
     m = _AZ_NAME.match(az)
     return bool(m) and m.group("region") == region
+
+
+def is_region(name: str) -> bool:
+    """True for a region code, False for a Local Zone or Wavelength Zone key (us-east-1-atl-1)."""
+    return bool(_REGION.match(name.strip()))
+
+
+def unlisted_regions(od: OnDemandSource, quotes: Iterable[Quote], types: Iterable[str],
+                     regions: Iterable[str] = REGIONS) -> list[str]:
+    """Regions (not Local/Wavelength Zones) in which either source prices one of `types` but which
+    `regions` lacks: a build would drop them silently."""
+    types, regions = set(types), set(regions)
+    found = {r for t, r in od.prices if t in types} | {q.region for q in quotes if q.instance_type in types}
+    return sorted(r for r in found if is_region(r) and r not in regions)
 
 
 def money(x: float) -> str:
@@ -453,7 +479,8 @@ def render_markdown(rows: list[dict[str, str]], s: Sources, regions: Iterable[st
     L += [f"- {t} in {r}: median {p} over {n} AZ(s)" for t, r, p, n in s.spot_without_on_demand]
     if s.comparison:
         L += ["", "## Against an older spot snapshot", "",
-              "The same medians (same rule, same four regions) computed from an older snapshot of the spot source, "
+              "The same medians (same rule) computed from an older snapshot of the spot source, over the families "
+              "and regions named below (the older snapshot may have been read only in part), "
               "to show how far a spot figure moves between snapshots: read `spot_usd_per_hour` as a dated "
               "observation, not a quote.", ""]
         L += [f"- {k}: {v}" for k, v in s.comparison]

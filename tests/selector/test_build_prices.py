@@ -17,6 +17,7 @@ from selector.price_sources import (
     CSV_COLUMNS,
     REGIONS,
     Quote,
+    is_region,
     is_regular_az,
     load_sources_toml,
     parse_on_demand_js,
@@ -24,6 +25,7 @@ from selector.price_sources import (
     read_spot_quotes,
     render_markdown,
     spot_stats,
+    unlisted_regions,
 )
 from selector.prices import load_prices
 
@@ -82,8 +84,11 @@ def test_local_and_wavelength_zones_are_told_by_their_name(az, region, regular):
     assert is_regular_az(az, region) is regular
 
 
+FOUR = ("us-east-1", "us-west-2", "eu-west-1", "ap-northeast-2")  # the regions of the first build
+
+
 def test_spot_median_min_max_and_az_count_by_hand():
-    s = spot_stats(_quotes(), TYPES, on_demand=_od().prices)
+    s = spot_stats(_quotes(), TYPES, regions=FOUR, on_demand=_od().prices)
     # p5.48xlarge us-east-1, six regular AZs (the Atlanta Local Zone's 10.2397 left out):
     # 17.6289 19.2531 21.1543 25.7522 55.04 55.04 -> median (21.1543 + 25.7522) / 2.
     # The two AZs at on-demand (55.04) count: without them the median would be 20.2037.
@@ -98,10 +103,28 @@ def test_spot_median_min_max_and_az_count_by_hand():
     assert s.stats["p6-b200.48xlarge", "us-west-2"].median == 25.106  # of 23.0826 25.106 28.442
     # No quote at all: no figure, rather than a zero.
     assert ("p5.4xlarge", "us-east-1") not in s.stats
-    # Rows counted: the 4 regions only (us-east-2, ap-south-1 and eu-central-1 rows are not).
+    # Rows counted: the 4 regions asked for only (us-east-2, ap-south-1 and eu-central-1 rows are not).
     assert s.rows == 19 and s.no_quote == 2
     assert s.zones_excluded == {"use1-atl2-az1": 2}
     assert s.rejected == [("p5.48xlarge", "us-west-2", "usw2-az4", "0", "spot price 0 is zero or negative")]
+    # By default every region counts: those rows too, with their own figures; the others are unchanged.
+    every = spot_stats(_quotes(), TYPES, on_demand=_od().prices)
+    assert every.rows == 23 and every.no_quote == 2
+    assert every.stats["p5.48xlarge", "us-east-2"].median == 11.2543
+    assert every.stats["p5.4xlarge", "ap-south-1"].at_on_demand == 1
+    assert {k: v for k, v in every.stats.items() if k[1] in FOUR} == s.stats
+
+
+def test_every_region_the_sources_price_is_listed():
+    # us-east-2, ap-south-1 (both sources) and eu-central-1 (spot) are regions; us-east-1-atl-1 is a Local Zone.
+    assert unlisted_regions(_od(), _quotes(), TYPES) == []
+    # Against the first build's four regions: p5.48xlarge's on-demand regions (the fixture's JS entry),
+    # p6-b200.48xlarge's us-gov-east-1, and eu-central-1, which only the spot file has (inf2.24xlarge).
+    assert unlisted_regions(_od(), _quotes(), TYPES, regions=FOUR) == [
+        "ap-northeast-1", "ap-south-1", "ap-southeast-2", "ap-southeast-3", "ca-central-1", "eu-central-1",
+        "eu-north-1", "eu-west-2", "sa-east-1", "us-east-2", "us-gov-east-1", "us-gov-west-1", "us-west-1"]
+    assert is_region("us-gov-west-1") and is_region("il-central-1")
+    assert not is_region("us-east-1-atl-1") and not is_region("us-west-2-wl1-lax1")
 
 
 def test_quote_a_rounding_step_above_on_demand_is_at_on_demand_not_rejected():
@@ -138,7 +161,7 @@ def test_an_az_quoted_twice_is_refused():
 
 # ---- the script, end to end --------------------------------------------------------------------
 
-def _run_build(tmp_path: Path, out: str) -> Path:
+def _run_build(tmp_path: Path, out: str, *extra: str) -> Path:
     catalog = tmp_path / "catalog.json"
     if not catalog.exists():
         catalog.write_text(json.dumps({"types": [{"instance_type": t, "retired": False} for t in TYPES[:4]]}))
@@ -148,7 +171,7 @@ def _run_build(tmp_path: Path, out: str) -> Path:
                         "--spot", str(FIXTURES / "vms.csv"), "--catalog", str(catalog),
                         "--on-demand-ref", "OD@299375be", "--spot-ref", "SPOT@00148f2a", "--spot-as-of", "2026-02-01",
                         "--out", str(d / "prices.csv"), "--sources", str(d / "prices_sources.toml"),
-                        "--md", str(d / "prices.md")], check=False, capture_output=True, text=True, cwd=tmp_path)
+                        "--md", str(d / "prices.md"), *extra], check=False, capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     return d
 
@@ -160,10 +183,17 @@ def test_build_writes_the_hand_computed_rows_and_is_byte_identical_on_rerun(tmp_
     rows = read_csv_rows((a / "prices.csv").read_text())
     assert tuple(rows[0]) == CSV_COLUMNS
     got = {(r["instance_type"], r["region"]): r for r in rows}
-    # A row wherever the on-demand file prices a type in one of the 4 regions; p5e has none.
-    assert sorted(got) == [("p5.48xlarge", "ap-northeast-2"), ("p5.48xlarge", "us-east-1"), ("p5.48xlarge", "us-west-2"),
-                           ("p5.4xlarge", "us-east-1"), ("p5.4xlarge", "us-west-2"),
-                           ("p6-b200.48xlarge", "us-east-1"), ("p6-b200.48xlarge", "us-west-2")]
+    # A row wherever the on-demand file prices a type in a region (its Local Zone keys are not
+    # regions); p5e has none. In the first build's four regions:
+    assert sorted(k for k in got if k[1] in FOUR) == [
+        ("p5.48xlarge", "ap-northeast-2"), ("p5.48xlarge", "us-east-1"), ("p5.48xlarge", "us-west-2"),
+        ("p5.4xlarge", "us-east-1"), ("p5.4xlarge", "us-west-2"),
+        ("p6-b200.48xlarge", "us-east-1"), ("p6-b200.48xlarge", "us-west-2")]
+    assert set(got) == {(t, r) for t, r in _od().prices if t in TYPES[:4] and is_region(r)}
+    assert ("p5.48xlarge", "us-east-1-atl-1") not in got and ("p6-b200.48xlarge", "us-gov-east-1") in got
+    # Beyond them, by hand from the fixture rows: us-east-2 has one AZ (11.2543), ap-south-1 one AZ at on-demand.
+    assert got["p5.48xlarge", "us-east-2"]["spot_usd_per_hour"] == "11.2543"
+    assert got["p5.4xlarge", "ap-south-1"]["spot_max"] == got["p5.4xlarge", "ap-south-1"]["on_demand_usd_per_hour"] == "8.256"
     p5 = got["p5.48xlarge", "us-east-1"]
     assert (p5["on_demand_usd_per_hour"], p5["spot_usd_per_hour"], p5["spot_min"], p5["spot_max"], p5["spot_azs"]) == \
         ("55.04", "23.45325", "17.6289", "55.04", "6")
@@ -178,7 +208,8 @@ def test_build_writes_the_hand_computed_rows_and_is_byte_identical_on_rerun(tmp_
     sources = load_sources_toml((a / "prices_sources.toml").read_text())
     assert sources.spot_without_on_demand == (("p5e.48xlarge", "us-west-2", "19.5387", 1),)
     assert sources.rejected == (("p5.48xlarge", "us-west-2", "usw2-az4", "0", "spot price 0 is zero or negative"),)
-    assert sources.zones_excluded == (("use1-atl2-az1", 2),) and sources.spot_at_on_demand == 2
+    # at on-demand: p5.48xlarge in use1-az1 and use1-az4, p5.4xlarge in aps1-az1
+    assert sources.zones_excluded == (("use1-atl2-az1", 2),) and sources.spot_at_on_demand == 3
 
     md = (a / "prices.md").read_text()
     assert "/tmp" not in md
@@ -193,6 +224,23 @@ def test_build_writes_the_hand_computed_rows_and_is_byte_identical_on_rerun(tmp_
     p = table["p5.48xlarge"]["us-east-1"]
     assert (p.spot, p.spot_min, p.spot_max, p.spot_azs, p.spot_date, p.spot_source) == \
         (23.45325, 17.6289, 55.04, 6, "2026-02-01", "SPOT@00148f2a")
+
+
+def test_build_keeps_an_earlier_comparison_when_asked(tmp_path):
+    """--comparison-from: an older snapshot no longer at hand keeps its [comparison] as written."""
+    earlier = tmp_path / "earlier.toml"
+    earlier.write_text('on_demand_ref = "x"\non_demand_as_of = "2026-08-26"\nspot_ref = "y"\nspot_as_of = "unknown"\n'
+                       '[comparison]\n"older snapshot" = "OLD@e385a0d3"\n"pairs compared" = "42"\n')
+    d = _run_build(tmp_path, "a", "--comparison-from", str(earlier), "--spot-previous-ref", "OLD@e385a0d3 (us-east-1 only)")
+    sources = load_sources_toml((d / "prices_sources.toml").read_text())
+    assert sources.comparison == (("older snapshot", "OLD@e385a0d3 (us-east-1 only)"), ("pairs compared", "42"))
+    assert "- pairs compared: 42" in (d / "prices.md").read_text()
+    r = subprocess.run([sys.executable, str(SCRIPT), "--on-demand", str(FIXTURES / "all_gpu_instances.js"),
+                        "--spot", str(FIXTURES / "vms.csv"), "--spot-previous", str(FIXTURES / "vms.csv"),
+                        "--comparison-from", str(earlier), "--out", str(tmp_path / "p.csv"),
+                        "--sources", str(tmp_path / "s.toml"), "--md", str(tmp_path / "p.md")],
+                       check=False, capture_output=True, text=True)
+    assert r.returncode == 2 and "pass one" in r.stderr and not (tmp_path / "p.csv").exists()
 
 
 def test_build_refuses_a_missing_source_with_one_line(tmp_path):
