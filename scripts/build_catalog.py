@@ -1,4 +1,5 @@
-"""Rebuild selector/data/catalog.json offline.
+"""Rebuild the embedded catalog offline: selector/data/catalog.json (specs) and
+selector/data/prices/<region>.json (selector/embedded.py).
 
 Runs the real `catalog refresh` code against moto, whose bundled DescribeInstanceTypes and
 DescribeInstanceTypeOfferings data is AWS's own, with live prices off (moto's spot history is a
@@ -23,7 +24,8 @@ os.environ.pop("AWS_ENDPOINT_URL", None)
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-from selector.refresh import refresh, write_catalog  # noqa: E402
+from selector import embedded  # noqa: E402
+from selector.refresh import refresh  # noqa: E402
 
 with mock_aws():
     catalog = refresh(
@@ -31,6 +33,5 @@ with mock_aws():
         session=boto3.session.Session(region_name="us-east-1"),
         specs_source=f"EC2 DescribeInstanceTypes/DescribeInstanceTypeOfferings records as bundled in moto {version('moto')}",
     )
-out = ROOT / "selector" / "data" / "catalog.json"
-write_catalog(catalog, out)
-print(f"{len(catalog)} types, {len(catalog.regions)} regions -> {out.relative_to(ROOT)}")
+embedded.write(catalog.to_dict())
+print(f"{len(catalog)} types, {len(catalog.regions)} regions -> selector/data/catalog.json and prices/<region>.json")

@@ -5,10 +5,10 @@ that a recommendation costs milliseconds and no AWS account.
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 from .errors import UserError, unknown
-from .facts import MAX_NETWORK_GBPS, InstanceFacts
+from .facts import MAX_NETWORK_GBPS, InstanceFacts, Price
 from .paths import data_file
 from .prices import MAX_USD_PER_HOUR, MIN_USD_PER_HOUR, PriceTable
 from .record import field, fields, record, replace
@@ -94,8 +94,10 @@ class Catalog:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Catalog":
-        types = {t["instance_type"]: InstanceFacts.from_dict(t) for t in d["types"]}
+    def from_dict(cls, d: dict, prices_for: Optional[Callable[[str], Mapping[str, Price]]] = None) -> "Catalog":
+        """prices_for(instance type): the type's prices where `d` does not hold them inline."""
+        types = {t["instance_type"]: InstanceFacts.from_dict(t, prices_for(t["instance_type"]) if prices_for else None)
+                 for t in d["types"]}
         return cls(
             as_of=d["as_of"],
             specs_source=d["specs_source"],
@@ -121,7 +123,11 @@ def load_catalog(path: Optional[str] = None) -> Catalog:
             # The embedded catalog is the package's own data, checked by the same function in
             # tests/selector/test_catalog.py: a CLI start need not check it again (6 ms of ~60).
             check_catalog(data)
-        catalog = Catalog.from_dict(data)
+            catalog = Catalog.from_dict(data)
+        else:  # the specs here, each region's prices in its own file, read when first asked for
+            from .embedded import LazyPrices, RegionPrices
+            regions = RegionPrices()
+            catalog = Catalog.from_dict(data, lambda t: LazyPrices(regions, t))
         if path is not None:
             # The throughput model looks each accelerator up in the cited table; a user's catalog
             # naming one it lacks would fail mid-ranking. The embedded catalog is built from it.

@@ -1,7 +1,7 @@
 """The facts of one instance type, as the catalog holds them."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from .record import asdict, field, record
 
@@ -76,7 +76,7 @@ class InstanceFacts:
     network_gbps: Optional[float]
     nvme: Optional[NvmeDisks]
     regions: tuple[str, ...]
-    prices: dict[str, Price] = field(default_factory=dict)
+    prices: Mapping[str, Price] = field(default_factory=dict)
     neuron_cores: int = 0
     cluster_placement: bool = True
     spot_supported: bool = True
@@ -131,13 +131,15 @@ class InstanceFacts:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "InstanceFacts":
+    def from_dict(cls, d: dict[str, Any], prices: Optional[Mapping[str, Price]] = None) -> "InstanceFacts":
+        """`prices`: the type's prices by region, where they are not inline in `d` (the embedded
+        catalog reads each region's from its own file: selector/embedded.py)."""
         d = dict(d)
         d["architectures"] = tuple(d["architectures"])
         d["precisions"] = tuple(d["precisions"])
         d["regions"] = tuple(d["regions"])
         d["successors"] = tuple(d.get("successors", ()))
         d["nvme"] = NvmeDisks(**d["nvme"]) if d.get("nvme") else None
-        d["prices"] = {r: Price(**p) for r, p in d.get("prices", {}).items()}
+        d["prices"] = prices if prices is not None else {r: Price(**p) for r, p in d.get("prices", {}).items()}
         d["capacity_block_prices"] = {r: CapacityBlockPrice(**p) for r, p in d.get("capacity_block_prices", {}).items()}
         return cls(**d)

@@ -112,6 +112,21 @@ def test_real_cli_synth_without_credentials_or_network(tmp_path):
     assert (tmp_path / "dl-inference.template.json").exists()
 
 
+def test_real_cli_synth_with_only_aws_region_targets_and_prices_that_region(tmp_path):
+    """Issue 24: AWS_REGION=eu-central-1 used to deploy to us-east-1, and eu-central-1 had no prices."""
+    r = cli("synth", "-c", "profile=multi-node-training", "--quiet", "-o", str(tmp_path),
+            env_extra={"AWS_REGION": "eu-central-1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    first = r.stderr[r.stderr.index("dl-launcher: profile"):].splitlines()[0]
+    assert first.startswith("dl-launcher: profile multi-node-training in eu-central-1 (CDK_DEFAULT_REGION): 2 x "), first
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["artifacts"]["dl-multi-node-training"]["environment"].endswith("/eu-central-1")
+    template = json.loads((tmp_path / "dl-multi-node-training.template.json").read_text())
+    cost = template["Outputs"]["ClusterCostPerHour"]["Value"]
+    assert "unknown" not in cost and "$" in cost, cost
+    assert "ceiling $" in r.stderr and "eu-central-1, EC2's default spot max price" in r.stderr
+
+
 @pytest.mark.parametrize("args,expected", [
     (["-c", "profile=multinode"], "error: unknown profile 'multinode'"),
     (["-c", "profile=training", "-c", "nodes=zero"], "error: context nodes='zero'"),

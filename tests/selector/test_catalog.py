@@ -88,9 +88,21 @@ def test_unknown_type_names_the_closest(catalog):
 
 def test_the_embedded_catalog_passes_the_checks_a_users_catalog_file_gets():
     """load_catalog() skips check_catalog for the package's own file (CLI start time): it is checked here."""
-    import json
 
+    from selector import embedded
     from selector.catalog import check_catalog
-    from selector.paths import data_file
-    with open(data_file("catalog.json")) as f:
-        check_catalog(json.load(f))
+    check_catalog(embedded.joined())
+
+
+def test_the_embedded_catalog_loads_its_regions_prices_lazily_and_equals_the_joined_file():
+    """Specs in catalog.json, each region's prices in prices/<region>.json (selector/embedded.py):
+    the lazy catalog and the one dict a refreshed file would hold load to the same catalog."""
+    from selector import embedded
+    from selector.catalog import Catalog, load_catalog
+
+    whole = embedded.joined()
+    eager = Catalog.from_dict(whole)
+    lazy = load_catalog()
+    assert lazy == eager and lazy.to_dict()["types"] == eager.to_dict()["types"]
+    assert lazy.get("p5.48xlarge").price("eu-central-1") == eager.get("p5.48xlarge").price("eu-central-1")
+    assert embedded.join(*embedded.split(whole)) == whole
