@@ -117,8 +117,9 @@ class TrainingStack(cdk.Stack):
                                   "--delete-checkpoints")
         cdk.CfnOutput(self, "CapacityStatusCommand", value=(
             f"python -m constructs_lib.fleet status --bucket {self.checkpoints.bucket.bucket_name} "
-            f"--key {capacity_state_key(cluster_id)}"),
-            description="which type the cluster runs on, its nodes, and the controller's last transitions")
+            f"--key {capacity_state_key(cluster_id)} --region {self.region}"),
+            description=f"or: dl-launcher status {settings.job} --region {self.region}: which type the cluster runs "
+                        "on, its nodes, why it waits, and the controller's last transitions")
 
     @classmethod
     def for_settings(cls, app: cdk.App, settings: Settings, *, synthesizer: cdk.IStackSynthesizer | None = None,

@@ -259,6 +259,13 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n - 3] + "..."
 
 
+def is_measurement(report: Report) -> bool:
+    """Results collected from a bench run's S3 prefix (`bench collect` writes it as the source);
+    anything else (the docs' sample, a hand-made file) is not a measurement on record, and every
+    title drawn from it says so."""
+    return report.source.startswith("s3://")
+
+
 def table_text(report: Report) -> str:
     """The ranking as a plain-text table (as the selector's other tables), a winner line and a footer."""
     rows = _table_rows(report)
@@ -336,7 +343,8 @@ def markdown(report: Report, chart_path: str | None = None) -> str:
     """A report to paste into a design review: what was measured, the ranking, the decision and
     why, where the model was wrong, what could not be measured, and the chart if one was drawn."""
     p = report.plan
-    out = [f"# Measured selection: {p.profile} in {p.region}", "", "## What was measured", "",
+    title = "Measured selection" if is_measurement(report) else "Illustration (not measured)"
+    out = [f"# {title}: {p.profile} in {p.region}", "", "## What was measured", "",
            (f"- plan `{p.name}`: {len(p.candidates)} candidates, each on one {p.market} instance for at most "
             f"{p.minutes} min (catalog {p.catalog_as_of}, planned {p.created}, collected {report.collected})"),
            f"- command: `{p.command}`", f"- results: {report.source}",
@@ -536,8 +544,9 @@ def _axes_text(ax: Axes, report: Report) -> None:
     ax.set_xlabel("$ per hour (on-demand / spot)")
     ax.set_ylabel("samples per second (measured / modelled)")
     p = report.plan
-    ax.set_title(f"{clean(p.profile)} in {clean(p.region)}: measured samples per dollar at {report.market} prices", fontsize=11,
-                 pad=16)
+    what = "measured" if is_measurement(report) else "ILLUSTRATION, not measured:"
+    ax.set_title(f"{clean(p.profile)} in {clean(p.region)}: {what} samples per dollar at {report.market} prices",
+                 fontsize=11, pad=16)
     # The provenance on a line of its own, smaller: a long plan name must not push the title off the page.
     ax.figure.text(0.53, 0.915, clean(f"plan {p.name}: {p.command}; collected {report.collected}")[:150], ha="center",
                    fontsize=7.5, color="dimgrey")

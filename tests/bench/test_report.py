@@ -284,3 +284,13 @@ def test_a_winner_closer_than_the_windows_moved_is_called_a_tie():
     r = rep.build_report(_doc(fixture=fixture))
     assert "winner: b.type" in rep.table_text(r) and "within the windows' spread, a tie" in rep.table_text(r)
     assert "a tie" not in rep.table_text(rep.build_report(_doc()))  # c.type leads a.type by 4% > 2%
+
+
+def test_results_not_collected_from_a_bench_run_are_titled_an_illustration():
+    """Issue 28: the docs' sample chart was titled "measured" while its figures were made up."""
+    measured = rep.build_report(_doc())
+    assert rep.markdown(measured).startswith("# Measured selection: cost-efficient-training")
+    sample = rep.build_report({**_doc(), "source": "illustration: made-up figures, not a measurement"})
+    assert rep.markdown(sample).startswith("# Illustration (not measured): cost-efficient-training")
+    docs = json.loads((Path(__file__).resolve().parents[2] / "docs" / "sample-results.json").read_text())
+    assert not rep.is_measurement(rep.build_report(docs))

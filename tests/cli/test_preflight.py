@@ -127,3 +127,11 @@ def test_synth_runs_the_checks_when_the_cdk_cli_found_an_account(aws, tmp_path, 
     monkeypatch.delenv("CDK_DEFAULT_ACCOUNT")
     assert app.main({"profile": "multi-node-training", "job": "pf"}, outdir=str(tmp_path / "c")) == 0
     assert "preflight: skipped (no AWS account from the CDK CLI: offline or no credentials)" in capsys.readouterr().err
+
+
+def test_a_region_without_a_price_for_the_type_is_a_warning_with_the_way_out():
+    # the sources price nothing in ap-southeast-4 on demand (selector/data/prices.md), p5 not at all there
+    got = preflight.region(_plan(region="ap-southeast-4"))
+    assert got.level == "warn" and "no price on record for p5.48xlarge there" in got.found
+    assert "max_price" in got.fix
+    assert preflight.region(_plan()).level == "ok"
