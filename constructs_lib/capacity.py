@@ -255,7 +255,7 @@ def usable_options(scope: Construct, options: Sequence[InstanceOption], *, marke
         options = [InstanceOption(options[0].instance_type, max_price), *options[1:]]
         cdk.Annotations.of(scope).add_warning_v2(
             "dl-launcher:unpriced-pick", f"{pick.instance_type} has no {market} price on record: "
-            f"max_price ${max_price:.2f}/h stands for it")
+            f"max_price ${max_price:.2f}/h stands for it. Fix: check that figure against your bill or block price")
     for o, f in zip(options, facts):
         if o.price is None:
             unused[f.instance_type] = f"no {market} price on record: never used silently"
@@ -264,7 +264,9 @@ def usable_options(scope: Construct, options: Sequence[InstanceOption], *, marke
         else:
             usable.append((o, f))
     for t, why in unused.items():
-        cdk.Annotations.of(scope).add_warning_v2(f"dl-launcher:unused-{t}", f"{t} will not be used: {why}")
+        fix = "raise max_price to at least its price" if "above the ceiling" in why else "pass max_price for it"
+        cdk.Annotations.of(scope).add_warning_v2(f"dl-launcher:unused-{t}",
+                                                 f"{t} will not be used: {why}. Fix: {fix}, or drop it from the options")
     if not usable:
         raise ConfigurationError(f"no option is priced at or below the ceiling ${ceiling:.2f}/h: "
                                  + "; ".join(f"{t}: {w}" for t, w in unused.items()))

@@ -22,7 +22,7 @@ from .identity import NodeIdentity
 from .node_options import NodeOptions
 from .raid import NvmeRaid0
 from .runtime import contract
-from .validation import ConfigurationError, Finding, NodeRequest, validate
+from .validation import WARNING, ConfigurationError, Finding, NodeRequest, validate
 
 if TYPE_CHECKING:
     import aws_cdk.aws_ssm as ssm
@@ -59,7 +59,7 @@ class GpuLaunchTemplate(Construct):
     identity, role, instance_profile, security_group, placement_group, placement_group_name,
     facts, options (NodeOptions as applied), machine_image, scratch_mount, efa (EfaNetworking when
     the nodes use EFA, else None), raid (NvmeRaid0 or None), bootstrap (NodeBootstrap), bundle
-    (NodeBundle), findings (validator warnings).
+    (NodeBundle), findings (validator warnings, and notes: facts of the type for the summary).
 
     The instance-initiated shutdown behaviour is terminate: a node whose bootstrap cannot fetch
     the bundle shuts itself down and its capacity replaces it.
@@ -101,7 +101,8 @@ class GpuLaunchTemplate(Construct):
             ami_architecture=opts.ami_architecture or getattr(image, "architecture", None), raid=opts.raid,
             subnet_azs=_subnet_azs(vpc, subnets), placement_group=bool(efa and multi_node)))
         for f in self.findings:
-            cdk.Annotations.of(self).add_warning_v2(f"dl-launcher:{f.rule}", str(f))
+            if f.level == WARNING:
+                cdk.Annotations.of(self).add_warning_v2(f"dl-launcher:{f.rule}", str(f))
 
         # "Default": the pieces keep the logical ids they had when this template made them itself.
         self.identity = identity or NodeIdentity(

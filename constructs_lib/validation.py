@@ -1,5 +1,6 @@
 """Synth-time checks in ParallelCluster's style: each rule a small class with a level and a
-remediation. Errors stop the synth with one line; warnings become CDK annotations."""
+remediation. Errors stop the synth with one line; warnings become CDK annotations, each naming
+what to do; notes are facts of a type the user chose (the synth summary says them once)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +9,7 @@ from typing import Iterable, Optional
 from selector.errors import UserError
 from selector.facts import InstanceFacts
 
-ERROR, WARNING = "error", "warning"
+ERROR, WARNING, NOTE = "error", "warning", "note"
 
 
 class ConfigurationError(UserError):
@@ -102,13 +103,15 @@ class AmiArchitecture(Validator):
 
 
 class RaidNeedsInstanceStore(Validator):
+    # How the type is, not a mistake: said once in the summary, never a warning that teaches
+    # people to skip warnings (most G and Inf types have no instance store).
     rule = "RaidNeedsInstanceStore"
-    level = WARNING
-    remediation = "pick a 'd' type (p4d, g5, g6e, ...) for local NVMe, or use an EBS/FSx scratch volume"
+    level = NOTE
+    remediation = "for fast local data, pick a type with NVMe: recommend lists 'NVMe (GB)'"
 
     def check(self, r):
         if r.raid and not r.facts.nvme:
-            return f"{r.facts.instance_type} has no instance-store NVMe: the RAID 0 step will find no disks and do nothing"
+            return f"{r.facts.instance_type} has no instance-store NVMe: /scratch is on the root volume"
 
 
 class RetiredType(Validator):

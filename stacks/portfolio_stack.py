@@ -189,8 +189,8 @@ def _asset_bucket(stack: cdk.Stack, settings: PortfolioSettings) -> s3.Bucket:
     account = stack.account if not cdk.Token.is_unresolved(stack.account) else None
     if account is None:
         cdk.Annotations.of(stack).add_warning_v2("dl-launcher:asset-bucket-name", (
-            "no account at synth (CDK_DEFAULT_ACCOUNT): the product asset bucket's name lacks it; deploy with "
-            "credentials so that the name is unique"))
+            "no account at synth (CDK_DEFAULT_ACCOUNT): the product asset bucket's name lacks it. Fix: synth and "
+            "deploy with credentials, so that the name is unique"))
     bucket_name = "-".join(x for x in ("dl-launcher", settings.name, "assets", account, settings.region) if x)[:63]
     common = dict(encryption=s3.BucketEncryption.S3_MANAGED, block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
                   enforce_ssl=True, object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,

@@ -121,6 +121,10 @@ class TrainingStack(cdk.Stack):
             description=f"or: dl-launcher status {settings.job} --region {self.region}: which type the cluster runs "
                         "on, its nodes, why it waits, and the controller's last transitions")
 
+    def notes(self) -> list[str]:
+        """Facts of the chosen types the summary says once (not warnings: nothing to fix)."""
+        return _notes(self.cluster.templates)
+
     @classmethod
     def for_settings(cls, app: cdk.App, settings: Settings, *, synthesizer: cdk.IStackSynthesizer | None = None,
                      quiet: bool = False) -> "TrainingStack":
@@ -132,8 +136,18 @@ class TrainingStack(cdk.Stack):
                     env=cdk.Environment(account=account, region=settings.region),
                     description=f"dl-launcher {settings.profile.name}: {settings.nodes} x {selection.pick.instance_type}")
         if not quiet:
-            print(summary(settings, selection, stack.job_definition), file=sys.stderr)
+            print(summary(settings, selection, stack.job_definition, notes=stack.notes()), file=sys.stderr)
         return stack
+
+
+def _notes(templates) -> list[str]:
+    from constructs_lib.validation import NOTE
+    seen: dict[str, None] = {}
+    for t in templates:
+        for f in t.findings:
+            if f.level == NOTE:
+                seen[f"{f.message} ({f.remediation})"] = None
+    return list(seen)
 
 
 def cluster_cost(settings: Settings, selection: Selection) -> str:
@@ -153,7 +167,8 @@ def alternates_description(selection: Selection) -> str:
     return f"{head}; {len(selection.rejected)} other candidates not taken, e.g. {first}"
 
 
-def summary(settings: Settings, selection: Selection, job_definition: "JobDefinition | None" = None) -> str:
+def summary(settings: Settings, selection: Selection, job_definition: "JobDefinition | None" = None,
+            notes: "list[str] | None" = None) -> str:
     pick, n = selection.pick, settings.nodes
     w, alone = selection.worst_case(n), selection.pick_cost(n)
     into = f" into {settings.capacity_reservation}" if settings.capacity_reservation else ""
@@ -175,6 +190,7 @@ def summary(settings: Settings, selection: Selection, job_definition: "JobDefini
         lines += [f"    {t}: {r}" for t, r in selection.rejected[:SHOW_REJECTED]]
         if len(selection.rejected) > SHOW_REJECTED:
             lines.append(f"    ... and {len(selection.rejected) - SHOW_REJECTED} more")
+    lines += [f"  note: {n}" for n in notes or ()]
     lines.append(f"  checkpoints: s3://<CheckpointBucket>/jobs/{settings.job}/")
     lines += job_summary(settings, job_definition)
     return "\n".join(lines)

@@ -135,8 +135,8 @@ def test_real_cli_synth_with_only_aws_region_targets_and_prices_that_region(tmp_
     (["-c", "interchange=any"], "error: context interchange='any': allowed same-accelerator, same-count"),
     (["-c", "profile=multi-node-training", "-c", "capacity_reservation=cr-0123456789abcdef0"],
      "error: context capacity_reservation=cr-0123456789abcdef0 with spot"),
-    (["-c", "profile=multi-node-training", "-c", "region=us-east-2", "-c", "market=on-demand"],
-     "error: p6-b200.48xlarge has no on-demand price on record in us-east-2: pass -c max_price=USD/h"),
+    (["-c", "profile=multi-node-training", "-c", "region=ap-south-2", "-c", "market=on-demand"],
+     "error: p6-b300.48xlarge has no on-demand price on record in ap-south-2: pass -c max_price=USD/h"),
 ])
 def test_bad_context_is_one_line_and_no_stack(tmp_path, args, expected):
     r = cli("synth", *args, "-o", str(tmp_path))
@@ -237,3 +237,17 @@ def test_the_deployer_policy_covers_every_resource_type_a_training_stack_declare
     assert len(json.dumps(policy(), separators=(",", ":"))) <= 6144, "IAM's managed-policy size limit"
     resources = {s["Resource"] for s in policy()["Statement"]}
     assert "arn:aws:iam::*:role/dl-*" in resources and not any("SC-" in r for r in resources)
+
+
+def test_every_warning_of_every_profile_names_what_to_do(all_profiles):
+    """Issue 28: noise teaches people to skip warnings. A fact of a chosen type (no NVMe) is a
+    note in the summary; every warning left says what to do ("Fix: ...")."""
+    from aws_cdk.assertions import Annotations, Match
+
+    for profile, (stack, _t) in all_profiles.items():
+        for w in Annotations.from_stack(stack).find_warning("*", Match.any_value()):
+            assert "Fix: " in str(w.entry.data), (profile, w.entry.data)
+    s = from_context({"profile": "arm"})
+    stack = TrainingStack(cdk.App(), "dl-arm-notes", settings=s, selection=select(s))
+    assert any("g5g.xlarge has no instance-store NVMe: /scratch is on the root volume" in n for n in stack.notes())
+    assert "  note: g5g.xlarge has no instance-store NVMe" in summary(s, select(s), notes=stack.notes())

@@ -123,6 +123,12 @@ def test_real_cli_synth_of_the_portfolio(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "out" / "dl-portfolio-platform.template.json").exists()
     assert len(list((tmp_path / "snap").glob("*.product.template.json"))) == len(builtin_profiles())
+    # issue 28: warnings only where the user can act, each naming what to do (the CLI prints
+    # "WARNING <text> (Construct Annotations)" per warning)
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("WARNING ")]
+    assert warnings, "the platform portfolio synthesizes without an account: the asset bucket name warns"
+    assert all("Fix: " in w for w in warnings), [w for w in warnings if "Fix: " not in w]
+    assert not any("RaidNeedsInstanceStore" in w for w in warnings), "how a type is, not a mistake"
 
 
 def _catalog_price(instance_type: str, market: str) -> float:

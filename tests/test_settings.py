@@ -224,14 +224,15 @@ def test_on_demand_max_price_below_the_pick_is_refused():
 
 
 def test_a_pick_without_a_price_in_its_market_needs_max_price():
-    ctx = {"profile": "multi-node-training", "region": "us-east-2", "market": "on-demand"}
+    # The sources price no p6 in ap-south-2 (selector/data/prices.md), where the catalog offers them
+    ctx = {"profile": "multi-node-training", "region": "ap-south-2", "market": "on-demand"}
     with pytest.raises(UserError) as e:
         select(from_context(ctx))
-    assert "has no on-demand price on record in us-east-2: pass -c max_price=USD/h" in str(e.value)
+    assert "p6-b300.48xlarge has no on-demand price on record in ap-south-2: pass -c max_price=USD/h" in str(e.value)
     assert "\n" not in str(e.value)
-    sel = select(from_context({**ctx, "max_price": "120"}))
-    assert sel.ceiling == 120 and sel.alternates == ()  # nothing is priced there: nothing is used silently
-    assert all(r == "no price on record in us-east-2 for on-demand" or r.startswith("not interchangeable")
+    sel = select(from_context({**ctx, "max_price": "200"}))
+    assert sel.ceiling == 200 and sel.alternates == ()  # nothing same-accelerator is priced there
+    assert all(r == "no price on record in ap-south-2 for on-demand" or r.startswith("not interchangeable")
                for _, r in sel.rejected)
 
 

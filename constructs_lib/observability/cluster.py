@@ -78,4 +78,6 @@ class ClusterObservability(Construct):
         elif idle_guard:
             cdk.Annotations.of(self).add_warning_v2(
                 "dl-launcher:idle-guard-neuron", "the idle guard is off: it reads NVIDIA GPU utilisation, which "
-                f"{', '.join(f.instance_type for f in facts if f.sdk != 'cuda')} do not report")
+                f"{', '.join(f.instance_type for f in facts if f.sdk != 'cuda')} do not report. Fix: stop an idle "
+                "cluster yourself (dl-launcher destroy JOB, or terminate the provisioned product); idle_guard=False "
+                "(-c idle_guard=false) says you know")
