@@ -16,6 +16,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+if __name__ == "__main__":  # --help describes the rebuild and writes nothing (issue 26)
+    import argparse
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+
 for k, v in {"AWS_ACCESS_KEY_ID": "offline", "AWS_SECRET_ACCESS_KEY": "offline",
              "AWS_DEFAULT_REGION": "us-east-1"}.items():
     os.environ[k] = v
