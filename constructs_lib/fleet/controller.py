@@ -233,7 +233,8 @@ class Controller:
         if len(got.ids) >= missing:
             st.short = None
             return True
-        self._short(f"{missing - len(got.ids)} more x {current} ({spec.market}) beside the running nodes", got.errors,
+        self._short(f"{missing - len(got.ids)} more x {current} ({spec.market}) beside the running nodes",
+                    shortfall.classify(got.errors), got.errors,
                     f"replacing is tried again every minute; after {spec.replace_within_seconds} s short the whole "
                     "cluster moves to the next option")
         short = self.clock() - (st.loss_since or 0)
@@ -263,15 +264,18 @@ class Controller:
 
     def _none_running(self) -> None:
         self._state.instance_type = None
-        what, errors = self._failed or (f"{self.spec.nodes} nodes of any option", ("no option is within the ceiling",))
-        self._short(what, errors, f"every option again ({len(self.spec.options)}, in order) on the next EC2 "
+        if self._failed:
+            what, errors = self._failed
+            kind = shortfall.classify(errors)
+        else:  # every option was skipped for its price, none was tried
+            what, errors, kind = f"{self.spec.nodes} nodes of any option", ("no option is within the ceiling",), "price"
+        self._short(what, kind, errors, f"every option again ({len(self.spec.options)}, in order) on the next EC2 "
                     "event or the 1-minute schedule")
         self._add("waiting", "", f"no option could launch {self.spec.nodes} nodes; none running; "
                   "trying again on the next event or the 1-minute schedule")
 
-    def _short(self, what: str, errors: Sequence[str], next_step: str) -> None:
+    def _short(self, what: str, kind: str, errors: Sequence[str], next_step: str) -> None:
         """Remember why the cluster is short, keeping the time it first was (status reads it)."""
-        kind = shortfall.classify(errors) if errors and errors[0] != "no option is within the ceiling" else "price"
         old = self._state.short
         self._state.short = {"since": old["since"] if old else self.clock(), "what": what, "kind": kind,
                              "error": "; ".join(errors) or "the fleet gave no reason", "next": next_step}

@@ -88,3 +88,16 @@ def test_the_alarm_tells_the_topic_after_three_short_runs_in_five_minutes(templa
     assert (p["Threshold"], p["EvaluationPeriods"], p["TreatMissingData"]) == (3, 1, "notBreaching")
     assert p["ComparisonOperator"] == "GreaterThanOrEqualToThreshold" and len(p["AlarmActions"]) == 1
     assert "CapacityStatusCommand" in p["AlarmDescription"] and "preflight" in p["AlarmDescription"]
+
+
+def test_a_launch_that_fails_without_a_reason_is_other_not_price(cloud):
+    """A fleet error without a code is "other": only "no option within the ceiling" is a price shortfall
+    by the controller's own finding (it is passed as such, not recognised from its text)."""
+    from constructs_lib.fleet.state import StateStore
+
+    spec = cloud.spec(types=("p5.48xlarge",))
+    cloud.ec2.unavailable.add("p5.48xlarge")
+    cloud.ec2.answer["p5.48xlarge"] = ("", "")
+    cloud.reconcile(cloud.controller(spec))
+    short = StateStore(cloud.s3, spec.state_bucket, spec.state_key).load().short
+    assert short["kind"] == "other" and short["what"] == "4 x p5.48xlarge (spot)"
