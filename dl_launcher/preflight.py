@@ -73,13 +73,14 @@ def _code(e: BaseException) -> str:
     return getattr(e, "response", {}).get("Error", {}).get("Code", "") or type(e).__name__
 
 
-def credentials(sts: Any, plan: Plan) -> Result:
+def credentials(sts: Any, plan: Plan) -> tuple[Result, Optional[str]]:
+    """The check, and the account (None when there are no usable credentials)."""
     try:
         me = sts.get_caller_identity()
     except Exception as e:
         return Result("fail", "credentials", f"none usable ({_code(e)}: {' '.join(str(e).split())[:160]})",
-                      "aws configure sso (or set AWS_PROFILE), then run preflight again")
-    return Result("ok", "credentials", f"account {me['Account']} as {me['Arn']}")
+                      "aws configure sso (or set AWS_PROFILE), then run preflight again"), None
+    return Result("ok", "credentials", f"account {me['Account']} as {me['Arn']}"), me["Account"]
 
 
 def region(plan: Plan) -> Result:
@@ -160,11 +161,10 @@ def session_manager(which: Callable[[str], Optional[str]] = shutil.which) -> Res
 
 def run(plan: Plan, clients: Callable[[str], Any], which: Callable[[str], Optional[str]] = shutil.which) -> list[Result]:
     """Every check, in the order a new user meets the problems."""
-    results = [credentials(clients("sts"), plan)]
-    results.append(region(plan))
-    if results[0].level == "fail":
+    checked, account = credentials(clients("sts"), plan)
+    results = [checked, region(plan)]
+    if account is None:
         return results + [session_manager(which)]
-    account = results[0].found.split()[1]
     ssm = clients("ssm")
     results += [bootstrap(ssm, plan, account), ami(ssm, plan), offered(clients("ec2"), plan),
                 quota(clients("service-quotas"), plan), session_manager(which)]
