@@ -172,9 +172,15 @@ def _preflight(a: argparse.Namespace, region: str, source: str) -> int:
 
 
 def _status(a: argparse.Namespace, region: str) -> int:
+    import contextlib
+    import io
+    import json
+
     from constructs_lib.fleet.cli import main as fleet_main
+    from constructs_lib.fleet.instances import list_cluster
     from constructs_lib.runtime.contract import capacity_state_key
 
+    from .cost import running_cost
     from .jobstack import describe, output
 
     stack = describe(_client("cloudformation", region), a.job, region)
@@ -182,8 +188,24 @@ def _status(a: argparse.Namespace, region: str) -> int:
     if not bucket:
         raise CliError(f"stack {stack['StackName']} has no CheckpointBucket output: is it a dl-launcher training "
                        f"stack (it is {stack['StackStatus']})?")
-    return fleet_main(["status", "--bucket", bucket, "--key", capacity_state_key(stack["StackName"]),
-                       "--region", region, *(["--json"] if a.json else [])])
+    args = ["status", "--bucket", bucket, "--key", capacity_state_key(stack["StackName"]), "--region", region]
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        rc = fleet_main([*args, *(["--json"] if a.json else [])])
+    cost = None
+    if rc == 0:
+        nodes = list_cluster(_client("ec2", region), stack["StackName"])
+        cost = running_cost(output(stack, "CostModel"), stack["CreationTime"].timestamp(), nodes)
+    if a.json and rc == 0:
+        body = json.loads(captured.getvalue())
+        body["cost"] = None if cost is None else {"per_hour": round(cost.per_hour, 4), "so_far": round(cost.so_far, 2),
+                                                  "unpriced": list(cost.unpriced), "prices": cost.as_of}
+        print(json.dumps(body, indent=1))
+        return rc
+    print(captured.getvalue(), end="")
+    if cost is not None:
+        print(cost.line())
+    return rc
 
 
 def _shell(a: argparse.Namespace, region: str) -> int:

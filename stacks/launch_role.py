@@ -90,6 +90,9 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
                                 "cloudwatch:TagResource"), "arn:{p}:cloudwatch:{r}:{a}:alarm:SC-*"),
     "AWS::CloudWatch::Dashboard": (("cloudwatch:PutDashboard", "cloudwatch:DeleteDashboards",
                                     "cloudwatch:GetDashboard"), "arn:{p}:cloudwatch::{a}:dashboard/*"),
+    # A training stack's -c budget (the resource schema's handlers: ModifyBudget, ViewBudget).
+    "AWS::Budgets::Budget": (("budgets:ModifyBudget", "budgets:ViewBudget"),
+                             "arn:{p}:budgets::{a}:budget/dl-launcher-job-*"),
     "AWS::SSM::Parameter": (("ssm:PutParameter", "ssm:DeleteParameter", "ssm:GetParameters", "ssm:AddTagsToResource",
                              "ssm:RemoveTagsFromResource"), "arn:{p}:ssm:{r}:{a}:parameter/dl-launcher/*"),
     "AWS::SNS::Topic": (("sns:CreateTopic", "sns:DeleteTopic", "sns:GetTopicAttributes", "sns:SetTopicAttributes",

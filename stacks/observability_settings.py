@@ -7,6 +7,11 @@
     idle_threshold  0.5..50      GPU utilisation in percent under which a GPU counts as idle (default 5)
     idle_action     stop|notify  stop: push checkpoints, release the nodes (resumable), tell the topic;
                                  notify: only tell (default stop)
+    interactive     true|false   a development cluster: the idle guard counts an open Session Manager
+                                 session or a process on a GPU as work (default: true when there is
+                                 no command)
+    idle_warning    0..240       minutes between the guard's warning (topic and job log) and its
+                                 action (default 15 for interactive clusters, 0 otherwise)
     alarm_topic     an SNS topic ARN in the stack's region for the guard and the alarms (default:
                                  a new encrypted topic; subscribe to it)
 """
@@ -19,13 +24,17 @@ from typing import Any, Mapping, Optional
 from selector.errors import UserError
 from selector.profiles import Profile
 
-KEYS = ("observability", "idle_guard", "idle_minutes", "idle_threshold", "idle_action", "alarm_topic")
-BOOL_KEYS = ("observability", "idle_guard")
-NUMBER_KEYS = ("idle_minutes", "idle_threshold")
+KEYS = ("observability", "idle_guard", "idle_minutes", "idle_threshold", "idle_action", "alarm_topic", "interactive",
+        "idle_warning")
+BOOL_KEYS = ("observability", "idle_guard", "interactive")
+NUMBER_KEYS = ("idle_minutes", "idle_threshold", "idle_warning")
 EXAMPLES = {"observability": "true", "idle_guard": "false", "idle_minutes": "60", "idle_threshold": "5",
+            "interactive": "true", "idle_warning": "15",
             "idle_action": "notify", "alarm_topic": "arn:aws:sns:us-east-1:123456789012:ml-alerts"}
 IDLE_MINUTES = (10, 1440)
 IDLE_THRESHOLD = (0.5, 50.0)
+IDLE_WARNING = (0, 240)
+INTERACTIVE_WARNING = 15  # minutes: time to save a notebook and say so
 ACTIONS = ("stop", "notify")
 _TOPIC = re.compile(r"arn:aws(?:-cn|-us-gov)?:sns:(?P<region>[a-z0-9-]+):\d{12}:[A-Za-z0-9_-]{1,256}(?:\.fifo)?", re.ASCII)
 
@@ -38,9 +47,12 @@ class ObservabilitySettings:
     idle_threshold: float = 5.0
     idle_action: str = "stop"
     alarm_topic: Optional[str] = None
+    interactive: bool = False
+    idle_warning: int = 0
 
 
-def observability_from_context(ctx: Mapping[str, Any], profile: Profile, region: str) -> ObservabilitySettings:
+def observability_from_context(ctx: Mapping[str, Any], profile: Profile, region: str,
+                               has_command: bool = True) -> ObservabilitySettings:
     """Keys already passed the shared type and text checks (settings.py)."""
     from .settings import _bool, _choice, _float, _int, show
 
@@ -58,6 +70,8 @@ def observability_from_context(ctx: Mapping[str, Any], profile: Profile, region:
         raise UserError(f"context idle_threshold={show(ctx.get('idle_threshold'))}: GPU utilisation in percent, "
                         f"allowed {lo:g} to {hi:g}" + (f"; closest: {near:g}" if near is not None else "; e.g. idle_threshold=5"))
     action = _choice("idle_action", ctx.get("idle_action", "stop"), ACTIONS)
+    interactive = _bool("interactive", ctx.get("interactive", not has_command))
+    warning = _int("idle_warning", ctx.get("idle_warning", INTERACTIVE_WARNING if interactive else 0), *IDLE_WARNING)
     topic = None
     if "alarm_topic" in ctx:
         topic = str(ctx["alarm_topic"]).strip()
@@ -70,4 +84,4 @@ def observability_from_context(ctx: Mapping[str, Any], profile: Profile, region:
                             "CloudWatch alarms and the guard publish to a topic in their own region; closest: "
                             f"{topic.replace(':' + m.group('region') + ':', ':' + region + ':', 1)}")
     return ObservabilitySettings(enabled=enabled, idle_guard=guard, idle_minutes=minutes, idle_threshold=threshold,
-                                 idle_action=action, alarm_topic=topic)
+                                 idle_action=action, alarm_topic=topic, interactive=interactive, idle_warning=warning)

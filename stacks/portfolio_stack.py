@@ -19,6 +19,7 @@ import aws_cdk.aws_sns as sns
 from constructs import Construct
 
 from constructs_lib.nag import env_names
+from constructs_lib.observability.budget import cost_budget
 from constructs_lib.observability.notifications import NotificationTopic
 from constructs_lib.runtime.contract import TAG_PRODUCT
 from selector import record
@@ -212,13 +213,7 @@ def _asset_bucket(stack: cdk.Stack, settings: PortfolioSettings) -> s3.Bucket:
 def _budget_topic(stack: cdk.Stack, construct_id: str = "BudgetAlerts") -> NotificationTopic:
     """An encrypted topic AWS Budgets may publish to (its key lets Budgets encrypt)."""
     topic = NotificationTopic(stack, construct_id, display_name="dl-launcher budgets")
-    budgets_principal = iam.ServicePrincipal("budgets.amazonaws.com")
-    topic.topic.add_to_resource_policy(iam.PolicyStatement(
-        principals=[budgets_principal], actions=["sns:Publish"], resources=[topic.topic.topic_arn],
-        conditions={"StringEquals": {"aws:SourceAccount": stack.account}}))
-    topic.key.add_to_resource_policy(iam.PolicyStatement(
-        principals=[budgets_principal], actions=["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"],
-        conditions={"StringEquals": {"aws:SourceAccount": stack.account}}))
+    topic.allow_budgets()
     return topic
 
 
@@ -228,23 +223,10 @@ def _budget(stack: cdk.Stack, settings: PortfolioSettings, plan: ProductPlan, to
     dl-launcher:product cost allocation tag once in Billing), told at 80% and 100% actual and
     100% forecast. With `stop`, the 100% actual notification goes to that topic instead (a
     notification takes one SNS topic), whose stopper tells `topic` what it stopped."""
-    emails = [budgets.CfnBudget.SubscriberProperty(subscription_type="EMAIL", address=e)
-              for e in settings.budget_emails]
-
-    def subscribers(to: str) -> list:
-        return [budgets.CfnBudget.SubscriberProperty(subscription_type="SNS", address=to), *emails]
-
-    notes = [budgets.CfnBudget.NotificationWithSubscribersProperty(
-        notification=budgets.CfnBudget.NotificationProperty(
-            notification_type=kind, comparison_operator="GREATER_THAN", threshold=pct, threshold_type="PERCENTAGE"),
-        subscribers=subscribers(stop.topic_arn if stop is not None and (kind, pct) == ("ACTUAL", 100)
-                                else topic.topic.topic_arn))
-        for kind, pct in (("ACTUAL", 80), ("ACTUAL", 100), ("FORECASTED", 100))]
-    return budgets.CfnBudget(stack, f"{plan.profile.name}-budget", budget=budgets.CfnBudget.BudgetDataProperty(
-        budget_name=f"dl-launcher {product_tag(settings, plan)}"[:100], budget_type="COST", time_unit="MONTHLY",
-        budget_limit=budgets.CfnBudget.SpendProperty(amount=plan.monthly_budget(), unit="USD"),
-        cost_filters={"TagKeyValue": [f"user:{TAG_PRODUCT}${product_tag(settings, plan)}"]}),
-        notifications_with_subscribers=notes)
+    return cost_budget(stack, f"{plan.profile.name}-budget", name=f"dl-launcher {product_tag(settings, plan)}",
+                       usd_per_month=plan.monthly_budget(), tag_key=TAG_PRODUCT, tag_value=product_tag(settings, plan),
+                       topic_arn=topic.topic.topic_arn, emails=settings.budget_emails,
+                       stop_topic_arn=stop.topic_arn if stop is not None else None)
 
 
 def _snapshot_versions(directory: str, history: sc.ProductStackHistory, product_stack: sc.ProductStack) -> list[str]:

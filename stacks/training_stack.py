@@ -50,6 +50,7 @@ class TrainingStack(cdk.Stack):
             teardown=not settings.local, node_options=NodeOptions(root_volume_gib=settings.profile.root_volume_gib))
         self.cluster.enable_checkpoints(self.checkpoints, self.prefix)
         job = settings.job_settings
+        obs = settings.observability
         self.job_definition = self.job_logs = None
         if settings.command or job.any:
             # The command, code, setup, env, secrets and image as assets named by one SSM parameter
@@ -57,9 +58,10 @@ class TrainingStack(cdk.Stack):
             self.job_definition = JobDefinition(
                 self, "Job", cluster=cluster_id, command=settings.command or None, code=job.code, setup=job.setup,
                 env=dict(job.env), secrets=dict(job.secrets), secrets_kms=job.secrets_kms, image=job.image)
+        if self.job_definition is not None or (obs.enabled and obs.interactive):
+            # An interactive cluster has no command, but the guard's warnings go where users read.
             self.job_logs = JobLogs(self, "JobLogs", cluster=cluster_id)
         self.cluster.configure_job(definition=self.job_definition, logs=self.job_logs)
-        obs = settings.observability
         self.observability = None
         if obs.enabled:
             topic = (sns.Topic.from_topic_arn(self, "AlarmTopic", obs.alarm_topic) if obs.alarm_topic else None)
@@ -67,7 +69,7 @@ class TrainingStack(cdk.Stack):
                 self, "Observability", capacity=self.cluster, log_group=self.alerts.log_group, topic=topic,
                 checkpoints=self.checkpoints.bucket, checkpoint_prefix=self.prefix, idle_guard=obs.idle_guard,
                 idle_minutes=obs.idle_minutes, idle_threshold=obs.idle_threshold, idle_action=obs.idle_action,
-                alarm_status=not settings.local)
+                alarm_status=not settings.local, interactive=obs.interactive, idle_warning=obs.idle_warning)
 
         cdk.CfnOutput(self, "InstanceType", value=pick.instance_type,
                       description=f"profile {settings.profile.name}: {selection.recommendation.why}"[:1000])
@@ -104,9 +106,9 @@ class TrainingStack(cdk.Stack):
                 f"https://{self.region}.console.aws.amazon.com/cloudwatch/home?region={self.region}#dashboards/dashboard/",
                 self.observability.dashboard.dashboard.dashboard_name]),
                 description="GPU utilisation, the loader-bound pattern, samples/s and per dollar, cost so far, GPU health")
-            cdk.CfnOutput(self, "IdleGuard", value=(
-                f"{obs.idle_action} after {obs.idle_minutes} min under {obs.idle_threshold:g}% GPU utilisation "
-                "with no progress" if guard else "off"), description="a stopped cluster starts again with ResumeCommand")
+            cdk.CfnOutput(self, "IdleGuard", value=guard_line(obs) if guard else "off",
+                          description="a stopped cluster starts again with ResumeCommand; dl-launcher status shows "
+                                      "the guard's last judgement and when it would act")
         cdk.CfnOutput(self, "ResumeCommand", value=cdk.Fn.join("", [
             f"aws lambda invoke --region {self.region} --function-name ",
             self.cluster.controller.function.function_name,
@@ -120,6 +122,46 @@ class TrainingStack(cdk.Stack):
             f"--key {capacity_state_key(cluster_id)} --region {self.region}"),
             description=f"or: dl-launcher status {settings.job} --region {self.region}: which type the cluster runs "
                         "on, its nodes, why it waits, and the controller's last transitions")
+
+        # Not on the agent's SSM parameter (moto's CloudFormation reads that type's tags as a list),
+        # nor locally on KMS keys (moto passes their tags in the wrong shape): as the products do.
+        skip = ["AWS::SSM::Parameter", *(["AWS::KMS::Key"] if settings.local else [])]
+        cdk.Tags.of(self).add(contract.TAG_JOB, settings.job, exclude_resource_types=skip)
+        self.budget = self._budget(settings.budget) if settings.budget else None
+        from .stack_cost import stack_cost
+        self.cost = stack_cost(self)
+        cdk.CfnOutput(self, "CostPerHour", value=self.cost.output()[:1000], description=(
+            "every billed resource of this stack while its nodes run (instances as quoted in their market); "
+            "dl-launcher status gives the cost so far")[:1000])
+        cdk.CfnOutput(self, "CostModel", value=self.cost.model(),
+                      description="what dl-launcher status prices a running cluster with (USD per hour)")
+
+    def _budget(self, usd: int):
+        """An AWS Budgets budget on the job's tag, told at 80%/100% actual and 100% forecast."""
+        from constructs_lib.observability.budget import cost_budget
+        from constructs_lib.observability.notifications import NotificationTopic
+
+        notifications = self.observability.notifications if self.observability is not None else None
+        if self.observability is not None and notifications is None:  # the user's own alarm_topic
+            topic_arn = self.observability.topic.topic_arn
+            cdk.Annotations.of(self).add_warning_v2("dl-launcher:budget-topic", (
+                f"the budget tells {self.settings.observability.alarm_topic}, which this stack does not own. Fix: let "
+                "budgets.amazonaws.com publish to it (its topic policy, and its key policy if encrypted), or leave "
+                "alarm_topic out for a topic this stack makes"))
+        else:
+            if notifications is None:
+                notifications = NotificationTopic(self, "BudgetAlerts", display_name="dl-launcher budget")
+                cdk.CfnOutput(self, "NotificationTopic", value=notifications.topic.topic_arn,
+                              description="the budget tells this topic; subscribe: aws sns subscribe --protocol email "
+                                          "--notification-endpoint you@example.com --topic-arn <this>")
+            notifications.allow_budgets()
+            topic_arn = notifications.topic.topic_arn
+        budget = cost_budget(self, "JobBudget", name=f"dl-launcher-job-{self.settings.job}-{self.region}", usd_per_month=usd,
+                             tag_key=contract.TAG_JOB, tag_value=self.settings.job, topic_arn=topic_arn)
+        cdk.CfnOutput(self, "Budget", value=f"${usd:,}/month on tag {contract.TAG_JOB}={self.settings.job}", description=(
+            f"AWS Budgets tells the topic at 80% and 100% of actual spend and at 100% forecast; activate the cost "
+            f"allocation tag {contract.TAG_JOB} once per account (Billing, Cost allocation tags), or it sees $0"))
+        return budget
 
     def notes(self) -> list[str]:
         """Facts of the chosen types the summary says once (not warnings: nothing to fix)."""
@@ -136,7 +178,8 @@ class TrainingStack(cdk.Stack):
                     env=cdk.Environment(account=account, region=settings.region),
                     description=f"dl-launcher {settings.profile.name}: {settings.nodes} x {selection.pick.instance_type}")
         if not quiet:
-            print(summary(settings, selection, stack.job_definition, notes=stack.notes()), file=sys.stderr)
+            print(summary(settings, selection, stack.job_definition, notes=stack.notes(), cost=stack.cost.describe()),
+                  file=sys.stderr)
         return stack
 
 
@@ -148,6 +191,15 @@ def _notes(templates) -> list[str]:
             if f.level == NOTE:
                 seen[f"{f.message} ({f.remediation})"] = None
     return list(seen)
+
+
+def guard_line(obs) -> str:
+    """What the idle guard will do, in one line (the IdleGuard output and the synth summary)."""
+    warn = f", {obs.idle_warning} min after a warning to the topic and the job log" if obs.idle_warning else ""
+    if obs.interactive:
+        return (f"interactive: {obs.idle_action} after {obs.idle_minutes} min with no Session Manager session, no process "
+                f"on a GPU and every GPU under {obs.idle_threshold:g}%{warn}")
+    return f"{obs.idle_action} after {obs.idle_minutes} min under {obs.idle_threshold:g}% GPU utilisation with no progress{warn}"
 
 
 def cluster_cost(settings: Settings, selection: Selection) -> str:
@@ -168,7 +220,7 @@ def alternates_description(selection: Selection) -> str:
 
 
 def summary(settings: Settings, selection: Selection, job_definition: "JobDefinition | None" = None,
-            notes: "list[str] | None" = None) -> str:
+            notes: "list[str] | None" = None, cost: "list[str] | None" = None) -> str:
     pick, n = selection.pick, settings.nodes
     w, alone = selection.worst_case(n), selection.pick_cost(n)
     into = f" into {settings.capacity_reservation}" if settings.capacity_reservation else ""
@@ -190,7 +242,14 @@ def summary(settings: Settings, selection: Selection, job_definition: "JobDefini
         lines += [f"    {t}: {r}" for t, r in selection.rejected[:SHOW_REJECTED]]
         if len(selection.rejected) > SHOW_REJECTED:
             lines.append(f"    ... and {len(selection.rejected) - SHOW_REJECTED} more")
+    lines += cost or []
+    if settings.budget:
+        lines.append(f"  budget: ${settings.budget:,}/month on tag {contract.TAG_JOB}={settings.job} (AWS Budgets, "
+                     f"to the topic at 80%, 100% and 100% forecast; activate the tag in Billing once)")
     lines += [f"  note: {n}" for n in notes or ()]
+    obs = settings.observability
+    if obs.enabled and obs.idle_guard and all(c.facts.sdk == "cuda" for c in selection.options):
+        lines.append(f"  idle guard: {guard_line(obs)}")
     lines.append(f"  checkpoints: s3://<CheckpointBucket>/jobs/{settings.job}/")
     lines += job_summary(settings, job_definition)
     return "\n".join(lines)
@@ -205,7 +264,7 @@ def job_summary(settings: Settings, job: "JobDefinition | None") -> list[str]:
     """What the nodes will run, and with what: the code's size and file count, the rest by name
     (secret values are never known here; env values are shown, they are in the template too)."""
     if job is None:
-        return ["  job: no command; nodes wait for you (aws ssm start-session, SsmSessionCommand)"]
+        return [f"  job: no command; nodes wait for you (dl-launcher shell {settings.job})"]
     js = settings.job_settings
     lines = [f"  job: revision {job.sha256[:12]}; output to log group {contract.job_log_group(job.cluster)}"]
     if job.code is not None:

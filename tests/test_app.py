@@ -225,7 +225,7 @@ def test_the_deployer_policy_covers_every_resource_type_a_training_stack_declare
     from stacks.launch_role import permissions_for
 
     assert OUT.read_text() == render(), "stale: python scripts/deployer_policy.py --write"
-    ctx = {"profile": "multi-node-training", "job": "full", "command": "dl-torchrun train.py",
+    ctx = {"profile": "multi-node-training", "job": "full", "command": "dl-torchrun train.py", "budget": "1000",
            **{k: EXAMPLES[k] for k in ("code", "image", "env", "secrets", "secrets_kms")}}
     assert app.main(ctx, outdir=str(tmp_path)) == 0
     templates = [t.to_json() for _s, t in all_profiles.values()]

@@ -159,7 +159,10 @@ def _when(t: Optional[float]) -> str:
 
 
 def _status(a: argparse.Namespace, ec2: Any, s3: Any) -> int:
-    from . import shortfall
+    import dataclasses
+
+    from ..runtime import contract
+    from . import idle_notice, shortfall
     from .instances import list_cluster
     from .state import StateStore
 
@@ -168,10 +171,12 @@ def _status(a: argparse.Namespace, ec2: Any, s3: Any) -> int:
         raise UsageError(f"no controller state at s3://{a.bucket}/{a.key}: has the controller run yet?")
     nodes = sorted(list_cluster(ec2, state.cluster), key=lambda n: (n.launched, n.id))
     last = state.history[-a.last:] if a.last else []
+    guard = idle_notice.load(s3, a.bucket, contract.guard_state_key(state.cluster))
     if a.json:
         print(json.dumps({"cluster": state.cluster, "instance_type": state.instance_type, "stopped": state.stopped,
                           "short_since": state.loss_since, "short": state.short, "updated_at": state.updated_at,
-                          "instances": [n.__dict__ for n in nodes], "transitions": last}, indent=1))
+                          "instances": [n.__dict__ for n in nodes], "transitions": last,
+                          "idle_guard": dataclasses.asdict(guard) if guard.checked_at else None}, indent=1))
         return 0
     what = "torn down" if state.stopped else f"current type {state.instance_type or 'none (nothing launched)'}"
     print(f"cluster {state.cluster}: {what}; {len(nodes)} running; state of {_when(state.updated_at)}")
@@ -181,6 +186,8 @@ def _status(a: argparse.Namespace, ec2: Any, s3: Any) -> int:
         print(f"short of nodes since {_when(state.loss_since)}")
     for n in nodes:
         print(f"  {n.id}  {n.instance_type}  {n.subnet}  launched {_when(n.launched)}")
+    if guard.checked_at:
+        print(guard.line())
     if last:
         print(f"last {len(last)} transitions:")
     for t in last:

@@ -7,12 +7,18 @@ from CloudWatch, EC2 and S3, decide, and act through `idle_action.stop_idle`.
   M_RESTORING and M_TRAINING (contract.NS_JOB);
 - progress: when the newest complete checkpoint's manifest was written (S3).
 
-Every run logs one JSON line with the decision. `action` "notify" only tells the topic; "stop"
-(the default) pushes the checkpoints, tears the cluster down (resumable) and tells the topic.
-A run after a stop finds no node and decides nothing.
+Every run logs one JSON line with the decision and keeps it in the guard's record
+(idle_notice.py). `action` "notify" only tells the topic; "stop" (the default) pushes the
+checkpoints, tears the cluster down (resumable) and tells the topic. A run after a stop finds no
+node and decides nothing.
+
+An interactive cluster (`interactive`) is judged by `decide_interactive` (sessions, GPU
+processes, busy GPUs). With `warning_minutes` the first idle verdict only warns (the job's log
+group and the topic) and the stop waits until the warning is that old (`idle_guard.escalate`).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -22,8 +28,9 @@ from typing import Any, Optional, Sequence
 
 from ..runtime import contract
 from ..runtime.layout import MANIFEST, step_of
+from . import idle_notice
 from .idle_action import report_json, stop_idle
-from .idle_guard import Decision, GuardConfig, JobProgress, NodeMetrics, decide
+from .idle_guard import Decision, GuardConfig, JobProgress, NodeMetrics, decide, decide_interactive, escalate
 from .instances import Node, list_cluster
 
 GUARD_ENV = "DL_IDLE_GUARD"
@@ -42,10 +49,16 @@ class GuardSettings:
     action: str = "stop"
     config: dict[str, float] = field(default_factory=dict)  # GuardConfig's fields
     stack: str = ""  # the stack's id (contract.TAG_STACK): only its own nodes are watched and stopped
+    interactive: bool = False  # a development cluster: sessions and GPU processes count as work
+    warning_minutes: float = 0.0  # warn this long before acting (0: act on the first idle verdict)
+    state_bucket: str = ""  # where the guard's record lives (contract.guard_state_key(job))
+    job_log_group: str = ""  # where notices go beside the nodes' output ("" : the topic only)
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
             raise ValueError(f"idle guard action {self.action!r}: allowed {', '.join(ACTIONS)}")
+        if not 0 <= self.warning_minutes <= 24 * 60:
+            raise ValueError(f"idle guard warning_minutes {self.warning_minutes!r}: allowed 0 to 1440")
         GuardConfig(**self.config)  # unknown keys fail here, at synth
 
     def guard_config(self) -> GuardConfig:
@@ -101,6 +114,12 @@ def _fetch(cw: Any, wanted: Sequence[tuple[str, str, dict[str, str], str]], star
     return out
 
 
+def queried_per_node(gpus: int, interactive: bool) -> int:
+    """Metrics one run requests per node with GetMetricData (what CloudWatch bills per 1,000):
+    each GPU, the raw and the per-node CPU series, restoring, training (+ sessions, GPU processes)."""
+    return gpus + 2 + 2 + (2 if interactive else 0)
+
+
 def gather(cw: Any, nodes: Sequence[Node], settings: GuardSettings, now: float, cfg: GuardConfig,
            ) -> tuple[list[NodeMetrics], Optional[bool]]:
     """Each node's metrics over the window (plus the grace, to see a restore end), and whether the
@@ -116,9 +135,12 @@ def gather(cw: Any, nodes: Sequence[Node], settings: GuardSettings, now: float, 
         wanted.append((qid, ns, dims, name))
         keys[qid] = (dims[contract.DIM_INSTANCE], what, gpu)
 
-    for ns, name, what in ((contract.NS_NODE, contract.M_GPU_UTIL, "gpu"), (contract.NS_NODE, contract.M_CPU_ACTIVE, "cpu"),
-                           (contract.NS_JOB, contract.M_RESTORING, "restoring"),
-                           (contract.NS_JOB, contract.M_TRAINING, "training")):
+    series = [(contract.NS_NODE, contract.M_GPU_UTIL, "gpu"), (contract.NS_NODE, contract.M_CPU_ACTIVE, "cpu"),
+              (contract.NS_JOB, contract.M_RESTORING, "restoring"), (contract.NS_JOB, contract.M_TRAINING, "training")]
+    if settings.interactive:
+        series += [(contract.NS_JOB, contract.M_SESSIONS, "sessions"),
+                   (contract.NS_JOB, contract.M_GPU_PROCESSES, "gpu_processes")]
+    for ns, name, what in series:
         for dims in _metrics(cw, ns, name, job):
             if dims.get(contract.DIM_INSTANCE) not in ids:
                 continue
@@ -127,7 +149,8 @@ def gather(cw: Any, nodes: Sequence[Node], settings: GuardSettings, now: float, 
                 continue
             want(ns, name, dims, what, int(gpu) if what == "gpu" else None)
     data = _fetch(cw, wanted, start, now)
-    per: dict[str, dict[str, Any]] = {n.id: {"gpu": {}, "cpu": [], "restoring": [], "training": []} for n in nodes}
+    per: dict[str, dict[str, Any]] = {n.id: {"gpu": {}, "cpu": [], "restoring": [], "training": [], "sessions": [],
+                                             "gpu_processes": []} for n in nodes}
     for qid, (instance, what, gpu) in keys.items():
         if what == "gpu":
             per[instance]["gpu"].setdefault(gpu, []).extend(data[qid])
@@ -142,7 +165,7 @@ def gather(cw: Any, nodes: Sequence[Node], settings: GuardSettings, now: float, 
             node=n.id, booted_at=n.launched, gpu_util=p["gpu"], expected_gpus=settings.expected_gpus.get(n.instance_type, 0),
             restoring=bool(restoring) and restoring[-1][1] >= 1,
             restored_at=None if last_restore is None else last_restore + contract.METRIC_PERIOD,
-            cpu_pct=p["cpu"]))
+            cpu_pct=p["cpu"], sessions=p["sessions"], gpu_processes=p["gpu_processes"]))
         recent = [v for t, v in sorted(p["training"]) if t >= now - 5 * contract.METRIC_PERIOD]
         if recent:
             alive.append(recent[-1] >= 1)
@@ -173,21 +196,48 @@ def newest_checkpoint_time(s3: Any, bucket: str, prefix: str) -> Optional[float]
 
 # ---- one run -----------------------------------------------------------------------------------------
 def run_once(*, cw: Any, ec2: Any, s3: Any, ssm: Any, sns: Any, settings: GuardSettings, controller: Any,
-             now: Optional[float] = None, **push_kw: Any) -> dict[str, Any]:
+             now: Optional[float] = None, logs: Any = None, **push_kw: Any) -> dict[str, Any]:
     now = time.time() if now is None else now
     cfg = settings.guard_config()
+    key = contract.guard_state_key(settings.job)
+    before = idle_notice.load(s3, settings.state_bucket, key)
     nodes = list_cluster(ec2, settings.job, settings.stack or None)
     metrics, alive = gather(cw, nodes, settings, now, cfg)
-    last = newest_checkpoint_time(s3, settings.checkpoint_bucket, settings.checkpoint_prefix)
-    decision = decide(metrics, JobProgress(process_alive=alive, checkpoint_times=() if last is None else (last,)), now, cfg)
-    result: dict[str, Any] = {"job": settings.job, "nodes": len(nodes), "stop": decision.stop, "state": decision.state,
-                              "reason": decision.reason, "hints": list(decision.hints), "action": settings.action}
-    if decision.stop and settings.action == "stop":
+    if settings.interactive:
+        decision = decide_interactive(metrics, now, cfg)
+    else:
+        last = newest_checkpoint_time(s3, settings.checkpoint_bucket, settings.checkpoint_prefix)
+        decision = decide(metrics, JobProgress(process_alive=alive, checkpoint_times=() if last is None else (last,)),
+                          now, cfg)
+    step = escalate(decision, before.warned_at, now, settings.warning_minutes)
+    result: dict[str, Any] = {"job": settings.job, "nodes": len(nodes), "stop": step.act == "stop", "state": decision.state,
+                              "reason": decision.reason, "hints": list(decision.hints), "action": settings.action,
+                              "mode": "interactive" if settings.interactive else "job", "step": step.act}
+    record = idle_notice.GuardRecord(checked_at=now, mode=result["mode"], state=decision.state, reason=decision.reason,
+                                     act=step.act, warned_at=step.warned_at, stop_at=step.stop_at,
+                                     action=settings.action, hints=list(decision.hints))
+    say = dict(sns=sns, logs=logs, topic_arn=settings.topic_arn, log_group=settings.job_log_group, cluster=settings.job,
+               now=now)
+    if step.act == "warn":
+        how = ("open a session (dl-launcher shell), or run something on a GPU" if settings.interactive
+               else "make progress (a checkpoint), or deploy with -c idle_guard=false")
+        failed = idle_notice.tell(**say, **dict(zip(("subject", "message"), idle_notice.warning_text(settings.job, record, how))))
+        if len(failed) == 2:  # told nobody: no warning stands, so no stop follows from it
+            record = dataclasses.replace(record, act="none", warned_at=None, stop_at=None)
+        result["notice_failed"] = failed
+    elif step.act == "cancel":
+        result["notice_failed"] = idle_notice.tell(**say, **dict(zip(("subject", "message"),
+                                                                     idle_notice.cancel_text(settings.job, record))))
+    elif step.act == "stop" and settings.action == "stop":
         report = stop_idle(decision, controller=controller, ssm=ssm, sns=sns, topic_arn=settings.topic_arn,
                            instance_ids=[n.id for n in nodes], **push_kw)
         result["stopped"] = json.loads(report_json(report))
-    elif decision.stop:
+        record = dataclasses.replace(record, warned_at=None)
+    elif step.act == "stop":
         _notify(sns, settings, decision)
+        record = dataclasses.replace(record, warned_at=None)
+    result["stop_at"] = record.stop_at
+    idle_notice.save(s3, settings.state_bucket, key, record)
     return result
 
 
@@ -207,10 +257,10 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from .state import StateStore
 
     config = Config(retries={"mode": "standard", "max_attempts": 5})
-    clients = {name: boto3.client(name, config=config) for name in ("cloudwatch", "ec2", "s3", "ssm", "sns")}
+    clients = {name: boto3.client(name, config=config) for name in ("cloudwatch", "ec2", "s3", "ssm", "sns", "logs")}
     spec = load_spec()
     controller = Controller(clients["ec2"], spec, StateStore(clients["s3"], spec.state_bucket, spec.state_key))
     result = run_once(cw=clients["cloudwatch"], ec2=clients["ec2"], s3=clients["s3"], ssm=clients["ssm"],
-                      sns=clients["sns"], settings=GuardSettings.from_env(), controller=controller)
+                      sns=clients["sns"], logs=clients["logs"], settings=GuardSettings.from_env(), controller=controller)
     print(json.dumps({"idle_guard": result}))
     return result

@@ -29,6 +29,8 @@ class ClusterObservability(Construct):
       idle_guard [True]: stop the cluster when every GPU idles (NVIDIA types only: Neuron devices
         have no utilisation metric here, and a guard that sees nothing never fires anyway).
       idle_minutes [30], idle_threshold [5.0], idle_action ["stop"]: see IdleGuard.
+      interactive [False], idle_warning [0]: a development cluster, and minutes of warning before
+        the guard acts (see IdleGuard); warnings also go to the cluster's job log group if it has one.
       alarm_status [True]: the dashboard's alarm row (off for moto, whose CloudFormation does not
         create metric-math alarms, so the row's references to them would fail the deploy).
     Attributes: topic, notifications (NotificationTopic or None), dashboard (TrainingDashboard),
@@ -38,7 +40,8 @@ class ClusterObservability(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, capacity: "ClusterCapacity", log_group: logs.ILogGroup,
                  topic: Optional[sns.ITopic] = None, checkpoints: Optional[s3.IBucket] = None,
                  checkpoint_prefix: str = "", idle_guard: bool = True, idle_minutes: float = 30.0,
-                 idle_threshold: float = 5.0, idle_action: str = "stop", alarm_status: bool = True) -> None:
+                 idle_threshold: float = 5.0, idle_action: str = "stop", alarm_status: bool = True,
+                 interactive: bool = False, idle_warning: float = 0.0) -> None:
         super().__init__(scope, construct_id)
         capacity.enable_monitoring()
         self.notifications = None
@@ -74,7 +77,9 @@ class ClusterObservability(Construct):
                 self, "IdleGuard", cluster=capacity.cluster, spec=capacity.spec_json, state_bucket=capacity.state_bucket,
                 state_key=capacity.state_key, expected_gpus={f.instance_type: f.accelerator_count for f in facts},
                 topic=topic, log_group=log_group, checkpoints=checkpoints, checkpoint_prefix=checkpoint_prefix,
-                threshold_pct=idle_threshold, idle_minutes=idle_minutes, action=idle_action)
+                threshold_pct=idle_threshold, idle_minutes=idle_minutes, action=idle_action, interactive=interactive,
+                warning_minutes=idle_warning,
+                job_log_group=capacity.job_logs.log_group if getattr(capacity, "job_logs", None) is not None else None)
         elif idle_guard:
             cdk.Annotations.of(self).add_warning_v2(
                 "dl-launcher:idle-guard-neuron", "the idle guard is off: it reads NVIDIA GPU utilisation, which "

@@ -48,6 +48,12 @@ class IdleGuard(Construct):
       log_group: where each run's decision is logged (the stack's alerts log group).
       checkpoints [None], checkpoint_prefix [""]: where complete checkpoints land (progress).
       threshold_pct [5], idle_minutes [30], grace_minutes [20], action ["stop"], every [5 min].
+      interactive [False]: a development cluster: an open Session Manager session, a process on a
+        GPU or a busy GPU is work (a training cluster's progress test does not apply).
+      warning_minutes [0]: warn (topic, and `job_log_group`) this long before acting; 0 acts at once.
+      job_log_group [None]: the job's log group (JobLogs.log_group), where warnings go too.
+    The guard keeps its last judgement at contract.guard_state_key(cluster) in `state_bucket`
+    (`dl-launcher status` shows it).
     Attributes: function, role, schedule.
     """
 
@@ -55,7 +61,8 @@ class IdleGuard(Construct):
                  state_bucket: s3.IBucket, state_key: str, expected_gpus: Mapping[str, int], topic: sns.ITopic,
                  log_group: logs.ILogGroup, checkpoints: Optional[s3.IBucket] = None, checkpoint_prefix: str = "",
                  threshold_pct: float = 5.0, idle_minutes: float = 30.0, grace_minutes: float = 20.0,
-                 action: str = "stop", every: cdk.Duration = cdk.Duration.minutes(5)) -> None:
+                 action: str = "stop", every: cdk.Duration = cdk.Duration.minutes(5), interactive: bool = False,
+                 warning_minutes: float = 0.0, job_log_group: Optional[logs.ILogGroup] = None) -> None:
         super().__init__(scope, construct_id)
         if checkpoints is not None and not checkpoint_prefix:
             raise ConfigurationError("IdleGuard: checkpoints needs checkpoint_prefix (where the job's steps land)")
@@ -68,6 +75,8 @@ class IdleGuard(Construct):
                 job=cluster, topic_arn=topic.topic_arn, expected_gpus=dict(expected_gpus),
                 checkpoint_bucket=checkpoints.bucket_name if checkpoints is not None else "",
                 checkpoint_prefix=checkpoint_prefix, action=action, stack=cdk.Stack.of(self).stack_id,
+                interactive=interactive, warning_minutes=warning_minutes, state_bucket=state_bucket.bucket_name,
+                job_log_group=job_log_group.log_group_name if job_log_group is not None else "",
                 config={"threshold_pct": threshold_pct, "idle_minutes": idle_minutes, "grace_minutes": grace_minutes})
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"IdleGuard: {e}") from None
@@ -87,10 +96,10 @@ class IdleGuard(Construct):
         self.schedule = events.Rule(self, "Schedule", schedule=events.Schedule.rate(every),
                                     description=f"judge whether {cluster} is idle")
         self.schedule.add_target(targets.LambdaFunction(self.function))
-        self._grant(cluster, state_bucket, state_key, checkpoints, checkpoint_prefix, topic, log_group)
+        self._grant(cluster, state_bucket, state_key, checkpoints, checkpoint_prefix, topic, log_group, job_log_group)
 
     def _grant(self, cluster: str, state_bucket: s3.IBucket, state_key: str, checkpoints: Optional[s3.IBucket],
-               prefix: str, topic: sns.ITopic, log_group: logs.ILogGroup) -> None:
+               prefix: str, topic: sns.ITopic, log_group: logs.ILogGroup, job_log_group: Optional[logs.ILogGroup]) -> None:
         stack = cdk.Stack.of(self)
         tag = contract.TAG_CLUSTER
         here = {"StringEquals": {"aws:RequestedRegion": stack.region}}
@@ -111,10 +120,12 @@ class IdleGuard(Construct):
                                                              f"ssm:resourceTag/{contract.TAG_STACK}": stack.stack_id}}),
             iam.PolicyStatement(actions=["ssm:GetCommandInvocation"], resources=["*"], conditions=here),
             # The controller's state: the guard stores `stopped` under the controller's lease.
-            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[state_bucket.arn_for_objects(state_key)]),
+            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[
+                state_bucket.arn_for_objects(state_key), state_bucket.arn_for_objects(contract.guard_state_key(cluster))]),
             iam.PolicyStatement(actions=["s3:ListBucket"], resources=[state_bucket.bucket_arn],
                                 conditions={"StringEquals": {"s3:prefix": state_key}}),
-            iam.PolicyStatement(actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]),
+            iam.PolicyStatement(actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[
+                log_group.log_group_arn, *([job_log_group.log_group_arn] if job_log_group is not None else [])]),
         ]
         if checkpoints is not None:
             statements += [

@@ -30,6 +30,17 @@ class NotificationTopic(Construct):
             conditions={"StringEquals": {"aws:SourceAccount": stack.account}}))
         self.topic = sns.Topic(self, "Topic", master_key=self.key, enforce_ssl=True, display_name=display_name or None)
 
+    def allow_budgets(self) -> None:
+        """Let AWS Budgets of this account publish here (the topic's policy and its key's)."""
+        account = cdk.Stack.of(self).account
+        budgets = iam.ServicePrincipal("budgets.amazonaws.com")
+        self.topic.add_to_resource_policy(iam.PolicyStatement(
+            principals=[budgets], actions=["sns:Publish"], resources=[self.topic.topic_arn],
+            conditions={"StringEquals": {"aws:SourceAccount": account}}))
+        self.key.add_to_resource_policy(iam.PolicyStatement(
+            principals=[budgets], actions=["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"],
+            conditions={"StringEquals": {"aws:SourceAccount": account}}))
+
     def grant_publish(self, grantee: iam.IGrantable) -> iam.Grant:
         """sns:Publish on the topic (aws-cdk-lib adds the key's Decrypt and GenerateDataKey*)."""
         return self.topic.grant_publish(grantee)

@@ -35,6 +35,9 @@ HEALTH_REPLACE = "replace"
 TAG_FUNCTION = "dl-launcher:function"
 FUNCTION_CONTROLLER = "capacity-controller"
 TAG_PRODUCT = "dl-launcher:product"
+# On every taggable resource of a training stack (instances and volumes through the launch
+# templates): the job's name, for Cost Explorer and for the stack's budget (-c budget=).
+TAG_JOB = "dl-launcher:job"
 
 # ---- metrics (CloudWatch) -------------------------------------------------------------------------
 # Every metric of both namespaces carries DIM_JOB (the cluster id, as in TAG_CLUSTER) and
@@ -59,6 +62,9 @@ M_TRAINING = "TrainingRunning"   # 1 while the training command runs on this nod
 M_RESTORING = "Restoring"        # 1 while the supervisor restores a checkpoint, else 0
 M_GPUS = "GpusVisible"           # GPUs the driver lists (compare with the catalog's count)
 M_XID = "XidErrors"              # hardware XID errors the kernel logged this minute
+# What an interactive cluster's idle guard counts as someone at work (fleet/idle_guard.py):
+M_SESSIONS = "OpenSessions"      # Session Manager sessions open on this node (shells and port forwards)
+M_GPU_PROCESSES = "GpuProcesses"  # processes holding a CUDA context on this node's GPUs
 # The capacity controller's runs that found the cluster short (quota, capacity, price), per Job:
 # a metric filter on its log counts them (observability/alarms.py CapacityShortAlarm).
 M_CAPACITY_SHORT = "CapacityShortRuns"
@@ -88,6 +94,14 @@ CONTROL_DIR = "_control"
 
 def capacity_state_key(cluster: str) -> str:
     return f"{CONTROL_DIR}/{cluster}/capacity-state.json"
+
+
+def guard_state_key(cluster: str) -> str:
+    """The idle guard's last judgement and pending warning (dl-launcher status reads it)."""
+    return f"{CONTROL_DIR}/{cluster}/idle-guard.json"
+
+
+GUARD_LOG_STREAM = "idle-guard"  # the guard's notices in the job's log group, beside the nodes' streams
 
 
 # ---- directories ----------------------------------------------------------------------------------

@@ -102,3 +102,14 @@ def write_for_node(path: str) -> str:
                              metrics=units is None or "dl-monitor.service" in units.split())
     write_atomic(path, text)
     return text
+
+
+def series_per_node(gpus: int, gpu: bool = True) -> tuple[int, int]:
+    """Custom metric series the agent creates (per node, per cluster), as CloudWatch bills them
+    (each name and dimension set is one metric): per GPU one series per measurement; per node the
+    [Job, InstanceId] aggregate of each measurement (mem's raw series has exactly those dimensions,
+    so it is the same one), plus the raw cpu-total and md0 series; per cluster the [Job] aggregate
+    of each measurement."""
+    gpu_series = len(GPU_MEASUREMENTS) * (gpus + 1) if gpu else 0
+    cpu, mem, disk = 2 * 2, 1, 1 * 2
+    return gpu_series + cpu + mem + disk, (len(GPU_MEASUREMENTS) if gpu else 0) + 2 + 1 + 1

@@ -8,6 +8,10 @@ the job alone (what the alarms watch: alarms cannot search).
 - M_TRAINING / M_RESTORING: 1/0 from the supervisor's phase file (the training command's pid
   alive; a checkpoint restore under way). The idle guard reads both.
 - M_GPUS: GPUs `nvidia-smi -L` lists; M_XID: hardware XID errors the kernel logged.
+- M_SESSIONS: Session Manager sessions open on the node (the SSM agent runs one
+  `ssm-session-worker` process per session, shell or port forward); M_GPU_PROCESSES: processes
+  holding a CUDA context (`nvidia-smi --query-compute-apps`). An interactive cluster's idle guard
+  counts either as someone at work.
 
 A node whose GPUs are broken (fewer listed than the catalog's count, or an XID that needs the
 node replaced) writes health `failed` and tags itself contract.TAG_HEALTH = "replace: <why>"
@@ -22,7 +26,7 @@ each line once. nvidia-smi failing outright (the driver down on every GPU) is he
 `degraded` and no M_GPUS datum, not a replacement: a node whose GPUs cannot be counted is not
 known to be short of any.
 
-Hooks (tests): DL_MONITOR_JOB_LOG, DL_MONITOR_KERNEL_LOG (commands whose output is followed),
+Hooks (tests): DL_MONITOR_PROC (the /proc to scan), DL_MONITOR_JOB_LOG, DL_MONITOR_KERNEL_LOG (commands whose output is followed),
 DL_MONITOR_NVIDIA_SMI, DL_EXPECTED_GPUS, DL_SDK, DL_CLUSTER, DL_MONITOR_PERIOD.
 """
 from __future__ import annotations
@@ -163,6 +167,43 @@ def gpus_listed(command: str) -> Optional[int]:
     return listed
 
 
+# What tick() publishes, each with [Job, InstanceId] and [Job] (the cost model counts these).
+PUBLISHED = (contract.M_SAMPLES, contract.M_TRAINING, contract.M_RESTORING, contract.M_SESSIONS)
+PUBLISHED_GPU = (contract.M_GPUS, contract.M_XID, contract.M_GPU_PROCESSES)
+SESSION_WORKER = "ssm-session-worker"
+
+
+def sessions_open(proc: str = "/proc") -> int:
+    """Session Manager sessions open here: the agent's `ssm-session-worker` processes, one per
+    session (argv[0]; /proc's comm holds only its first 15 characters)."""
+    n = 0
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError:
+        return 0
+    for pid in pids:
+        try:
+            with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
+                argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if os.path.basename(argv0) == SESSION_WORKER:
+            n += 1
+    return n
+
+
+def gpu_processes(command: str) -> Optional[int]:
+    """Processes holding a CUDA context on this node's GPUs, or None when nvidia-smi cannot say."""
+    try:
+        out = subprocess.run(shlex.split(command) + ["--query-compute-apps=pid", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return len({line.strip() for line in out.stdout.splitlines() if line.strip().isdigit()})
+
+
 def phase() -> tuple[bool, bool]:
     """(training running, restoring) from the supervisor's phase file."""
     try:
@@ -254,8 +295,14 @@ class Monitor:
             data += self.datum(contract.M_SAMPLES, seen["samples_per_second"], now, "Count/Second")
         data += self.datum(contract.M_TRAINING, 1.0 if training else 0.0, now)
         data += self.datum(contract.M_RESTORING, 1.0 if restoring else 0.0, now)
+        seen["sessions"] = sessions_open(os.environ.get("DL_MONITOR_PROC", "/proc"))
+        data += self.datum(contract.M_SESSIONS, float(seen["sessions"]), now, "Count")
         listed = None
         if self.gpu:
+            procs = gpu_processes(self.nvidia_smi)
+            if procs is not None:  # unknown is not zero
+                seen["gpu_processes"] = procs
+                data += self.datum(contract.M_GPU_PROCESSES, float(procs), now, "Count")
             listed = gpus_listed(self.nvidia_smi)
             seen["gpus"] = listed
             if listed is not None:  # unknown is not zero

@@ -30,3 +30,38 @@ def test_status_by_job_name_shows_the_quota_shortfall_after_one_run(aws, capsys)
     assert short.startswith("short: 4 x p4d.24xlarge (spot): quota: VcpuLimitExceeded")
     assert main(["status", "t", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["short"]["kind"] == "quota"
+
+
+def test_status_prices_the_running_nodes_and_shows_the_idle_guard_warning(aws, capsys):
+    """Two nodes at the CostModel's $40/h plus $0.05/h each, $0.10/h fixed: $80.20/h now; the
+    guard's pending warning says when it stops and why."""
+    import time
+
+    from constructs_lib.fleet import idle_notice
+    from constructs_lib.runtime.contract import guard_state_key
+
+    cloud = Cloud()
+    spec = dataclasses.replace(cloud.spec(nodes=2), cluster="dl-t", state_key=capacity_state_key("dl-t"))
+    cloud.controller(spec).reconcile()
+    model = json.dumps({"as_of": "AWS list prices of 2026-11-25", "fixed_per_hour": 0.10, "per_node_hour": 0.05,
+                        "instance_per_node_hour": {"p5.48xlarge": 40.0}})
+    boto3.client("cloudformation", region_name="us-east-1").create_stack(StackName="dl-t", TemplateBody=json.dumps({
+        "Resources": {"T": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {"CheckpointBucket": {"Value": BUCKET}, "CostModel": {"Value": model}}}))
+    now = time.time()
+    idle_notice.save(cloud.s3, BUCKET, guard_state_key("dl-t"), idle_notice.GuardRecord(
+        checked_at=now, mode="interactive", state="idle", reason="no session open for 30 min", act="warn",
+        warned_at=now, stop_at=now + 15 * 60))
+    capsys.readouterr()
+    assert main(["status", "t"]) == 0
+    out = capsys.readouterr().out
+    (cost,) = [line for line in out.splitlines() if line.startswith("cost: ")]
+    assert cost.startswith("cost: $80.20/h now ($1,924.80/day); about $")
+    so_far = float(cost.split("about $")[1].split(" ")[0].replace(",", ""))
+    assert 0 <= so_far < 1.0, "launched seconds ago"
+    (guard,) = [line for line in out.splitlines() if line.startswith("idle guard")]
+    assert "interactive cluster" in guard and "stops at" in guard and "(15 min)" in guard
+    assert "no session open for 30 min" in guard
+    assert main(["status", "t", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["cost"]["per_hour"] == 80.2 and body["idle_guard"]["act"] == "warn"

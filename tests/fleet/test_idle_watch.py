@@ -58,12 +58,12 @@ def _setup(cloud, settings_kw=None):
     return ctl, ids, launched + LATER, kw
 
 
-def _run(cloud, ctl, topic, kw, now):
+def _run(cloud, ctl, topic, kw, now, logs=None):
     sns, arn, _, _ = topic
     settings = GuardSettings(**{**kw, "topic_arn": arn})
     return run_once(cw=boto3.client("cloudwatch", region_name=REGION), ec2=cloud.raw, s3=cloud.s3,
                     ssm=boto3.client("ssm", region_name=REGION), sns=sns, settings=settings, controller=ctl,
-                    now=now, push_timeout=5, poll=0)
+                    now=now, push_timeout=5, poll=0, logs=logs)
 
 
 def _messages(topic):

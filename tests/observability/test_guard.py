@@ -60,13 +60,15 @@ def test_settings_come_from_the_catalog_and_the_context(multi_node):
     assert _guard_function(t)["Properties"]["ReservedConcurrentExecutions"] == 1  # never two stops at once
     s = _resolved_env(stack, _guard_function(t))
     assert s.job == "dl-multi-node-training" and s.action == "stop"
+    # No command: a development cluster, warned 15 min before the stop, in the job's log group too.
+    assert s.interactive and s.warning_minutes == 15 and s.job_log_group == "TOKEN"  # the JobLogs group's Ref
     assert s.expected_gpus == {"p6-b300.48xlarge": B300_GPUS}
     assert s.config == {"threshold_pct": 5.0, "idle_minutes": 30, "grace_minutes": 20.0}
     assert s.checkpoint_prefix == "jobs/multi-node-training"
     rules = [r for name, r in t.find_resources("AWS::Events::Rule").items() if "IdleGuard" in name]
     assert [r["Properties"]["ScheduleExpression"] for r in rules] == ["rate(5 minutes)"]
     out = t.to_json()["Outputs"]
-    assert out["IdleGuard"]["Value"].startswith("stop after 30 min under 5%")
+    assert out["IdleGuard"]["Value"].startswith("interactive: stop after 30 min with no Session Manager session")
     # The resume command's payload is the one the controller's handler takes.
     command = "".join(p if isinstance(p, str) else "FN" for p in out["ResumeCommand"]["Value"]["Fn::Join"][1])
     payload = json.loads(command.split("--payload '")[1].split("'")[0])
@@ -86,7 +88,8 @@ def test_the_role_allows_every_call_a_real_run_makes(multi_node, aws):
     """Run the guard end to end against moto (an idle cluster it stops), record each API call,
     and find an Allow for each in the synthesized role."""
     import tests.fleet.test_idle_watch as drill
-    from tests.fleet.conftest import Cloud
+    from constructs_lib.runtime import contract
+    from tests.fleet.conftest import BUCKET, CLUSTER, Cloud
 
     calls: set[str] = set()
 
@@ -103,9 +106,18 @@ def test_the_role_allows_every_call_a_real_run_makes(multi_node, aws):
         arn = sns.create_topic(Name="t")["TopicArn"]
         url = sqs.create_queue(QueueName="q")["QueueUrl"]
         ctl, ids, now, kw = drill._setup(cloud)
+        logs = boto3.client("logs", region_name="us-east-1")
+        logs.create_log_group(logGroupName="/dl-launcher/llm-7b/job")
         for i in ids:
             drill.Metrics().node(i, now)
+            drill.Metrics().put(contract.NS_JOB, contract.M_SESSIONS, {contract.DIM_JOB: CLUSTER, contract.DIM_INSTANCE: i},
+                                [(now - 60 * m, 0.0) for m in range(40, -1, -1)])
         calls.clear()
+        # An interactive cluster's warning (its record, the job log, the topic), then a job cluster's stop.
+        warned = drill._run(cloud, ctl, (sns, arn, sqs, url), {**kw, "interactive": True, "warning_minutes": 15,
+                                                               "state_bucket": BUCKET, "job_log_group": "/dl-launcher/llm-7b/job"},
+                            now, logs=logs)
+        assert warned["step"] == "warn" and warned["notice_failed"] == [], warned
         result = drill._run(cloud, ctl, (sns, arn, sqs, url), kw, now)
     finally:
         boto3.DEFAULT_SESSION = None
@@ -116,8 +128,9 @@ def test_the_role_allows_every_call_a_real_run_makes(multi_node, aws):
         service, op = c.split(":")
         prefix = {"monitoring": "cloudwatch"}.get(service, service)
         needed.add(S3_ACTIONS[op] if prefix == "s3" else f"{prefix}:{op}")
-    needed -= {"sqs:ReceiveMessage", "sqs:CreateQueue", "sns:CreateTopic"}  # the test's own
-    assert {"cloudwatch:GetMetricData", "ssm:SendCommand", "ec2:TerminateInstances", "sns:Publish"} <= needed, needed
+    needed -= {"sqs:ReceiveMessage", "sqs:CreateQueue", "sns:CreateTopic", "logs:CreateLogGroup"}  # the test's own
+    assert {"cloudwatch:GetMetricData", "ssm:SendCommand", "ec2:TerminateInstances", "sns:Publish",
+            "logs:PutLogEvents", "s3:PutObject"} <= needed, needed
     missing = sorted(a for a in needed if not _allowed(statements, a))
     assert not missing, f"the guard's role lacks {missing}"
 
@@ -138,6 +151,10 @@ def test_the_dangerous_calls_are_held_to_the_cluster(multi_node):
     reads = _allowed(statements, "s3:GetObject")
     assert any("MANIFEST.json" in json.dumps(s["Resource"]) for s in reads)
     assert not any(json.dumps(s["Resource"]).endswith('/*"]}') for s in reads), "never the checkpoints' weights"
+    # It writes two objects only, both under the controller's prefix the nodes may not write.
+    (writes,) = _allowed(statements, "s3:PutObject")
+    keys = sorted(json.dumps(r).split("/")[-1].rstrip('"]}') for r in writes["Resource"])
+    assert keys == ["capacity-state.json", "idle-guard.json"] and all("/_control/" in json.dumps(r) for r in writes["Resource"])
 
 
 @pytest.mark.parametrize("ctx, topic, guard", [
@@ -156,7 +173,9 @@ def test_context_switches(ctx, topic, guard):
 def test_a_given_topic_is_used_and_none_is_made():
     arn = "arn:aws:sns:us-east-1:123456789012:ml-alerts"
     stack, t = _stack({"profile": "multi-node-training", "alarm_topic": arn})
-    assert not t.find_resources("AWS::SNS::Topic") and not t.find_resources("AWS::KMS::Key")
+    # The only key is the job log group's (an interactive cluster's guard warns there too).
+    assert not t.find_resources("AWS::SNS::Topic") and list(t.find_resources("AWS::KMS::Key")) == [
+        k for k in t.find_resources("AWS::KMS::Key") if k.startswith("JobLogsKey")]
     assert _resolved_env(stack, _guard_function(t)).topic_arn == arn
 
 
@@ -198,7 +217,9 @@ def test_the_stack_carries_the_agent_configuration_and_only_its_nodes_read_it(mu
     ((param_id, param),) = t.find_resources("AWS::SSM::Parameter").items()
     p = param["Properties"]
     assert p["Name"] == "/dl-launcher/dl-multi-node-training/cloudwatch-agent" and p["Type"] == "String"
-    assert json.loads(p["Value"]) == agent_config(job="dl-multi-node-training")
+    # With the job log (an interactive cluster has one: the guard warns there, the supervisor logs there).
+    assert json.loads(p["Value"]) == agent_config(job="dl-multi-node-training",
+                                                  log_group="/dl-launcher/dl-multi-node-training/job")
     assert len(p["Value"]) <= 4096  # the Standard tier's limit
     reads = [st for pol in t.find_resources("AWS::IAM::Policy").values()
              for st in pol["Properties"]["PolicyDocument"]["Statement"]
