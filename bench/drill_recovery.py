@@ -28,6 +28,9 @@ sys.path.insert(0, str(ROOT))
 import os  # noqa: E402
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+# moto_server's stand-in credentials (never real ones: everything goes to 127.0.0.1).
+for _k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+    os.environ.setdefault(_k, "testing")
 from tests.runtime.drill import Drill, generations, start_moto_server  # noqa: E402
 
 STEPS, EVERY, SLEEP = 100_000, 10, 0.04

@@ -372,10 +372,14 @@ class Controller:
         if st.recent:  # not listed: not visible yet, or already gone (reclaimed at once)
             known = states(self.ec2, list(st.recent))
             st.recent = {i: r for i, r in st.recent.items() if known.get(i, "pending") in LIVE_STATES}
-        return listed + [Node(i, r["instance_type"], r["subnet"], r["at"]) for i, r in st.recent.items()]
+        nodes = listed + [Node(i, r["instance_type"], r["subnet"], r["at"]) for i, r in st.recent.items()]
+        st.members = sorted(n.id for n in nodes)
+        return nodes
 
     def _save(self, *, release: bool = False) -> None:
         self._state.updated_at = self.clock()
+        # Launched this run: members from now on, before EC2 lists them.
+        self._state.members = sorted(set(self._state.members) | set(self._state.recent))
         self._lease = self.store.save(self._lease, self._state, release=release)
 
     def _say(self, kind: str, instance_type: str, reason: str, instances: Sequence[str] = ()) -> Transition:

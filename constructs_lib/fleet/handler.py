@@ -1,8 +1,9 @@
 """The controller's Lambda: `handle(event, context)`.
 
 EventBridge (instance state changes, spot interruption warnings, the 1-minute schedule): one
-reconcile. An event that names an instance of another cluster (or of none) is dropped after one
-DescribeInstances; an unknown instance still reconciles (EC2 may not list a new one yet).
+reconcile. An event that names an instance the controller's state does not list as a member is
+dropped after one S3 GET and no EC2 call (every EC2 state change in the region wakes every
+cluster's controller); without a state yet, after one DescribeInstances.
 
 {"dl-launcher": "resume"} (aws lambda invoke): reconcile with resume, starting a cluster the idle
 guard or a teardown stopped; it comes back from its newest checkpoint.
@@ -83,6 +84,11 @@ def _eventbridge(event: dict[str, Any]) -> dict[str, Any]:
     instance = (event.get("detail") or {}).get("instance-id")
     noticed: tuple[str, ...] = ()
     if instance:
+        known = _members(spec, s3)
+        if known is not None and instance not in known:
+            # Not a member at the last reconcile: another cluster's, or a launch of this one that
+            # the 1-minute schedule will see anyway. No EC2 call for it.
+            return {"ignored": f"{instance} is not a member of cluster {spec.cluster}"}
         owner = _cluster_of(ec2, instance)
         if owner is not None and owner != spec.cluster:
             return {"ignored": f"{instance} is not in cluster {spec.cluster}"}
@@ -90,6 +96,18 @@ def _eventbridge(event: dict[str, Any]) -> dict[str, Any]:
             noticed = (instance,)
     done = _controller(spec, ec2, s3).reconcile(noticed=noticed)
     return {"transitions": [t.to_dict() for t in done]}
+
+
+def _members(spec: ClusterSpec, s3: Any) -> Optional[set[str]]:
+    """The instances the controller's state names (members and recent launches), or None when
+    there is no readable state yet (then EC2 decides, as before)."""
+    try:
+        state = StateStore(s3, spec.state_bucket, spec.state_key).load()
+    except Exception:  # noqa: BLE001 - unreadable: fall back to asking EC2
+        return None
+    if state is None:
+        return None
+    return set(state.members) | set(state.recent)
 
 
 def _cluster_of(ec2: Any, instance: str) -> Optional[str]:

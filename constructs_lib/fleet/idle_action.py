@@ -42,22 +42,32 @@ class StopReport:
         return "\n".join(lines)
 
 
+SEND_COMMAND_IDS = 50  # SendCommand's most InstanceIds per call (the SSM API reference)
+INVOCATIONS_PER_SECOND = 10.0  # GetCommandInvocation, one per node per look: kept under this
+
+
 def push_checkpoints(ssm: Any, instance_ids: list[str], *, timeout: float = 300.0, poll: float = 5.0,
                      clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
                      ) -> dict[str, str]:
     if not instance_ids:
         return {}
-    try:
-        cmd = ssm.send_command(InstanceIds=instance_ids, DocumentName="AWS-RunShellScript",
-                               Comment="dl-launcher idle guard: final checkpoint push",
-                               Parameters={"commands": [PUSH_COMMAND]}, TimeoutSeconds=max(30, int(timeout)))
-    except Exception as e:  # SSM unreachable or not allowed: say so, do not keep the cluster billed
-        return {i: f"not sent: {' '.join(str(e).split())[:200]}" for i in instance_ids}
-    command_id = cmd["Command"]["CommandId"]
     outcome: dict[str, str] = {}
+    sent: dict[str, str] = {}  # instance id -> its command id (one command per 50 nodes)
+    for i in range(0, len(instance_ids), SEND_COMMAND_IDS):
+        part = instance_ids[i:i + SEND_COMMAND_IDS]
+        try:
+            cmd = ssm.send_command(InstanceIds=part, DocumentName="AWS-RunShellScript",
+                                   Comment="dl-launcher idle guard: final checkpoint push",
+                                   Parameters={"commands": [PUSH_COMMAND]}, TimeoutSeconds=max(30, int(timeout)))
+        except Exception as e:  # SSM unreachable or not allowed: say so, do not keep the cluster billed
+            outcome.update({n: f"not sent: {' '.join(str(e).split())[:200]}" for n in part})
+            continue
+        sent.update({n: cmd["Command"]["CommandId"] for n in part})
+    # One GetCommandInvocation per node per look: look less often on a big cluster.
+    poll = max(poll, len(sent) / INVOCATIONS_PER_SECOND)
     deadline = clock() + timeout
     while True:
-        for i in instance_ids:
+        for i, command_id in sent.items():
             if i in outcome:
                 continue
             try:

@@ -47,19 +47,34 @@ def list_cluster(ec2: Any, cluster: str, stack: Optional[str] = None) -> list[No
         kw["NextToken"] = page["NextToken"]
 
 
+# EC2 refuses a filter of more than 200 values (the EC2 API reference, Filter): id lists are cut
+# to this, and so are the other id lists sent at once (terminate, tag), whatever their own limits.
+CHUNK = 200
+
+
+def chunks(ids: Sequence[str], size: int = CHUNK) -> list[list[str]]:
+    ids = list(ids)
+    return [ids[i:i + size] for i in range(0, len(ids), size)]
+
+
+def _described(ec2: Any, ids: Sequence[str]) -> list[dict[str, Any]]:
+    """Every instance EC2 lists among `ids`, by filter (an unknown id fails nothing), paginated."""
+    out = []
+    for part in chunks(ids):
+        kw: dict[str, Any] = {"Filters": [{"Name": "instance-id", "Values": part}]}
+        while True:
+            page = ec2.describe_instances(**kw)
+            out += [i for r in page.get("Reservations", []) for i in r.get("Instances", [])]
+            if not page.get("NextToken"):
+                break
+            kw["NextToken"] = page["NextToken"]
+    return out
+
+
 def states(ec2: Any, ids: Sequence[str]) -> dict[str, str]:
     """The state of each id EC2 lists; an id it does not know yet is left out (a filter, unlike
     InstanceIds, does not fail the whole call for one unknown id)."""
-    kw: dict[str, Any] = {"Filters": [{"Name": "instance-id", "Values": list(ids)}]}
-    found = {}
-    while True:
-        page = ec2.describe_instances(**kw)
-        for reservation in page.get("Reservations", []):
-            for i in reservation.get("Instances", []):
-                found[i["InstanceId"]] = i["State"]["Name"]
-        if not page.get("NextToken"):
-            return found
-        kw["NextToken"] = page["NextToken"]
+    return {i["InstanceId"]: i["State"]["Name"] for i in _described(ec2, ids)}
 
 
 def usd(value: float) -> str:
@@ -126,6 +141,10 @@ def terminate(ec2: Any, ids: Sequence[str]) -> None:
     """Terminate ids; an id EC2 does not know (not yet visible, or long gone) is skipped."""
     if not ids:
         return
+    if len(ids) > CHUNK:
+        for part in chunks(ids):
+            terminate(ec2, part)
+        return
     try:
         ec2.terminate_instances(InstanceIds=list(ids))
     except Exception as e:
@@ -148,10 +167,7 @@ def tag_volumes(ec2: Any, ids: Sequence[str], tags: Mapping[str, str]) -> list[s
     the launch template's volume tags are fixed at deploy). Returns the volume ids tagged."""
     if not ids or not tags:
         return []
-    volumes = []
-    for r in ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": list(ids)}]).get("Reservations", []):
-        for i in r.get("Instances", []):
-            volumes += [b["Ebs"]["VolumeId"] for b in i.get("BlockDeviceMappings", []) if "Ebs" in b]
-    if volumes:
-        ec2.create_tags(Resources=volumes, Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())])
+    volumes = [b["Ebs"]["VolumeId"] for i in _described(ec2, ids) for b in i.get("BlockDeviceMappings", []) if "Ebs" in b]
+    for part in chunks(volumes):
+        ec2.create_tags(Resources=part, Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())])
     return volumes

@@ -50,6 +50,9 @@ class ControllerState:
     lease_until: float = 0.0              # a reconcile or teardown is under way until then
     # Why the cluster cannot launch, while it cannot (shortfall.py): since, what, kind, error, next.
     short: Optional[dict[str, Any]] = None
+    # The cluster's instances at the last reconcile: an EC2 event naming any other instance is
+    # dropped before any EC2 call (the region's every state change wakes every controller).
+    members: list[str] = field(default_factory=list)
 
     def record(self, transition: dict[str, Any]) -> None:
         self.history.append(transition)
@@ -96,6 +99,7 @@ def _schema_problem(s: ControllerState) -> Optional[str]:
         ("history", isinstance(s.history, list) and all(isinstance(h, dict) for h in s.history)),
         ("updated_at", s.updated_at is None or _number(s.updated_at)),
         ("lease_until", _number(s.lease_until)),
+        ("members", isinstance(s.members, list) and all(isinstance(m, str) for m in s.members)),
         ("short", s.short is None or (isinstance(s.short, dict) and _number(s.short.get("since")) and all(
             isinstance(s.short.get(k), str) for k in ("what", "kind", "error", "next")))),
     ]

@@ -223,12 +223,16 @@ def _job(store, local_dir: str) -> int:
     from .jobdef import NodeJob
     from .joblog import JobLog
 
-    ec2 = boto3.client("ec2", region_name=me.region)
+    # Few retries: a liveness check that EC2 refuses is simply asked again next period, and a
+    # call retried for a minute would hold the supervisor's watch loop that long.
+    from botocore.config import Config
+    ec2 = boto3.client("ec2", region_name=me.region, config=Config(retries={"mode": "standard", "max_attempts": 3}))
     joblog = JobLog()
     log = joblog.supervisor()
     job = NodeJob(log=log, region=me.region, cluster=me.cluster, retry_base=cfg.retry_base)
-    return Supervisor(cfg, store, ClusterState(store), Liveness(ec2), local_dir=local_dir, log=log,
-                      job=job, joblog=joblog).run()
+    cluster = ClusterState(store)
+    liveness = Liveness(ec2, cluster, me=cfg.node, stale=3 * cfg.liveness_poll, log=log)
+    return Supervisor(cfg, store, cluster, liveness, local_dir=local_dir, log=log, job=job, joblog=joblog).run()
 
 
 def _status(store, as_json: bool) -> int:

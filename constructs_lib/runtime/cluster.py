@@ -5,7 +5,10 @@ minutes (a dying node still shows "running", a replacement appears at different 
 ranks derived independently split the cluster. Here a generation's plan is written once, with a
 conditional write (If-None-Match: *), and every node runs that one plan.
 
-    <prefix>/_cluster/gen-000007/join/<node>.json    a node asks to be in generation 7
+    <prefix>/_cluster/gen-000007/join/<node>_<addr>_<ms>.json
+                                                     a node asks to be in generation 7 (the key
+                                                     says who, where and when: one LIST reads
+                                                     every join, with no GET per joiner)
     <prefix>/_cluster/gen-000007/leave/<node>.json   a node will not be: termination notice,
                                                      written after its last upload
     <prefix>/_cluster/gen-000007/failed/<node>.json  the command failed on that node in generation
@@ -13,15 +16,20 @@ conditional write (If-None-Match: *), and every node runs that one plan.
                                                      generation failed, whatever it saw itself
     <prefix>/_cluster/gen-000007/plan.json           members in rank order, port, resume step
     <prefix>/_cluster/finished.json, failed.json      how the job ended
+    <prefix>/_cluster/beat/<node>                     rewritten by each node every liveness period
+    <prefix>/_cluster/gone/<node>.json                EC2 confirmed the node terminated or unknown
 
 Rank order is stable: members of the previous generation keep their order (rank 0, the master
 and the checkpoint writer, stays where it was while it lives), newcomers follow in the order
 they joined. Addresses never decide ranks, so a replacement with a lower address changes nothing.
-EC2 is asked only whether a node is gone.
+EC2 is asked only whether a node is gone, by one node of the cluster, and only about nodes whose
+heartbeat has stopped (Liveness): whatever the cluster's size, every node's requests per poll are
+a constant number of S3 requests, and the cluster's EC2 calls at most one per period.
 """
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Iterable, Optional
@@ -159,19 +167,62 @@ class ClusterState:
         return self.plan(plan.generation) or plan
 
     def join(self, g: int, member: Member, **extra) -> None:
-        self._put(f"{gen_name(g)}/join/{member.node}.json", {"node": member.node, "addr": member.addr,
-                                                            "at": time.time(), **extra})
+        at = time.time()
+        self._put(f"{gen_name(g)}/join/{member.node}_{member.addr}_{int(at * 1000)}.json",
+                  {"node": member.node, "addr": member.addr, "at": at, **extra})
 
-    def unjoin(self, g: int, node: str) -> None:
-        self._delete(f"{gen_name(g)}/join/{node}.json")
+    def unjoin(self, g: int, member: Member) -> None:
+        for name, _ in self._listed(f"{gen_name(g)}/join/{member.node}_"):
+            self._delete(f"{gen_name(g)}/join/{member.node}_{name}")
 
     def joins(self, g: int) -> dict[str, dict]:
-        out = {}
-        for name in self._names(f"{gen_name(g)}/join/"):
-            d = self._get(f"{gen_name(g)}/join/{name}")
-            if d and d.get("node") and d.get("addr"):
-                out[d["node"]] = d
+        """{node: {"node", "addr", "at"}} from one LIST: the key says who, where and when (the
+        joiner's clock, in ms: S3's LastModified has whole seconds, too coarse for join order)."""
+        out: dict[str, dict] = {}
+        for name, _ in self._listed(f"{gen_name(g)}/join/"):
+            parts = name.removesuffix(".json").rsplit("_", 2)
+            if len(parts) != 3 or not name.endswith(".json") or not parts[2].isdigit():
+                continue
+            node, addr, ms = parts
+            if node not in out or int(ms) / 1000 < out[node]["at"]:
+                out[node] = {"node": node, "addr": addr, "at": int(ms) / 1000, "key": name}
         return out
+
+    def join_details(self, g: int) -> dict[str, dict]:
+        """The joins' bodies (health and the like), one GET each: for people, never in a poll."""
+        return {n: self._get(f"{gen_name(g)}/join/{j['key']}") or j for n, j in self.joins(g).items()}
+
+    def _listed(self, sub: str) -> list[tuple[str, float]]:
+        """(name, when S3 stored it) below `sub`, from the listing alone."""
+        prefix = f"{self.base}/{sub}"
+        out = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            out += [(o["Key"][len(prefix):], o["LastModified"].timestamp()) for o in page.get("Contents", [])]
+        return out
+
+    # ---- liveness ------------------------------------------------------------------------------
+    def beat(self, node: str) -> None:
+        self.store._call(self.client.put_object, Bucket=self.bucket, Key=f"{self.base}/beat/{node}", Body=b"")
+
+    def beats(self) -> tuple[dict[str, float], float]:
+        """({node: when S3 stored its last beat}, S3's clock now): one LIST per 1,000 nodes."""
+        prefix = f"{self.base}/beat/"
+        beats: dict[str, float] = {}
+        now = None
+        kw = {"Bucket": self.bucket, "Prefix": prefix}
+        while True:
+            page = self.store._call(self.client.list_objects_v2, **kw)
+            now = now or _server_time(page)
+            beats.update({o["Key"][len(prefix):]: o["LastModified"].timestamp() for o in page.get("Contents", [])})
+            if not page.get("IsTruncated"):
+                return beats, now or time.time()
+            kw["ContinuationToken"] = page["NextContinuationToken"]
+
+    def record_gone(self, node: str, state: str) -> None:
+        self._put(f"gone/{node}.json", {"node": node, "state": state, "at": time.time()})
+
+    def gone_nodes(self) -> set[str]:
+        return {n.removesuffix(".json") for n, _ in self._listed("gone/")}
 
     def leave(self, g: int, node: str, reason: str, pushed: Optional[int]) -> None:
         self._put(f"{gen_name(g)}/leave/{node}.json", {"node": node, "reason": reason, "pushed": pushed,
@@ -207,31 +258,81 @@ class ClusterState:
         self._put("failed.json", {"at": time.time(), **info}, if_absent=True)
 
 
+def _server_time(page: dict) -> Optional[float]:
+    from email.utils import parsedate_to_datetime
+    date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    try:
+        return parsedate_to_datetime(date).timestamp() if date else None
+    except (TypeError, ValueError):
+        return None
+
+
+_NOT_FOUND = re.compile(r"i-[0-9a-f]{8,17}")
+
+
 class Liveness:
-    """Which nodes EC2 says are gone (shutting down, terminated, stopping, stopped, or unknown)."""
+    """Which nodes are gone: terminated, shutting down, stopping or stopped, or unknown to EC2.
+
+    Every node beats (ClusterState.beat, once a period); a node whose beat is older than `stale`
+    seconds by S3's clock is a suspect. One node, the first of those beating in id order, asks
+    EC2 about the suspects (at most 200 ids a call) and records the ones it confirms; every node
+    reads those records. So EC2 is asked at most once a period per cluster, and only while a beat
+    is missing; a node that is only slow (a long restore, S3 throttling its beats) is confirmed
+    running and stays. EC2 throttling, 5xx and timeouts confirm nothing: never gone on an error.
+    """
 
     ALIVE = ("pending", "running")
+    CHUNK = 200  # DescribeInstances' most instance ids per filter (EC2 API reference)
 
-    def __init__(self, ec2) -> None:
-        self.ec2 = ec2
+    def __init__(self, ec2, cluster: Optional["ClusterState"] = None, *, me: str = "", stale: float = 30.0,
+                 log=lambda line: None) -> None:
+        self.ec2, self.cluster, self.me, self.stale, self.log = ec2, cluster, me, stale, log
 
-    def gone(self, nodes: Iterable[str]) -> set[str]:
-        from botocore.exceptions import ClientError
-        nodes = sorted(set(nodes))
+    def gone(self, nodes: Iterable[str], stale: Optional[float] = None) -> set[str]:
+        """`stale` [self.stale]: shorter right after this node's run failed (its peers' probably
+        did too): a dead peer is then found sooner, at the price of an EC2 call about a slow one."""
+        nodes = set(nodes)
         if not nodes:
             return set()
-        try:
-            states = self._states(nodes)
-        except ClientError as e:
-            if "NotFound" not in e.response.get("Error", {}).get("Code", ""):
-                raise
-            states = {}
-            for n in nodes:  # one unknown id fails the whole call: ask one by one
+        if self.cluster is None:  # no heartbeats to go by: ask EC2 about every node
+            return self.confirm(nodes)
+        recorded = self.cluster.gone_nodes()
+        beats, now = self.cluster.beats()
+        limit = self.stale if stale is None else stale
+        fresh = sorted(n for n, t in beats.items() if now - t <= limit)
+        suspects = {n for n in nodes - recorded if n not in fresh}
+        if suspects and fresh and fresh[0] == self.me:
+            for n in self.confirm(suspects):
+                self.cluster.record_gone(n, "terminated or unknown to EC2")
+                recorded.add(n)
+        return nodes & recorded
+
+    def confirm(self, nodes: Iterable[str]) -> set[str]:
+        """The nodes EC2 says are gone. An error other than 'this id does not exist' confirms
+        nothing (logged): throttling is account-wide and must not end every run at once."""
+        from botocore.exceptions import BotoCoreError, ClientError
+        todo, gone = sorted(set(nodes)), set()
+        for i in range(0, len(todo), self.CHUNK):
+            chunk = todo[i:i + self.CHUNK]
+            while chunk:
                 try:
-                    states.update(self._states([n]))
-                except ClientError:
-                    pass
-        return {n for n in nodes if states.get(n) not in self.ALIVE}
+                    states = self._states(chunk)
+                except ClientError as e:
+                    code = e.response.get("Error", {}).get("Code", "")
+                    unknown = set(_NOT_FOUND.findall(str(e))) & set(chunk) if "NotFound" in code else set()
+                    if not unknown:  # throttled, 5xx, or an answer we cannot read: nothing is confirmed
+                        self.log(f"liveness: EC2 said {code or type(e).__name__}; no node is counted gone on that")
+                        break
+                    gone |= unknown
+                    chunk = [n for n in chunk if n not in unknown]
+                    continue
+                except BotoCoreError as e:  # timeouts, connection errors
+                    self.log(f"liveness: EC2 unreachable ({type(e).__name__}); no node is counted gone on that")
+                    break
+                gone |= {n for n in chunk if states.get(n) not in self.ALIVE and n in states}
+                gone |= {n for n in chunk if n not in states}  # listed by nobody: unknown
+                break
+        return gone
 
     def _states(self, nodes: list[str]) -> dict[str, str]:
         out = {}

@@ -27,9 +27,10 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, TypeVar, Union
 
 from . import contract, notice, rendezvous
 from .agent import NodeAgent, pushed_step, write_health
@@ -40,8 +41,10 @@ from .joblog import JobLog
 from .layout import newest_local, write_atomic
 from .resume import restore
 from .store import CheckpointStore
+from .throttle import Backoff, Said, jittered, transient
 
 Log = Callable[[str], None]
+T = TypeVar("T")
 
 
 @dataclass
@@ -111,6 +114,46 @@ class Supervisor:
         self.me = Member(cfg.node, cfg.addr)
         self.state = _State.load()
         self._gone_cache: tuple[float, frozenset, set] = (0.0, frozenset(), set())
+        self.said = Said(log)
+        self.backoff = Backoff(base=cfg.retry_base)
+        self._beating: Optional[threading.Event] = None
+
+    # ---- riding out AWS ------------------------------------------------------------------------------
+    def _ride(self, fn: Callable[[], T], what: str) -> T:
+        """fn(), again and again while AWS throttles or fails transiently: a running command is
+        never stopped for it (issue 27); other errors propagate."""
+        while True:
+            try:
+                got = fn()
+                self.backoff.reset()
+                return got
+            except Exception as e:  # noqa: BLE001 - only the transient ones are ridden out
+                if not transient(e):
+                    raise
+                delay = self.backoff.next()
+                self.said(what, f"{what}: AWS answered {_brief(e)}; trying again in {delay:.0f} s (the run goes on)")
+                time.sleep(delay)
+
+    def _start_beats(self) -> None:
+        """This node's heartbeat (ClusterState.beat) every liveness period, whatever the supervisor
+        is doing (a long restore included): the others ask EC2 about a node only when it stops."""
+        if self._beating is not None:
+            return
+        stop = self._beating = threading.Event()
+
+        def beat() -> None:
+            while not stop.is_set():
+                try:
+                    self.cluster.beat(self.me.node)
+                except Exception as e:  # noqa: BLE001 - a missed beat makes this node a suspect, never gone
+                    self.said("beat", f"heartbeat not written: {_brief(e)}")
+                stop.wait(jittered(self.cfg.liveness_poll))
+
+        threading.Thread(target=beat, name="dl-heartbeat", daemon=True).start()
+
+    def stop_beats(self) -> None:
+        if self._beating is not None:
+            self._beating.set()
 
     # ---- the loop ----------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -132,8 +175,12 @@ class Supervisor:
                 self.log(f"no command configured: the code is in {contract.work_dir()}; the node stays up for SSM sessions")
                 write_health("job", "ok", f"ready in {contract.work_dir()}; no command")
                 return contract.EXIT_FINISHED
+        started = False
         while True:
-            end = self._end()
+            # At start an AWS error ends the supervisor (systemd starts it again, and the journal
+            # says why); between generations it is ridden out, as everything after.
+            end = self._ride(self._end, "reading how the job ended") if started else self._end()
+            started = True
             if end is not None:
                 return end
             plan = self.rendezvous()
@@ -250,48 +297,60 @@ class Supervisor:
         return None
 
     # ---- rendezvous ----------------------------------------------------------------------------------------
-    def _gone(self, nodes) -> set[str]:
-        """Liveness with a cache: EC2 is asked at most every liveness_poll seconds per set of nodes."""
+    def _gone(self, nodes, urgent: bool = False) -> set[str]:
+        """Liveness with a cache: asked at most every liveness_poll seconds per set of nodes.
+        `urgent` (this node's run just failed): a heartbeat counts as stopped after half the usual time."""
         nodes = frozenset(nodes)
         at, asked, gone = self._gone_cache
         if asked != nodes or time.monotonic() - at >= self.cfg.liveness_poll:
-            gone = self.liveness.gone(nodes)
+            stale = getattr(self.liveness, "stale", None)
+            gone = self.liveness.gone(nodes, stale / 2 if urgent and stale else None) if urgent else self.liveness.gone(nodes)
             self._gone_cache = (time.monotonic(), nodes, gone)
         return gone
 
     def rendezvous(self) -> Union[Plan, int]:
-        waiting_logged = None
+        self._start_beats()
+        state = {"waiting_logged": None}
         while True:
-            end = self._end()
-            if end is not None:
-                return end
-            if notice.read().terminating:
-                return self.leave(max(self.cluster.newest_generation(), self.state.last_ran) + 1)
-            newest = self.cluster.newest_generation()
-            current = self.cluster.plan(newest)
-            if current and self.me.node in current.nodes() and newest > self.state.last_ran:
-                if not self._redeployed(current):
-                    self.log(f"generation {newest} already includes this node: running it")
-                    return current
-                target = newest + 1  # the others stop on this join and re-form with the new revision
-                got = self._join(target)
-                if got is not None:
-                    return got
+            try:
+                got = self._rendezvous_once(state)
+            except Exception as e:  # noqa: BLE001 - only the transient ones are ridden out
+                if not transient(e):
+                    raise
+                delay = self.backoff.next()
+                self.said("rendezvous", f"rendezvous: AWS answered {_brief(e)}; looking again in {delay:.0f} s")
+                time.sleep(delay)
                 continue
-            if current is None:
-                target = newest if newest > self.state.last_ran else self.state.last_ran + 1
-            else:
-                target = newest + 1
-                spare = self.me.node not in current.nodes() and self.state.last_ran < newest
-                if spare and not (self._gone(current.nodes()) or self.cluster.activity(target)):
-                    if waiting_logged != newest:
-                        self.log(f"generation {newest} is full and healthy: this node waits as a spare")
-                        waiting_logged = newest
-                    time.sleep(self.cfg.poll)
-                    continue
-            got = self._join(target)
+            self.backoff.reset()
             if got is not None:
                 return got
+
+    def _rendezvous_once(self, state: dict) -> Optional[Union[Plan, int]]:
+        """One look: the plan to run, an exit code, or None to look again."""
+        end = self._end()
+        if end is not None:
+            return end
+        if notice.read().terminating:
+            return self.leave(max(self.cluster.newest_generation(), self.state.last_ran) + 1)
+        newest = self.cluster.newest_generation()
+        current = self.cluster.plan(newest)
+        if current and self.me.node in current.nodes() and newest > self.state.last_ran:
+            if not self._redeployed(current):
+                self.log(f"generation {newest} already includes this node: running it")
+                return current
+            return self._join(newest + 1)  # the others stop on this join and re-form with the new revision
+        if current is None:
+            target = newest if newest > self.state.last_ran else self.state.last_ran + 1
+        else:
+            target = newest + 1
+            spare = self.me.node not in current.nodes() and self.state.last_ran < newest
+            if spare and not (self._gone(current.nodes()) or self.cluster.activity(target)):
+                if state["waiting_logged"] != newest:
+                    self.log(f"generation {newest} is full and healthy: this node waits as a spare")
+                    state["waiting_logged"] = newest
+                time.sleep(jittered(self.cfg.poll))
+                return None
+        return self._join(target)
 
     def _join(self, g: int) -> Optional[Union[Plan, int]]:
         """Join generation g and wait for its plan; None: look again (outvoted or overtaken)."""
@@ -308,13 +367,13 @@ class Supervisor:
                              f"{plan.master_addr}:{plan.port}, resume step {plan.resume_step}")
                     return plan
                 self.log(f"generation {g} was formed without this node (spare)")
-                self.cluster.unjoin(g, self.me.node)
+                self.cluster.unjoin(g, self.me)
                 return None
             end = self._end()
             if end is not None:
                 return end
             if notice.read().terminating:
-                self.cluster.unjoin(g, self.me.node)
+                self.cluster.unjoin(g, self.me)
                 return self.leave(g)
             if self.cluster.newest_generation() > g:
                 return None
@@ -335,7 +394,7 @@ class Supervisor:
                 self.log(f"generation {g}: {alive} of {self.cfg.nodes} nodes here"
                          + (f"; waiting for {', '.join(waiting)} (previous members)" if waiting else ""))
                 last_note = time.monotonic()
-            time.sleep(self.cfg.poll)
+            time.sleep(jittered(self.cfg.poll))
 
     def leave(self, g: int) -> int:
         """This node got a termination notice: its last save goes to S3, then it leaves for good."""
@@ -413,12 +472,18 @@ class Supervisor:
                 break
             except subprocess.TimeoutExpired:
                 pass
-            if self.cluster.activity(plan.generation + 1):
-                reason = f"a node joined or left generation {plan.generation + 1}"
-            else:
-                gone = self._gone(others)
-                if gone:
-                    reason = f"{', '.join(sorted(gone))} gone"
+            try:
+                if self.cluster.activity(plan.generation + 1):
+                    reason = f"a node joined or left generation {plan.generation + 1}"
+                else:
+                    gone = self._gone(others)
+                    if gone:
+                        reason = f"{', '.join(sorted(gone))} gone"
+            except Exception as e:  # noqa: BLE001 - AWS's trouble is no evidence of a lost member
+                if not transient(e):
+                    raise
+                self.said("watch", f"generation {plan.generation}: cannot watch the cluster ({_brief(e)}); "
+                                   "the run goes on")
             if reason:
                 self.log(f"stopping generation {plan.generation}: {reason}")
                 self._stop(proc)
@@ -433,14 +498,21 @@ class Supervisor:
             return "finished", ""
         # A peer's death usually fails the collectives here before EC2 or S3 show it: look for a
         # few polls before counting a failure against the job.
-        settle = time.monotonic() + max(3 * self.cfg.poll, self.cfg.liveness_poll)
+        # A lost peer shows as its heartbeat going stale and one node's EC2 check: wait that long.
+        stale = getattr(self.liveness, "stale", 0.0) if getattr(self.liveness, "cluster", None) is not None else 0.0
+        settle = time.monotonic() + max(3 * self.cfg.poll, stale / 2 + 2 * self.cfg.liveness_poll)
         while time.monotonic() < settle:
-            if self.cluster.activity(plan.generation + 1):
-                return "peer-lost", f"exit {rc}; a node joined or left generation {plan.generation + 1}"
-            gone = self._gone(others)
-            if gone:
-                return "peer-lost", f"exit {rc}; {', '.join(sorted(gone))} gone"
-            time.sleep(self.cfg.poll)
+            try:
+                if self.cluster.activity(plan.generation + 1):
+                    return "peer-lost", f"exit {rc}; a node joined or left generation {plan.generation + 1}"
+                gone = self._gone(others, urgent=True)
+                if gone:
+                    return "peer-lost", f"exit {rc}; {', '.join(sorted(gone))} gone"
+            except Exception as e:  # noqa: BLE001
+                if not transient(e):
+                    raise
+                settle += self.cfg.poll  # the look that failed does not count toward the settling time
+            time.sleep(jittered(self.cfg.poll))
         return "failed", f"exit {rc}"
 
     def _stop(self, proc: subprocess.Popen) -> None:
@@ -487,6 +559,11 @@ def container_env(env: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
     rendezvous_names = {"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE"}
     keep = ("DL_", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "NCCL_", "FI_")
     return {k: v for k, v in env.items() if k in extra or k in rendezvous_names or k.startswith(keep)}
+
+
+def _brief(e: BaseException) -> str:
+    code = getattr(e, "response", {}).get("Error", {}).get("Code") if hasattr(e, "response") else None
+    return f"{code or type(e).__name__}: {' '.join(str(e).split())[:160]}"
 
 
 def set_phase(phase: str, pid: Optional[int] = None) -> None:

@@ -159,4 +159,27 @@ def test_eventbridge_schedule_and_spot_warnings_reconcile(cloud, spec):
     assert handler.handle(rebalance, None)["transitions"] == []
     unknown = {"source": "aws.ec2", "detail-type": "EC2 Instance State-change Notification",
                "detail": {"instance-id": "i-0000000000000abcd", "state": "pending"}}
-    assert handler.handle(unknown, None)["transitions"] == [], "not listed yet: reconciled, nothing to do"
+    assert "ignored" in handler.handle(unknown, None), "not a member: the 1-minute schedule sees a launch anyway"
+
+
+def test_with_a_state_an_event_of_a_non_member_costs_no_ec2_call(cloud, spec):
+    """Every EC2 state change in the region wakes every cluster's controller: one launch of 64
+    nodes in an account of 10 clusters used to cost 1,280 DescribeInstances (issue 27)."""
+    import boto3
+
+    handler.handle({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}, None)
+    members = cloud.store(spec).load().members
+    assert sorted(members) == sorted(i["InstanceId"] for i in live_instances(cloud.raw))
+    other = cloud.raw.run_instances(ImageId="ami-12c6146b", InstanceType="g5.xlarge", MinCount=1, MaxCount=1,
+                                    SubnetId=cloud.subnets[0])["Instances"][0]["InstanceId"]
+    calls: list[str] = []
+    session = boto3.Session()
+    session.events.register("before-call", lambda model, **kw: calls.append(f"{model.service_model.service_name}:"
+                                                                             f"{model.name}"))
+    boto3.DEFAULT_SESSION = session
+    try:
+        got = handler.handle({"source": "aws.ec2", "detail-type": "EC2 Instance State-change Notification",
+                              "detail": {"instance-id": other, "state": "pending"}}, None)
+    finally:
+        boto3.DEFAULT_SESSION = None
+    assert "ignored" in got and calls == ["s3:GetObject"], calls

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import boto3
 import pytest
@@ -66,9 +67,10 @@ def test_joins_leaves_and_the_end_of_the_job(store):
     cluster.join(1, Member("i-a", "10.0.0.1"), health={"raid": "degraded x"})
     cluster.join(1, Member("i-b", "10.0.0.2"))
     cluster.leave(2, "i-c", reason="termination notice", pushed=40)
-    assert set(cluster.joins(1)) == {"i-a", "i-b"} and cluster.joins(1)["i-a"]["health"] == {"raid": "degraded x"}
+    assert set(cluster.joins(1)) == {"i-a", "i-b"} and cluster.joins(1)["i-a"]["addr"] == "10.0.0.1"
+    assert cluster.join_details(1)["i-a"]["health"] == {"raid": "degraded x"}
     assert cluster.leaves(2) == {"i-c"} and cluster.activity(2) and not cluster.activity(3)
-    cluster.unjoin(1, "i-b")
+    cluster.unjoin(1, Member("i-b", "10.0.0.2"))
     assert set(cluster.joins(1)) == {"i-a"}
     cluster.mark_failed(reason="first")
     cluster.mark_failed(reason="second")
@@ -88,3 +90,99 @@ def test_liveness_from_ec2(aws):
     assert live.gone(ids) == {ids[0], ids[1]}
     assert live.gone([ids[2], "i-0000000000000dead"]) == {"i-0000000000000dead"}, "unknown ids are gone"
     assert live.gone([]) == set()
+
+
+class Counted:
+    """Every request a boto3 client makes, by operation."""
+
+    def __init__(self, client) -> None:
+        self.calls: list[str] = []
+        client.meta.events.register("before-call", lambda model, **kw: self.calls.append(model.name))
+
+
+def test_reading_every_join_is_one_list_whatever_the_number_of_joiners(store):
+    cluster = ClusterState(store)
+    for i in range(60):
+        cluster.join(4, Member(f"i-{i:017x}", f"10.0.{i // 250}.{i % 250 + 1}"))
+    seen = Counted(store.client)
+    joins = cluster.joins(4)
+    assert len(joins) == 60 and joins["i-00000000000000003"]["addr"] == "10.0.0.4"
+    assert seen.calls == ["ListObjectsV2"], "the listing says who and where: no GET per joiner"
+    first, last = joins["i-00000000000000000"]["at"], joins["i-0000000000000003b"]["at"]
+    assert 0 <= last - first < 60 and abs(first - time.time()) < 300, "each join's time, to the millisecond"
+    order = sorted(joins, key=lambda n: joins[n]["at"])
+    assert order == [f"i-{i:017x}" for i in range(60)], "join order survives joins within one second"
+
+
+class Throttled:
+    """EC2 whose DescribeInstances answers RequestLimitExceeded (what EC2 says when the account's
+    bucket is empty) or, with `unknown`, InvalidInstanceID.NotFound naming those ids."""
+
+    def __init__(self, ec2, *, throttle: bool = False, unknown: tuple[str, ...] = ()) -> None:
+        self.ec2, self.throttle, self.unknown, self.asked = ec2, throttle, set(unknown), []
+
+    def get_paginator(self, name):
+        outer = self
+
+        class P:
+            def paginate(self, InstanceIds):
+                from botocore.exceptions import ClientError
+                outer.asked.append(sorted(InstanceIds))
+                if outer.throttle:
+                    raise ClientError({"Error": {"Code": "RequestLimitExceeded", "Message": "Request limit exceeded."}},
+                                      "DescribeInstances")
+                missing = sorted(outer.unknown & set(InstanceIds))
+                if missing:
+                    raise ClientError({"Error": {"Code": "InvalidInstanceID.NotFound", "Message":
+                                       f"The instance IDs '{', '.join(missing)}' do not exist"}}, "DescribeInstances")
+                return outer.ec2.get_paginator(name).paginate(InstanceIds=InstanceIds)
+        return P()
+
+
+def _instances(n):
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    return ec2, [i["InstanceId"] for i in ec2.run_instances(ImageId="ami-12c6146b", MinCount=n, MaxCount=n)["Instances"]]
+
+
+def test_only_a_stopped_heartbeat_is_asked_about_and_by_one_node_only(store):
+    ec2, ids = _instances(6)
+    cluster = ClusterState(store)
+    for i in ids:
+        cluster.beat(i)
+    ec2.terminate_instances(InstanceIds=[ids[5]])
+    checker, other = sorted(ids[:5])[0], sorted(ids[:5])[1]
+    fakes = {n: Throttled(ec2) for n in (checker, other)}
+    live = {n: Liveness(fakes[n], cluster, me=n, stale=30) for n in fakes}
+    assert live[other].gone(ids) == set() and live[checker].gone(ids) == set(), "every beat is fresh"
+    assert fakes[checker].asked == fakes[other].asked == [], "no EC2 call while every node beats"
+    # ids[5]'s beat goes stale (S3's clock moves on 31 s): the checker asks about it alone.
+    beats, now = cluster.beats()
+    stale = {**beats, ids[5]: now - 31}
+    cluster.beats = lambda: (stale, now)
+    assert live[other].gone(ids) == set() and fakes[other].asked == [], "not the checker: it only reads"
+    assert live[checker].gone(ids) == {ids[5]} and fakes[checker].asked == [[ids[5]]]
+    assert live[other].gone(ids) == {ids[5]} and fakes[other].asked == [], "the checker's record reaches the others"
+
+
+def test_a_slow_node_is_confirmed_running_and_throttling_confirms_nothing(store):
+    ec2, ids = _instances(3)
+    cluster = ClusterState(store)
+    for i in ids[:2]:
+        cluster.beat(i)
+    me = sorted(ids[:2])[0]
+    assert Liveness(Throttled(ec2), cluster, me=me).gone(ids) == set(), "no beat yet, but EC2 says running"
+    ec2.terminate_instances(InstanceIds=[ids[2]])
+    throttled = Throttled(ec2, throttle=True)
+    log: list[str] = []
+    assert Liveness(throttled, cluster, me=me, log=log.append).gone(ids) == set()
+    assert throttled.asked and "RequestLimitExceeded" in log[0] and "no node is counted gone" in log[0]
+
+
+def test_an_unknown_id_among_many_is_gone_and_the_rest_asked_again(aws):
+    ec2, ids = _instances(250)
+    dead = "i-0000000000000dead"
+    fake = Throttled(ec2, unknown=(dead,))
+    ec2.terminate_instances(InstanceIds=[ids[7]])
+    assert Liveness(fake).gone([*ids, dead]) == {dead, ids[7]}
+    # The unknown id sorts first: its chunk of 200 fails, is asked again without it (199), then the rest.
+    assert [len(a) for a in fake.asked] == [200, 199, 51], "chunks of 200; the chunk with the unknown id once more"

@@ -1,0 +1,61 @@
+"""Issue 27: throttling is account-wide, so it hits every node of a cluster at once; it must never
+stop a run. Two nodes train with real torchrun against moto_server through a proxy that answers
+every S3 request with 503 SlowDown and every EC2 request with RequestLimitExceeded for 25 s
+(25 liveness periods of the drill, 83 polls: over four minutes at a node's own periods). Then,
+with S3 back, EC2 stays throttled while one node's supervisor is frozen (SIGSTOP), so that its
+heartbeat goes stale and the other node must ask EC2 about it, and is refused. The training
+command keeps running through both, nobody is counted gone, no new generation forms, and the job
+finishes in generation 1."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from constructs_lib.runtime import contract
+from tests.runtime.drill import Drill, generations
+from tests.runtime.throttle_proxy import ThrottleProxy
+
+pytestmark = pytest.mark.drill
+
+THROTTLED_SECONDS = 25
+
+
+def test_minutes_of_s3_and_ec2_throttling_leave_the_run_running(tmp_path, moto_process):
+    (tmp_path / "run").mkdir()
+    d = Drill(tmp_path / "run", moto_process, steps=900, every=30, sleep=0.04, pad_mb=1)
+    proxy = ThrottleProxy(moto_process, d.bucket).start()
+    d.base_env["AWS_ENDPOINT_URL"] = proxy.endpoint  # the nodes' endpoint; the harness talks to moto
+    try:
+        nodes = [d.add_node("127.0.0.2"), d.add_node("127.0.0.3")]
+        d.wait("generation 1 training", lambda: d.running("1", 40), timeout=180)
+        proxy.throttle = {"s3", "ec2"}
+        began = max(d.steps_seen("1"))
+        time.sleep(THROTTLED_SECONDS)
+        during = max(d.steps_seen("1"))
+        proxy.throttle = {"ec2"}
+        assert proxy.refused["s3"] > 10, proxy.refused
+        assert during > began + 100, f"training went on while throttled: step {began} -> {during}"
+        # A suspect while EC2 throttles: node 2's heartbeat stops, node 1 asks EC2 and is refused.
+        frozen = nodes[1].units["dl-job.service"].proc.pid
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            d.wait("an EC2 check about the silent node, refused", lambda: "EC2 said RequestLimitExceeded; no node is "
+                   "counted gone on that" in nodes[0].log_text(), timeout=60, poll=0.2)
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+        proxy.throttle = set()
+        assert d.current_gen() == "1"
+        d.wait("the job to finish on every node", d.finished, timeout=240)
+    finally:
+        d.stop()
+        proxy.stop()
+    assert set(generations(d.read_events())) == {"1"}, "no re-formation: nobody was counted gone"
+    gone = d.s3.list_objects_v2(Bucket=d.bucket, Prefix=f"{d.prefix}/{contract.CLUSTER_DIR}/gone/").get("KeyCount", 0)
+    assert gone == 0
+    assert [n.units["dl-job.service"].exits for n in nodes] == [[0], [0]], d.dump()
+    logs = "".join(n.log_text() for n in nodes)
+    assert "stopping generation" not in logs, logs[-3000:]
+    assert proxy.refused["ec2"] >= 3, proxy.refused
