@@ -1,16 +1,24 @@
 """Instance facts for constructs: always the selector's catalog, never a table of our own."""
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 from selector.catalog import load_catalog
 from selector.facts import InstanceFacts
 
-InstanceLike = Union[str, InstanceFacts]
+if TYPE_CHECKING:
+    import aws_cdk.aws_ec2 as ec2
+
+# A name ("p5.48xlarge"), aws-cdk-lib's ec2.InstanceType (as every aws-cdk-lib construct takes
+# it), or the catalog's facts.
+InstanceLike = Union[str, "ec2.InstanceType", InstanceFacts]
 
 
 def resolve(instance: InstanceLike, catalog_path: Optional[str] = None) -> InstanceFacts:
-    """An instance type name (unknown names raise a UserError naming the closest) or facts as given."""
+    """An instance type name or ec2.InstanceType (unknown ones raise a UserError naming the
+    closest), or facts as given."""
     if isinstance(instance, InstanceFacts):
         return instance
+    if not isinstance(instance, str) and callable(getattr(instance, "to_string", None)):
+        instance = instance.to_string()  # ec2.InstanceType("p5.48xlarge") -> "p5.48xlarge"
     return load_catalog(catalog_path).get(instance)

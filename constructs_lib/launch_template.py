@@ -37,15 +37,16 @@ class GpuLaunchTemplate(Construct):
     Give either `instance_type` or `profile` (the selector's pick for it in `region`).
     Keyword-only props (defaults in brackets):
       vpc: the VPC of the nodes.
-      instance_type / profile / region [the stack's region, else us-east-1]: with `profile`, the
-        selector's pick for it in that region.
+      instance_type / profile / region [the stack's region, else us-east-1]: a name
+        ("p5.48xlarge") or ec2.InstanceType; with `profile`, the selector's pick for it in that region.
       multi_node [False]: several nodes; needs EFA (checked) and adds the placement group.
       efa [multi_node]: EFA interfaces on every network card.
       options [NodeOptions()]: root volume, RAID, AMI, SSH key, extra user data, ...; the props of
         the same names below replace its fields when given: root_volume_gib, raid, scratch_mount,
         dlami_mount, interface_layout, key_name, associate_public_ip, machine_image,
         ami_architecture, extra_user_data.
-      subnets: the subnets the nodes will use (checked: one AZ with a placement group).
+      subnets [the VPC's private subnets]: the subnets the nodes will use (checked: one AZ with a
+        placement group, so a multi-node template on a multi-AZ VPC needs them).
       identity [a NodeIdentity made here]: the role (granted s3:GetObject on the node bundle),
         instance profile and security group; or give any of role, instance_profile and
         security_group instead, and the rest is made here.
@@ -274,7 +275,16 @@ def select_subnets(vpc: ec2.IVpc, selection: ec2.SubnetSelection) -> ec2.Selecte
 
 
 def _subnet_azs(vpc: ec2.IVpc, subnets: Optional[ec2.SubnetSelection]) -> tuple[str, ...]:
+    """The AZs of the nodes' subnets; without `subnets`, of the VPC's private subnets, where EFA
+    nodes go (so a placement group on a multi-AZ VPC is caught here, not at launch)."""
     if subnets is None:
+        for kind in (ec2.SubnetType.PRIVATE_WITH_EGRESS, ec2.SubnetType.PRIVATE_ISOLATED):
+            try:
+                picked = vpc.select_subnets(subnet_type=kind).subnets
+            except Exception:  # noqa: BLE001 - CDK raises when the VPC has no subnet of that kind
+                continue
+            if picked:
+                return tuple(s.availability_zone for s in picked if not cdk.Token.is_unresolved(s.availability_zone))
         return ()
     selected = select_subnets(vpc, subnets).subnets
     return tuple(s.availability_zone for s in selected if not cdk.Token.is_unresolved(s.availability_zone))

@@ -75,7 +75,9 @@ class MultiNodeNeedsEfa(Validator):
 
 class PlacementGroupOneAz(Validator):
     rule = "PlacementGroupOneAz"
-    remediation = "give the nodes subnets in a single Availability Zone (a cluster placement group cannot span AZs)"
+    remediation = ("give the nodes subnets in a single Availability Zone, e.g. subnets=ec2.SubnetSelection("
+                   "availability_zones=[vpc.availability_zones[0]], subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS) "
+                   "(a cluster placement group cannot span AZs)")
 
     def check(self, r):
         azs = {a for a in r.subnet_azs if a}

@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
 # Runs every test: unit, CDK assertions, cfn-lint, cdk-nag, checkov, shellcheck, moto-backed AWS
 # calls, the multi-node torchrun drill.
+#   bash scripts/test.sh                                  everything, two workers
+#   bash scripts/test.sh tests/runtime/test_cluster.py    just those files, in one process; checkov
+#                                                         is installed only if one of them uses it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+needs_checkov=0
+files=0
+for arg in "$@"; do
+  path="${arg%%::*}"
+  if [ -f "$path" ]; then
+    files=1
+    if grep -qE "checkov|cdk_checks" "$path"; then needs_checkov=1; fi
+  elif [ -d "$path" ]; then
+    needs_checkov=1
+  fi
+done
+if [ "$files" = 0 ]; then needs_checkov=1; fi
 # checkov pins boto3==1.35.49, older than moto's instance records need: it gets a venv of its own.
 CHECKOV=3.3.30
-if [ "$(cat .venv-checkov/.version 2>/dev/null)" != "$CHECKOV" ]; then
+if [ "$needs_checkov" = 1 ] && [ "$(cat .venv-checkov/.version 2>/dev/null)" != "$CHECKOV" ]; then
   echo "==> installing checkov $CHECKOV into .venv-checkov"
   rm -rf .venv-checkov
   "${PYTHON:-python3}" -m venv .venv-checkov
@@ -14,4 +29,7 @@ if [ "$(cat .venv-checkov/.version 2>/dev/null)" != "$CHECKOV" ]; then
   echo "$CHECKOV" > .venv-checkov/.version
 fi
 export PATH="$PWD/.venv/bin:$PWD/node_modules/.bin:$PATH"
+if [ "$files" = 1 ]; then
+  exec .venv/bin/python -m pytest "$@"
+fi
 exec .venv/bin/python -m pytest -n 2 "$@"

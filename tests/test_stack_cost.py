@@ -30,8 +30,17 @@ def of_type(t, kind):
     return [r for r in t["Resources"].values() if r["Type"] == kind]
 
 
+_SERIES: dict[tuple[int, bool], tuple[int, int]] = {}
+
+
 def monitor_series(tmp_path, monkeypatch, gpus: int, cuda: bool) -> tuple[int, int]:
     """(per node, per cluster) series the real monitor creates in moto CloudWatch in one minute."""
+    if (gpus, cuda) not in _SERIES:
+        _SERIES[gpus, cuda] = _monitor_series(tmp_path, monkeypatch, gpus, cuda)
+    return _SERIES[gpus, cuda]
+
+
+def _monitor_series(tmp_path, monkeypatch, gpus: int, cuda: bool) -> tuple[int, int]:
     from moto import mock_aws
 
     from constructs_lib.runtime.monitor import Monitor

@@ -231,6 +231,22 @@ def test_placement_group_spanning_azs_is_refused():
                           subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS))
 
 
+def test_a_placement_group_on_a_multi_az_vpc_without_subnets_is_refused_and_one_az_is_fine():
+    """The README's example with max_azs=2 synthesized a placement group its nodes could not all
+    join (issue 26): without `subnets`, the VPC's private subnets are what is checked."""
+    app = cdk.App()
+    stack = cdk.Stack(app, "V", env=cdk.Environment(account="111111111111", region="us-east-1"))
+    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-12345678", availability_zones=["us-east-1a", "us-east-1b"],
+                                      private_subnet_ids=["subnet-aaaa1111", "subnet-bbbb2222"])
+    with pytest.raises(ConfigurationError, match="would span 2 AZs.*availability_zones="):
+        GpuLaunchTemplate(stack, "Node", vpc=vpc, instance_type=ec2.InstanceType("p4d.24xlarge"), multi_node=True)
+    one = GpuLaunchTemplate(stack, "Node1", vpc=vpc, instance_type=ec2.InstanceType("p4d.24xlarge"), multi_node=True,
+                            subnets=ec2.SubnetSelection(availability_zones=["us-east-1a"]))
+    assert one.facts.instance_type == "p4d.24xlarge" and one.placement_group_name is not None
+    # One node needs no placement group, so any VPC will do.
+    GpuLaunchTemplate(stack, "Single", vpc=vpc, instance_type="p4d.24xlarge")
+
+
 def test_raid_on_a_type_without_instance_store_is_a_note_not_a_warning():
     """How the type is, not a mistake (issue 28): a note the summary says once, no annotation."""
     stack, vpc = _stack()
