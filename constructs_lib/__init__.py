@@ -34,25 +34,25 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # the same names, for type checkers and IDEs (nothing is imported at run time)
-    from .alerts import InterruptionAlerts
-    from .ami import DeepLearningAmi, dlami_parameter
-    from .bootstrap import NodeBootstrap
-    from .capacity import ClusterCapacity, InstanceOption
-    from .checkpoints import CheckpointBucket
-    from .code import CodeAsset
-    from .controller import CapacityController
-    from .efa import EfaNetworking, efa_interfaces
-    from .identity import NodeIdentity
-    from .job import JobDefinition, JobLogs
-    from .launch_template import GpuLaunchTemplate
-    from .node_options import NodeOptions
-    from .observability.budget import cost_budget
-    from .observability.cluster import ClusterObservability
-    from .observability.dashboard import TrainingDashboard
-    from .observability.guard import IdleGuard
-    from .observability.notifications import NotificationTopic
-    from .raid import NvmeRaid0
-    from .validation import ConfigurationError
+    from .alerts import InterruptionAlerts as InterruptionAlerts
+    from .ami import DeepLearningAmi as DeepLearningAmi, dlami_parameter as dlami_parameter
+    from .bootstrap import NodeBootstrap as NodeBootstrap
+    from .capacity import ClusterCapacity as ClusterCapacity, InstanceOption as InstanceOption
+    from .checkpoints import CheckpointBucket as CheckpointBucket
+    from .code import CodeAsset as CodeAsset
+    from .controller import CapacityController as CapacityController
+    from .efa import EfaNetworking as EfaNetworking, efa_interfaces as efa_interfaces
+    from .identity import NodeIdentity as NodeIdentity
+    from .job import JobDefinition as JobDefinition, JobLogs as JobLogs
+    from .launch_template import GpuLaunchTemplate as GpuLaunchTemplate
+    from .node_options import NodeOptions as NodeOptions
+    from .observability.budget import cost_budget as cost_budget
+    from .observability.cluster import ClusterObservability as ClusterObservability
+    from .observability.dashboard import TrainingDashboard as TrainingDashboard
+    from .observability.guard import IdleGuard as IdleGuard
+    from .observability.notifications import NotificationTopic as NotificationTopic
+    from .raid import NvmeRaid0 as NvmeRaid0
+    from .validation import ConfigurationError as ConfigurationError
 
 
 def __dir__() -> list[str]:

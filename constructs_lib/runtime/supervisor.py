@@ -501,6 +501,7 @@ class Supervisor:
         # A lost peer shows as its heartbeat going stale and one node's EC2 check: wait that long.
         stale = getattr(self.liveness, "stale", 0.0) if getattr(self.liveness, "cluster", None) is not None else 0.0
         settle = time.monotonic() + max(3 * self.cfg.poll, stale / 2 + 2 * self.cfg.liveness_poll)
+        exited_at = None  # S3's clock when the run ended: a peer that beats after it was alive then
         while time.monotonic() < settle:
             try:
                 if self.cluster.activity(plan.generation + 1):
@@ -508,6 +509,12 @@ class Supervisor:
                 gone = self._gone(others, urgent=True)
                 if gone:
                     return "peer-lost", f"exit {rc}; {', '.join(sorted(gone))} gone"
+                if stale:
+                    beats, s3_now = self.cluster.beats()
+                    exited_at = s3_now if exited_at is None else exited_at
+                    # LastModified has whole seconds: a beat a full second after the exit is after it.
+                    if others and all(beats.get(o, 0.0) >= exited_at + 1 for o in others):
+                        break  # every peer lived past this failure: it is the job's, not a lost member's
             except Exception as e:  # noqa: BLE001
                 if not transient(e):
                     raise

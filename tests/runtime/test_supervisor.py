@@ -92,7 +92,16 @@ def test_restore_rides_out_s3_errors_with_backoff(store, tmp_path):
     """First boot (or any round) with S3 failing for a while: the restore is retried, not abandoned."""
 
     store.push(str(make_checkpoint(tmp_path / "src", 12, sizes=(100, 6 * 1024 * 1024))), 12)
-    failures = {"left": 25}  # more than botocore's own 10 attempts
+    import boto3
+    from botocore.config import Config
+
+    from constructs_lib.runtime.store import CheckpointStore
+    # Three attempts per call instead of the node's ten: the same ride-out past botocore's own
+    # retries, without minutes of its randomized backoff (up to 20 s a retry) in the suite.
+    store = CheckpointStore(store.bucket, store.prefix, concurrency=8, part_size=5 * 1024 * 1024,
+                            client=boto3.client("s3", region_name="us-east-1",
+                                                config=Config(retries={"mode": "standard", "max_attempts": 3})))
+    failures = {"left": 25}  # more than the client's own 3 attempts, several times over
 
     def flaky(request, **kw):
         if failures["left"] > 0 and request.method == "GET":

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from constructs_lib.runtime import contract
-from tests.runtime.drill import Drill, generations
+from tests.runtime.drill import TRAIN, Drill, generations
 from tests.runtime.throttle_proxy import ThrottleProxy
 
 pytestmark = pytest.mark.drill
@@ -25,7 +25,11 @@ THROTTLED_SECONDS = 15
 
 def test_minutes_of_s3_and_ec2_throttling_leave_the_run_running(tmp_path, moto_process):
     (tmp_path / "run").mkdir()
-    d = Drill(tmp_path / "run", moto_process, steps=600, every=30, sleep=0.04, pad_mb=1)
+    run = tmp_path / "run"
+    # The job file, not a deployed job definition: the same supervisor, without a CDK synth.
+    command = (f"dl-torchrun {TRAIN} --steps 600 --every 30 --sleep 0.04 --pad-mb 1 "
+               f"--events {run / 'events.jsonl'} --final {run / 'final.pt'}")
+    d = Drill(run, moto_process, steps=600, command=command)
     proxy = ThrottleProxy(moto_process, d.bucket).start()
     d.base_env["AWS_ENDPOINT_URL"] = proxy.endpoint  # the nodes' endpoint; the harness talks to moto
     try:
