@@ -58,7 +58,7 @@ def _before_classes():
             return out
 
     class BeforeLiveness(Liveness):
-        def gone(self, nodes):
+        def gone(self, nodes, stale=None):
             return self.confirm(nodes)
 
     return BeforeCluster, BeforeLiveness

@@ -221,13 +221,14 @@ def run_once(*, cw: Any, ec2: Any, s3: Any, ssm: Any, sns: Any, settings: GuardS
     if step.act == "warn":
         how = ("open a session (dl-launcher shell), or run something on a GPU" if settings.interactive
                else "make progress (a checkpoint), or deploy with -c idle_guard=false")
-        failed = idle_notice.tell(**say, **dict(zip(("subject", "message"), idle_notice.warning_text(settings.job, record, how))))
+        subject, message = idle_notice.warning_text(settings.job, record, how)
+        failed = idle_notice.tell(**say, subject=subject, message=message)
         if len(failed) == 2:  # told nobody: no warning stands, so no stop follows from it
             record = dataclasses.replace(record, act="none", warned_at=None, stop_at=None)
         result["notice_failed"] = failed
     elif step.act == "cancel":
-        result["notice_failed"] = idle_notice.tell(**say, **dict(zip(("subject", "message"),
-                                                                     idle_notice.cancel_text(settings.job, record))))
+        subject, message = idle_notice.cancel_text(settings.job, record)
+        result["notice_failed"] = idle_notice.tell(**say, subject=subject, message=message)
     elif step.act == "stop" and settings.action == "stop":
         report = stop_idle(decision, controller=controller, ssm=ssm, sns=sns, topic_arn=settings.topic_arn,
                            instance_ids=[n.id for n in nodes], **push_kw)

@@ -141,8 +141,7 @@ class ClusterState:
     def _names(self, sub: str, *, dirs: bool = False) -> list[str]:
         prefix = f"{self.base}/{sub}"
         out = []
-        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix,
-                                                                         Delimiter="/"):
+        for page in self._pages(prefix, Delimiter="/"):
             if dirs:
                 out += [p["Prefix"][len(prefix):].rstrip("/") for p in page.get("CommonPrefixes", [])]
             else:
@@ -195,10 +194,11 @@ class ClusterState:
     def _listed(self, sub: str) -> list[tuple[str, float]]:
         """(name, when S3 stored it) below `sub`, from the listing alone."""
         prefix = f"{self.base}/{sub}"
-        out = []
-        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
-            out += [(o["Key"][len(prefix):], o["LastModified"].timestamp()) for o in page.get("Contents", [])]
-        return out
+        return [(o["Key"][len(prefix):], o["LastModified"].timestamp())
+                for page in self._pages(prefix) for o in page.get("Contents", [])]
+
+    def _pages(self, prefix: str, **kw):
+        return self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix, **kw)
 
     # ---- liveness ------------------------------------------------------------------------------
     def beat(self, node: str) -> None:
@@ -209,14 +209,10 @@ class ClusterState:
         prefix = f"{self.base}/beat/"
         beats: dict[str, float] = {}
         now = None
-        kw = {"Bucket": self.bucket, "Prefix": prefix}
-        while True:
-            page = self.store._call(self.client.list_objects_v2, **kw)
+        for page in self._pages(prefix):
             now = now or _server_time(page)
             beats.update({o["Key"][len(prefix):]: o["LastModified"].timestamp() for o in page.get("Contents", [])})
-            if not page.get("IsTruncated"):
-                return beats, now or time.time()
-            kw["ContinuationToken"] = page["NextContinuationToken"]
+        return beats, now or time.time()
 
     def record_gone(self, node: str, state: str) -> None:
         self._put(f"gone/{node}.json", {"node": node, "state": state, "at": time.time()})
@@ -329,8 +325,7 @@ class Liveness:
                 except BotoCoreError as e:  # timeouts, connection errors
                     self.log(f"liveness: EC2 unreachable ({type(e).__name__}); no node is counted gone on that")
                     break
-                gone |= {n for n in chunk if states.get(n) not in self.ALIVE and n in states}
-                gone |= {n for n in chunk if n not in states}  # listed by nobody: unknown
+                gone |= {n for n in chunk if states.get(n) not in self.ALIVE}  # not listed: unknown
                 break
         return gone
 

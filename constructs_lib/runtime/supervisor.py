@@ -131,7 +131,7 @@ class Supervisor:
                 if not transient(e):
                     raise
                 delay = self.backoff.next()
-                self.said(what, f"{what}: AWS answered {_brief(e)}; trying again in {delay:.0f} s (the run goes on)")
+                self.said(what, f"{what}: AWS answered {_brief(e)}; trying again in {delay:.0f} s")
                 time.sleep(delay)
 
     def _start_beats(self) -> None:
@@ -303,8 +303,7 @@ class Supervisor:
         nodes = frozenset(nodes)
         at, asked, gone = self._gone_cache
         if asked != nodes or time.monotonic() - at >= self.cfg.liveness_poll:
-            stale = getattr(self.liveness, "stale", None)
-            gone = self.liveness.gone(nodes, stale / 2 if urgent and stale else None) if urgent else self.liveness.gone(nodes)
+            gone = self.liveness.gone(nodes, self.liveness.stale / 2 if urgent else None)
             self._gone_cache = (time.monotonic(), nodes, gone)
         return gone
 
@@ -312,16 +311,7 @@ class Supervisor:
         self._start_beats()
         state = {"waiting_logged": None}
         while True:
-            try:
-                got = self._rendezvous_once(state)
-            except Exception as e:  # noqa: BLE001 - only the transient ones are ridden out
-                if not transient(e):
-                    raise
-                delay = self.backoff.next()
-                self.said("rendezvous", f"rendezvous: AWS answered {_brief(e)}; looking again in {delay:.0f} s")
-                time.sleep(delay)
-                continue
-            self.backoff.reset()
+            got = self._ride(lambda: self._rendezvous_once(state), "rendezvous")
             if got is not None:
                 return got
 
@@ -499,7 +489,7 @@ class Supervisor:
         # A peer's death usually fails the collectives here before EC2 or S3 show it: look for a
         # few polls before counting a failure against the job.
         # A lost peer shows as its heartbeat going stale and one node's EC2 check: wait that long.
-        stale = getattr(self.liveness, "stale", 0.0) if getattr(self.liveness, "cluster", None) is not None else 0.0
+        stale = self.liveness.stale if self.liveness.cluster is not None else 0.0
         settle = time.monotonic() + max(3 * self.cfg.poll, stale / 2 + 2 * self.cfg.liveness_poll)
         exited_at = None  # S3's clock when the run ended: a peer that beats after it was alive then
         while time.monotonic() < settle:
