@@ -226,7 +226,9 @@ def _job(store, local_dir: str) -> int:
     # Few retries: a liveness check that EC2 refuses is simply asked again next period, and a
     # call retried for a minute would hold the supervisor's watch loop that long.
     from botocore.config import Config
-    ec2 = boto3.client("ec2", region_name=me.region, config=Config(retries={"mode": "standard", "max_attempts": 3}))
+
+    from .throttle import retries
+    ec2 = boto3.client("ec2", region_name=me.region, config=Config(retries=retries("standard", 3)))
     joblog = JobLog()
     log = joblog.supervisor()
     job = NodeJob(log=log, region=me.region, cluster=me.cluster, retry_base=cfg.retry_base)

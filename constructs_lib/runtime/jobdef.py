@@ -235,8 +235,10 @@ class NodeJob:
             import boto3
             from botocore.config import Config
 
+            from .throttle import retries
+
             # Adaptive retries: a whole cluster reads the same parameter and secrets at once.
-            config = Config(retries={"mode": "adaptive", "max_attempts": 10})
+            config = Config(retries=retries("adaptive", 10))
             self.client = lambda service, **kw: boto3.client(service, config=config, **kw)
 
     # ---- which revision ----------------------------------------------------------------------

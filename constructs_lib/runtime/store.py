@@ -128,14 +128,16 @@ def check_prefix(prefix: str) -> str:
 def s3_client(region: Optional[str] = None, max_pool: int = 32):
     import boto3
     from botocore.config import Config
+    from botocore.exceptions import InvalidRegionError
+
+    from .throttle import retries
 
     # Standard retries back off on throttling (SlowDown, 503) and 5xx; adaptive mode would
     # also rate-limit the client, which a two-minute deadline cannot afford.
-    from botocore.exceptions import InvalidRegionError
 
     try:
         return boto3.client("s3", region_name=region, config=Config(
-            retries={"mode": "standard", "max_attempts": 10}, max_pool_connections=max_pool))
+            retries=retries("standard", 10), max_pool_connections=max_pool))
     except InvalidRegionError:
         raise RuntimeUserError(f"bad region {region!r}: use a region name like us-east-1") from None
 

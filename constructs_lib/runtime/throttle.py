@@ -7,6 +7,7 @@ Jitter"): nodes that were throttled together do not come back together.
 """
 from __future__ import annotations
 
+import os
 import random
 import time
 from typing import Callable, Optional, TypeVar
@@ -36,6 +37,12 @@ def transient(e: BaseException) -> bool:
         status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
         return code in TRANSIENT_CODES or status in (429, 500, 502, 503, 504)
     return isinstance(e, (ConnectionError, TimeoutError))
+
+
+def retries(mode: str, attempts: int) -> dict:
+    """botocore's retry settings for a node's client: `attempts` tries, unless the environment
+    sets botocore's own AWS_MAX_ATTEMPTS, which an explicit Config would otherwise override."""
+    return {"mode": mode, "max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS") or attempts)}
 
 
 class Backoff:
