@@ -45,6 +45,8 @@ def cold(runs: int = 30) -> tuple[float, float]:
 
 
 if __name__ == "__main__":
+    import argparse
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     ranks = in_process()
     worst = max(ranks, key=ranks.get)
     print(f"rank full catalog, median per profile: max {ranks[worst]:.3f} ms ({worst}), "

@@ -11,6 +11,7 @@ from constructs import Construct
 
 if TYPE_CHECKING:
     import aws_cdk.aws_sns as sns
+    from aws_cdk.interfaces.aws_events import IRuleRef
 
 SPOT_EVENTS = ["EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]
 
@@ -57,7 +58,8 @@ class InterruptionAlerts(Construct):
         self.spot_rule.add_target(_LogGroupTarget(self.log_group))
         if topic is not None:
             import aws_cdk.aws_events_targets as targets
-            self.spot_rule.add_target(targets.SnsTopic(topic))
+            # SnsTopic is an IRuleTarget whose jsii stub names bind's parameters differently (aws/jsii#4541).
+            self.spot_rule.add_target(targets.SnsTopic(topic))  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
 
 
 @jsii.implements(events.IRuleTarget)
@@ -65,5 +67,5 @@ class _LogGroupTarget:
     def __init__(self, log_group: logs.ILogGroup) -> None:
         self.log_group = log_group
 
-    def bind(self, rule: events.IRule, id: Optional[str] = None) -> events.RuleTargetConfig:
+    def bind(self, rule: "IRuleRef", id: Optional[str] = None) -> events.RuleTargetConfig:
         return events.RuleTargetConfig(arn=self.log_group.log_group_arn)

@@ -79,6 +79,8 @@ class DeepLearningAmi:
         if self.ami_id:
             return ec2.MachineImageConfig(image_id=self.ami_id, os_type=ec2.OperatingSystemType.LINUX,
                                           user_data=ec2.UserData.for_linux())
+        if self.parameter_name is None:  # ami_id="" was given, which names no image
+            raise ConfigurationError("DeepLearningAmi: ami_id is empty; pass an AMI id, or a parameter_name")
         image = ec2.MachineImage.from_ssm_parameter(self.parameter_name, os=ec2.OperatingSystemType.LINUX,
                                                     cached_in_context=self.pin or None)
         return image.get_image(scope)

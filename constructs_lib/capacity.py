@@ -15,7 +15,7 @@ import aws_cdk.aws_ec2 as ec2
 import aws_cdk.aws_iam as iam
 import aws_cdk.aws_logs as logs
 import aws_cdk.aws_s3 as s3
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from selector.facts import InstanceFacts
 from selector.interchange import RULES, interchangeable
@@ -110,18 +110,23 @@ class ClusterCapacity(Construct):
 
     # ---- the pieces, shared with ChoiceCapacity ----------------------------------------------
     def _build_templates(self, vpc: ec2.IVpc, subnets: Optional[ec2.SubnetSelection], facts: Sequence[InstanceFacts], *,
-                         multi_node: bool, nodes: str, **props) -> None:
+                         multi_node: bool, nodes: str, options: Optional[NodeOptions] = None,
+                         capacity_reservation: Optional[str] = None, capacity_block: bool = False) -> None:
         """One GpuLaunchTemplate per type (EFA layouts differ: p5 has 32 cards, p4d 4), sharing
         the first one's role, instance profile, security group and placement group."""
         self.subnets = subnets or ec2.SubnetSelection(subnet_type=_private_type(vpc),
                                                       availability_zones=[vpc.availability_zones[0]])
         self.templates: list[GpuLaunchTemplate] = []
         for i, f in enumerate(facts):
-            shared = {} if not self.templates else dict(
-                role=self.primary.role, instance_profile=self.primary.instance_profile,
-                security_group=self.primary.security_group, placement_group=self.primary.placement_group)
+            # The first makes them (None: GpuLaunchTemplate's defaults); the alternates share its.
+            first = self.templates[0] if self.templates else None
             t = GpuLaunchTemplate(self, "Node" if i == 0 else f"Alt{i}", vpc=vpc, instance_type=f,
-                                  multi_node=multi_node, subnets=self.subnets, **props, **shared)
+                                  multi_node=multi_node, subnets=self.subnets, options=options,
+                                  capacity_reservation=capacity_reservation, capacity_block=capacity_block,
+                                  role=first.role if first else None,
+                                  instance_profile=first.instance_profile if first else None,
+                                  security_group=first.security_group if first else None,
+                                  placement_group=first.placement_group if first else None)
             t.add_tag(contract.TAG_NODES, nodes)
             t.add_tag(contract.TAG_CLUSTER, self.cluster)
             t.add_tag(contract.TAG_STACK, cdk.Stack.of(self).stack_id)
@@ -154,7 +159,7 @@ class ClusterCapacity(Construct):
         self.controller_log_group = log_group
         # What the controller reads as DL_CLUSTER_SPEC (a rendered token); the idle guard gets the same.
         self.spec_json = spec if isinstance(spec, str) else cdk.Stack.of(self).to_json_string(spec)
-        protect = [t.launch_template for t in self.templates] + [self.security_group]
+        protect: list[IConstruct] = [*(t.launch_template for t in self.templates), self.security_group]
         if self.placement_group is not None:
             protect.append(self.placement_group)
         self.controller = CapacityController(self, "Controller", spec=spec, cluster=self.cluster, node_role=self.role,
@@ -172,8 +177,9 @@ class ClusterCapacity(Construct):
             raise ConfigurationError(f"state_key {self.state_key!r}: the controller's state must live under "
                                      f"{contract.CONTROL_DIR}/ (contract.capacity_state_key), where nodes are denied")
         result = self.state_bucket.add_to_resource_policy(iam.PolicyStatement(
-            sid="NodesNeverTouchTheControllersState", effect=iam.Effect.DENY,
-            principals=[iam.ArnPrincipal(self.role.role_arn)], actions=["s3:*"],
+            sid="NodesNeverTouchTheControllersState", effect=iam.Effect.DENY, actions=["s3:*"],
+            # An IPrincipal, to jsii; its stub names a parameter differently from the interface's (aws/jsii#4541).
+            principals=[iam.ArnPrincipal(self.role.role_arn)],  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
             resources=[self.state_bucket.arn_for_objects(f"{contract.CONTROL_DIR}/*")]))
         if not result.statement_added:
             raise ConfigurationError("the state bucket takes no policy (an imported bucket): pass the stack's own "

@@ -1,11 +1,14 @@
 """The checkpoint store: an S3 bucket that outlives the stack."""
 from __future__ import annotations
 
+from typing import TypedDict
+
 import aws_cdk as cdk
 import aws_cdk.aws_iam as iam
 import aws_cdk.aws_s3 as s3
 from constructs import Construct
 
+from .nag import resource_of
 from .runtime.layout import prefix_problem
 from .validation import ConfigurationError
 
@@ -15,6 +18,16 @@ ACCESS_LOGS_UNVERSIONED = (
     "only S3 log delivery writes here, each record under a new unique key, never overwritten; no node or "
     "job role may write or delete in it; the bucket is retained on stack delete and its lifecycle "
     "expires records after 365 days, so versions would only add copies of nothing")
+
+
+class _BucketProps(TypedDict):
+    """What both buckets share (s3.Bucket's keyword props of these names)."""
+
+    encryption: s3.BucketEncryption
+    block_public_access: s3.BlockPublicAccess
+    enforce_ssl: bool
+    removal_policy: cdk.RemovalPolicy
+    object_ownership: s3.ObjectOwnership
 
 
 def check_prefix(prefix: str) -> str:
@@ -45,14 +58,15 @@ class CheckpointBucket(Construct):
         self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
         if noncurrent_version_days < 1:
             raise ConfigurationError(f"noncurrent_version_days must be at least 1, got {noncurrent_version_days}")
-        common = dict(encryption=s3.BucketEncryption.S3_MANAGED, block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-                      enforce_ssl=True, removal_policy=cdk.RemovalPolicy.RETAIN,
-                      object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED)
-        self.access_log_bucket = None
+        common = _BucketProps(encryption=s3.BucketEncryption.S3_MANAGED,
+                              block_public_access=s3.BlockPublicAccess.BLOCK_ALL, enforce_ssl=True,
+                              removal_policy=cdk.RemovalPolicy.RETAIN,
+                              object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED)
+        self.access_log_bucket: s3.Bucket | None = None
         if access_logs:
             self.access_log_bucket = s3.Bucket(self, "AccessLogs", **common, lifecycle_rules=[
                 s3.LifecycleRule(expiration=cdk.Duration.days(365))])
-            self.access_log_bucket.node.default_child.add_metadata("checkov", {"skip": [{
+            resource_of(self.access_log_bucket).add_metadata("checkov", {"skip": [{
                 "id": "CKV_AWS_21", "comment": ACCESS_LOGS_UNVERSIONED}]})
             cdk.Validations.of(self.access_log_bucket).acknowledge(cdk.Acknowledgment(
                 id="AwsSolutions-S1", reason="this is the access-log bucket; logging it into itself would loop"))
@@ -85,5 +99,5 @@ class CheckpointBucket(Construct):
         if "*" in prefix or "?" in prefix:
             raise ConfigurationError(f"internal: refusing to acknowledge a wildcard in prefix {prefix!r}")
         cdk.Validations.of(grantee).acknowledge(cdk.Acknowledgment(
-            id=f"AwsSolutions-IAM5[Resource::<{cdk.Stack.of(self).get_logical_id(self.bucket.node.default_child)}.Arn>/{prefix}/*]",
+            id=f"AwsSolutions-IAM5[Resource::<{cdk.Stack.of(self).get_logical_id(resource_of(self.bucket))}.Arn>/{prefix}/*]",
             reason="checkpoint files are named by step at run time; the wildcard is confined to this job's prefix"))

@@ -18,7 +18,7 @@ import aws_cdk.aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from .bundle import PACKAGE, SELECTOR, _copy, staged
-from .nag import nag_arn
+from .nag import nag_arn, resource_of
 from .runtime import contract
 
 HANDLER = "constructs_lib.fleet.handler.handle"
@@ -58,20 +58,25 @@ class CapacityController(Construct):
                  teardown: bool = True, protect: Sequence[IConstruct] = ()) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
-        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                             description=f"dl-launcher capacity controller for {cluster}: fleets of its nodes only")
+        # jsii's stubs keep each TypeScript parameter name, and ServicePrincipal, Role, Function and
+        # LambdaFunction name some differently from the interfaces they implement: pyright then finds
+        # no IPrincipal, IRole, IFunction or IRuleTarget in them (aws/jsii#4541), where jsii does.
+        self.role = iam.Role(
+            self, "Role", description=f"dl-launcher capacity controller for {cluster}: fleets of its nodes only",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
         self._grant(cluster, node_role, state_bucket, state_key, log_group)
         self.function = lambda_.Function(
             self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler=HANDLER,
-            code=lambda_.Code.from_asset(staged(build_controller_code)), role=self.role, log_group=log_group,
+            code=lambda_.Code.from_asset(staged(build_controller_code)), log_group=log_group,
+            role=self.role,  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
             timeout=cdk.Duration.minutes(5), memory_size=256,
             description=f"dl-launcher: gang launch, replacement and whole-cluster fallback for {cluster}",
             environment={"DL_CLUSTER_SPEC": spec if isinstance(spec, str) else stack.to_json_string(spec)})
         cdk.Tags.of(self.function).add(contract.TAG_FUNCTION, contract.FUNCTION_CONTROLLER)
         # aws-cdk-lib's Function declares a DependsOn on its role that its GetAtt already implies;
         # cfn-lint warns (W3005) about CDK's code, not ours.
-        self.function.node.default_child.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
-        target = targets.LambdaFunction(self.function)
+        resource_of(self.function).add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
+        target = targets.LambdaFunction(self.function)  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
         self.schedule = events.Rule(self, "Every minute", schedule=events.Schedule.rate(cdk.Duration.minutes(1)),
                                     description=f"reconcile {cluster}: launch, replace or move the cluster")
         self.state_rule = events.Rule(
@@ -79,7 +84,7 @@ class CapacityController(Construct):
             event_pattern=events.EventPattern(source=["aws.ec2"], detail_type=[
                 "EC2 Instance State-change Notification", "EC2 Spot Instance Interruption Warning"]))
         for rule in (self.schedule, self.state_rule):
-            rule.add_target(target)
+            rule.add_target(target)  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
         if teardown:
             cr = cdk.CustomResource(self, "Teardown", service_token=self.function.function_arn,
                                     resource_type="Custom::DlLauncherClusterTeardown",

@@ -79,9 +79,11 @@ class EfaNetworking(Construct):
         self.interfaces = efa_interfaces(self.facts, layout=layout)
         self.security_group = security_group
         if isinstance(placement_group, bool):
-            placement_group = (ec2.PlacementGroup(self, "Cluster", strategy=ec2.PlacementGroupStrategy.CLUSTER)
-                               if placement_group else None)
-        self.placement_group: Optional[ec2.IPlacementGroup] = placement_group
+            group = (ec2.PlacementGroup(self, "Cluster", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+                     if placement_group else None)
+        else:
+            group = placement_group
+        self.placement_group: Optional[ec2.IPlacementGroup] = group
         self.settings = SettingsFile("EFA settings", f"$DL_ETC_DIR/{EFA_SDK_ENV}",
                                      contract.env_text({"SDK": self.facts.sdk}))
 

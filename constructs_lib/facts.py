@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional, Union
 
 from selector.catalog import load_catalog
+from selector.errors import UserError
 from selector.facts import InstanceFacts
 
 if TYPE_CHECKING:
@@ -19,6 +20,11 @@ def resolve(instance: InstanceLike, catalog_path: Optional[str] = None) -> Insta
     closest), or facts as given."""
     if isinstance(instance, InstanceFacts):
         return instance
-    if not isinstance(instance, str) and callable(getattr(instance, "to_string", None)):
-        instance = instance.to_string()  # ec2.InstanceType("p5.48xlarge") -> "p5.48xlarge"
-    return load_catalog(catalog_path).get(instance)
+    if isinstance(instance, str):
+        name = instance
+    elif callable(getattr(instance, "to_string", None)):
+        name = instance.to_string()  # ec2.InstanceType("p5.48xlarge") -> "p5.48xlarge"
+    else:
+        raise UserError(f"instance type {instance!r}: a name such as 'p5.48xlarge', an ec2.InstanceType "
+                        "or InstanceFacts")
+    return load_catalog(catalog_path).get(name)

@@ -91,22 +91,25 @@ class NodeIdentity(Construct):
             reason=f"a node tags itself for replacement: only {contract.TAG_HEALTH}, only on instances tagged "
                    f"{contract.TAG_CLUSTER}={cluster} (instance ids are assigned at launch)"))
 
-    def _ssm_role(self, label: Optional[str]) -> iam.Role:
+    def _ssm_role(self, label: Optional[str]) -> iam.IRole:
         # Exactly what the SSM Agent needs for Session Manager (AWS's own AWSCloud9SSMInstanceProfile:
         # ssmmessages channels and ssm:UpdateInstanceInformation) and for its ec2messages polling.
         # Not AmazonSSMManagedInstanceCore: that also grants ssm:GetParameter* on every parameter
         # of the account (and documents, associations, inventory), which no node needs.
-        role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-                        description=f"dl-launcher node{f' ({label})' if label else ''}: SSM Session Manager",
-                        inline_policies={"SessionManager": iam.PolicyDocument(statements=[iam.PolicyStatement(
-                            actions=SESSION_MANAGER_ACTIONS, resources=["*"])])})
+        # ServicePrincipal is an IPrincipal and Role an IRole, to jsii; their stubs name some parameters
+        # differently from the interfaces', so pyright sees neither (aws/jsii#4541).
+        role = iam.Role(
+            self, "Role", description=f"dl-launcher node{f' ({label})' if label else ''}: SSM Session Manager",
+            inline_policies={"SessionManager": iam.PolicyDocument(statements=[iam.PolicyStatement(
+                actions=SESSION_MANAGER_ACTIONS, resources=["*"])])},
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
         cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(
             id="AwsSolutions-IAM5[Resource::*]",
             reason="the SSM Agent's ssmmessages and ec2messages actions support no resource-level permissions, and "
                    "AWS documents Resource * for ssm:UpdateInstanceInformation from an instance profile; "
                    "ec2:DescribeInstances (grant_find_peers), ec2:DescribeTags and cloudwatch:PutMetricData "
                    "(grant_monitoring: held to dl-launcher's namespaces) likewise have none"))
-        return role
+        return role  # pyright: ignore[reportReturnType]  # jsii stub: aws/jsii#4541
 
     def _security_group(self, vpc: ec2.IVpc, efa: bool, label: Optional[str]) -> ec2.SecurityGroup:
         if not efa:

@@ -26,6 +26,7 @@ from .bundle import acknowledge_asset_parameters
 from .code import CodeAsset
 from .runtime import contract
 from .job_rules import KMS_ARN, env_problem, image_problem, secret_problem, secret_resource
+from .nag import resource_of
 from .runtime.jobdef import definition_bytes, ecr_registry
 from .validation import ConfigurationError
 
@@ -48,9 +49,13 @@ class JobLogs(Construct):
                            description=f"dl-launcher job logs of {cluster}")
         group_arn = stack.format_arn(service="logs", resource="log-group", resource_name=self.log_group_name,
                                      arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)
+        # ServicePrincipal is an IPrincipal, to jsii; its stub names a parameter differently from the
+        # interface's, so pyright finds none (aws/jsii#4541).
+        logs_service: iam.IPrincipal = (
+            iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com"))  # pyright: ignore[reportAssignmentType]  # jsii stub: aws/jsii#4541
         # CloudWatch Logs encrypts and decrypts for this group only (its documented key policy).
         self.key.add_to_resource_policy(iam.PolicyStatement(
-            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
+            principals=[logs_service],
             actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
             resources=["*"],  # in a key policy, "*" is this key
             conditions={"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": group_arn}}))
@@ -67,7 +72,7 @@ class JobLogs(Construct):
             resource_arns=[self.log_group.log_group_arn])
         if isinstance(grantee, Construct):
             cdk.Validations.of(grantee).acknowledge(cdk.Acknowledgment(
-                id=f"AwsSolutions-IAM5[Resource::<{stack.get_logical_id(self.log_group.node.default_child)}.Arn>]",
+                id=f"AwsSolutions-IAM5[Resource::<{stack.get_logical_id(resource_of(self.log_group))}.Arn>]",
                 reason="the group's ARN as CloudFormation gives it ends in ':*' (its streams); streams are named "
                        "by instance id at run time, and the grant is this job's group only"))
         return grant
@@ -181,10 +186,11 @@ class JobDefinition(Construct):
             if arn.endswith("-??????"):
                 acks.append((f"AwsSolutions-IAM5[Resource::{arn}]",
                              "a secret named without its six-character suffix: IAM matches exactly those six"))
-        registry = ecr_registry(self.image) if self.image else None
-        if registry:
+        image = self.image
+        registry = ecr_registry(image) if image else None
+        if image and registry:
             account, region = registry[0].split(".")[0], registry[1]
-            repo = self.image.split("/", 1)[1].split("@")[0].rsplit(":", 1)[0] if "/" in self.image else ""
+            repo = image.split("/", 1)[1].split("@")[0].rsplit(":", 1)[0] if "/" in image else ""
             repo_arn = f"arn:{stack.partition}:ecr:{region}:{account}:repository/{repo}"
             iam.Grant.add_to_principal(grantee=grantee, resource_arns=[repo_arn], actions=[
                 "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"])

@@ -3,7 +3,7 @@ NVMe RAID 0, IMDSv2, encrypted gp3 root, SSM Session Manager and no SSH key."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence, cast
 
 import aws_cdk as cdk
 import aws_cdk.aws_ec2 as ec2
@@ -19,6 +19,7 @@ from .bootstrap import NodeBootstrap
 from .efa import EfaNetworking, efa_interfaces, placement_group_name
 from .facts import InstanceLike, resolve
 from .identity import NodeIdentity
+from .nag import resource_of
 from .node_options import NodeOptions
 from .raid import NvmeRaid0
 from .runtime import contract
@@ -91,7 +92,8 @@ class GpuLaunchTemplate(Construct):
                      machine_image=machine_image, ami_architecture=ami_architecture, extra_user_data=extra_user_data)
         self.options = opts = dataclasses.replace(options or NodeOptions(),
                                                   **{k: v for k, v in given.items() if v is not None})
-        self.facts = facts = resolve(instance_type) if instance_type is not None else _pick(self, profile, region)
+        # profile is set wherever instance_type is not: the first check took exactly one of them.
+        self.facts = facts = resolve(instance_type) if instance_type is not None else _pick(self, cast(str, profile), region)
         self.scratch_mount = opts.scratch_mount
         efa = facts.efa and multi_node if efa is None else efa
 
@@ -152,7 +154,7 @@ class GpuLaunchTemplate(Construct):
                                                  encrypted=True, delete_on_termination=True))],
             user_data=self.bootstrap.user_data,
         )
-        cfn: ec2.CfnLaunchTemplate = self.launch_template.node.default_child
+        cfn = resource_of(self.launch_template)
         if self.placement_group_name:
             cfn.add_property_override("LaunchTemplateData.Placement.GroupName", self.placement_group_name)
         if capacity_reservation:

@@ -9,10 +9,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 
-stamp_inputs=$(cat pyproject.toml package.json package-lock.json | sha256sum | cut -d' ' -f1)
+stamp_inputs=$(cat pyproject.toml constraints.txt package.json package-lock.json | sha256sum | cut -d' ' -f1)
 if [ ! -f .deps-stamp ] || [ "$(cat .deps-stamp)" != "$stamp_inputs" ] || [ ! -d node_modules/aws-cdk ]; then
   echo "==> installing Python packages into .venv (first run takes about two minutes)"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+  # pyproject.toml gives ranges; constraints.txt the exact versions the tests were run with.
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
   echo "==> installing the pinned CDK CLI into node_modules"
   npm ci --no-audit --no-fund --loglevel=error
   echo "$stamp_inputs" > .deps-stamp

@@ -84,9 +84,11 @@ class Candidate:
                        f"({freshness.describe(block.as_of)}; {block.source})")
         if m and (m.price_per_hour or m.spot_price_per_hour):
             out.append(f"prices from {m.source}")
-        if self.spot_untrusted:
-            out.append(f"spot ${self.spot_price_per_hour:.2f}/h is one AZ's quote ({price.spot_as_of or 'undated'}) at "
-                       f"{self.spot_price_per_hour / self.price_per_hour:.0%} of on-demand, below the "
+        spot, on_demand = self.spot_price_per_hour, self.price_per_hour
+        # recommend() flags only a spot quote it compared with an on-demand price on record.
+        if self.spot_untrusted and price and spot is not None and on_demand:
+            out.append(f"spot ${spot:.2f}/h is one AZ's quote ({price.spot_as_of or 'undated'}) at "
+                       f"{spot / on_demand:.0%} of on-demand, below the "
                        f"{SUSPECT_SPOT_FRACTION:.0%} this ranking trusts without a current quote: ranked as unpriced "
                        "on spot; confirm it with --live, or rank on it with --trust-single-az-spot")
         if self.tied_with:
@@ -363,19 +365,21 @@ class _Bands:
     widest: float
 
     def partners(self, i: int) -> tuple[str, ...]:
-        low, high, values = self.lows[i], self.highs[i], self.values
-        if low is None:
+        low, high, values, lows, highs = self.lows[i], self.highs[i], self.values, self.lows, self.highs
+        if low is None or high is None:  # a figure has both ends of its band or neither
             return ()
         out = []
         for j in range(i - 1, -1, -1):  # above: larger figures
-            if values[j] is not None and values[j] * (1 - self.widest) > high:
+            v, lo, hi = values[j], lows[j], highs[j]
+            if v is not None and v * (1 - self.widest) > high:
                 break  # every figure further up is larger still: its band starts above this one's
-            if self.highs[j] is not None and self.highs[j] >= low and high >= self.lows[j]:
+            if lo is not None and hi is not None and hi >= low and high >= lo:
                 out.append(j)
         for j in range(i + 1, len(values)):  # below: smaller figures
-            if values[j] is None or values[j] * (1 + self.widest) < low:
+            v, lo, hi = values[j], lows[j], highs[j]
+            if v is None or v * (1 + self.widest) < low:
                 break
-            if self.highs[j] is not None and self.highs[j] >= low and high >= self.lows[j]:
+            if lo is not None and hi is not None and hi >= low and high >= lo:
                 out.append(j)
         return tuple(self.names[j] for j in sorted(out))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs 3 ms at start; type checkers still see a dataclass-like decorator
-    from typing import Any, TypeVar, dataclass_transform
+    from typing import Any, Callable, TypeVar, dataclass_transform, overload
 
     T = TypeVar("T")
 
@@ -135,7 +135,13 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
 
 
 if TYPE_CHECKING:
+    # Both spellings keep the class's own type (a decorator returning Any would make every record
+    # class Any to a type checker, and with it the selector's whole public API).
+    @overload
     @dataclass_transform(field_specifiers=(field, Field))
+    def record(cls: type[T], /) -> type[T]: ...
+    @overload
+    def record(*, frozen: bool = False, eq: bool = True) -> Callable[[type[T]], type[T]]: ...
     def record(cls: Any = None, /, *, frozen: bool = False, eq: bool = True) -> Any: ...
 else:
     def record(cls=None, /, *, frozen=False, eq=True):

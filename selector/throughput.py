@@ -16,7 +16,7 @@ Scaling efficiency (documented assumptions, not measurements; replace with --thr
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Callable, Optional, Union
 
 from .accelerators import DEFAULT_UNCERTAINTY, AcceleratorSpec, spec_for
 from .errors import UserError, unknown
@@ -46,7 +46,7 @@ class Estimate:
     source: str  # "measured", "model" or "calibrated"
     # The sentence, or a function that writes it: ranking the catalog models every type, and a
     # --top 5 table reads five sentences (see `explanation`).
-    _explain: Any
+    _explain: Union[str, Callable[[], str]]
     # The fraction the figure may be off either way (0.15 = ±15%): the accelerator table's for a
     # modelled figure, 0.0 for one the user measured (the defaults, so Estimate(sps, "measured", why)
     # still says so).
@@ -158,8 +158,8 @@ def load_measurements(path: str, known: dict[str, InstanceFacts]) -> dict[str, M
             raise UserError(f"{where}: {name} is measured twice ({label}s {first_seen[name]} and {i}); keep one row")
         first_seen[name] = i
         out[name] = Measurement(
-            samples_per_second=_positive(row.get("samples_per_second"), where, "samples_per_second", required=True,
-                                         hi=MAX_SAMPLES_PER_SECOND),
+            samples_per_second=_required_positive(row.get("samples_per_second"), where, "samples_per_second",
+                                                  hi=MAX_SAMPLES_PER_SECOND),
             price_per_hour=_positive(row.get("price_per_hour"), where, "price_per_hour", lo=MIN_PRICE_PER_HOUR),
             spot_price_per_hour=_positive(row.get("spot_price_per_hour"), where, "spot_price_per_hour",
                                           lo=MIN_PRICE_PER_HOUR),
@@ -184,11 +184,15 @@ def failed_in(path: str) -> list[tuple[str, str]]:
             for f in failed if isinstance(f, dict)]
 
 
-def _positive(value: object, where: str, key: str, required: bool = False, lo: float = 0.0,
-              hi: float = MAX_PRICE_PER_HOUR) -> Optional[float]:
+def _positive(value: object, where: str, key: str, lo: float = 0.0, hi: float = MAX_PRICE_PER_HOUR) -> Optional[float]:
     if value is None or (isinstance(value, str) and not value.strip()):
-        if required:
-            raise UserError(f"{where}: missing {key}")
         return None
     # lo 0 is exclusive (a throughput must be above zero); a price floor is inclusive.
     return finite_number(value, f"{where}: {key}", lo, hi, above=lo == 0.0)
+
+
+def _required_positive(value: object, where: str, key: str, hi: float) -> float:
+    number = _positive(value, where, key, hi=hi)
+    if number is None:
+        raise UserError(f"{where}: missing {key}")
+    return number

@@ -488,7 +488,7 @@ def test_every_role_a_product_creates_carries_the_boundary_and_needs_nothing_bey
 
 
 def test_a_portfolio_with_local_true_synthesizes_and_leaves_no_stray_files(tmp_path, monkeypatch):
-    """The README documents -c local=true with portfolio; it crashed on a cross-stack asset reference."""
+    """docs/deploy.md documents -c local=true with portfolio; it crashed on a cross-stack asset reference."""
     (tmp_path / "team.toml").write_text('[portfolio]\nprofiles = ["dev-prototyping"]\n')
     rc, out = _synth(tmp_path, monkeypatch, portfolio="small", profiles_file=tmp_path / "team.toml", local="true",
                      snapshots=tmp_path / "snaps")

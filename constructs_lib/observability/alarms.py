@@ -53,7 +53,8 @@ def _alarm(scope: Construct, condition: cw.MathExpression, *, periods: int, desc
         comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
         treat_missing_data=cw.TreatMissingData.NOT_BREACHING, alarm_description=description)
     if topic is not None:
-        alarm.add_alarm_action(actions.SnsAction(topic))
+        # SnsAction is an IAlarmAction whose jsii stub names bind's parameters differently (aws/jsii#4541).
+        alarm.add_alarm_action(actions.SnsAction(topic))  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
     return alarm
 
 
@@ -117,8 +118,11 @@ class NodeHealthAlarm(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, job: str, expected_gpus: "int | str",
                  period: cdk.Duration = cdk.Duration.minutes(5), topic: Optional[sns.ITopic] = None) -> None:
         super().__init__(scope, construct_id)
-        if not cdk.Token.is_unresolved(expected_gpus) and expected_gpus < 1:
-            raise ValueError(f"expected_gpus {expected_gpus}: at least 1 (the alarm is for GPU nodes)")
+        if not cdk.Token.is_unresolved(expected_gpus):
+            if isinstance(expected_gpus, str):
+                raise ValueError(f"expected_gpus {expected_gpus!r}: a count, or a string token chosen at deploy")
+            if expected_gpus < 1:
+                raise ValueError(f"expected_gpus {expected_gpus}: at least 1 (the alarm is for GPU nodes)")
         ns = contract.NS_JOB
         self.condition = cw.MathExpression(
             expression=f"xid > 0 OR gpus < {expected_gpus}",
@@ -169,4 +173,4 @@ class CapacityShortAlarm(Construct):
                 "which error (quota, capacity or price), since when, what it tries next and what you can do. "
                 "A quota: `dl-launcher preflight` names the one and the number to ask for."))
         if topic is not None:
-            self.alarm.add_alarm_action(actions.SnsAction(topic))
+            self.alarm.add_alarm_action(actions.SnsAction(topic))  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541

@@ -3,7 +3,7 @@ type, the dashboard, the starved-GPU and node-health alarms, and the idle guard,
 topic."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, cast
 
 import aws_cdk as cdk
 import aws_cdk.aws_logs as logs
@@ -47,7 +47,9 @@ class ClusterObservability(Construct):
         self.notifications = None
         if topic is None:
             self.notifications = NotificationTopic(self, "Notifications", display_name="dl-launcher")
-            topic = self.notifications.topic
+            # A Topic is an ITopic, to jsii; its stub names some parameters differently, which hides
+            # that from a type checker (aws/jsii#4541).
+            topic = cast(sns.ITopic, self.notifications.topic)
         self.topic = topic
         facts = [t.facts for t in capacity.templates]
         pick = facts[0]
@@ -72,14 +74,14 @@ class ClusterObservability(Construct):
         self.dashboard = TrainingDashboard(self, "Dashboard", job=capacity.cluster, nodes=capacity.nodes, **shown,
                                            alarms=alarms if alarm_status else ())
         self.guard = None
+        job_logs = getattr(capacity, "job_logs", None)  # set by configure_job, if it ran
         if idle_guard and cuda:
             self.guard = IdleGuard(
                 self, "IdleGuard", cluster=capacity.cluster, spec=capacity.spec_json, state_bucket=capacity.state_bucket,
                 state_key=capacity.state_key, expected_gpus={f.instance_type: f.accelerator_count for f in facts},
                 topic=topic, log_group=log_group, checkpoints=checkpoints, checkpoint_prefix=checkpoint_prefix,
                 threshold_pct=idle_threshold, idle_minutes=idle_minutes, action=idle_action, interactive=interactive,
-                warning_minutes=idle_warning,
-                job_log_group=capacity.job_logs.log_group if getattr(capacity, "job_logs", None) is not None else None)
+                warning_minutes=idle_warning, job_log_group=job_logs.log_group if job_logs is not None else None)
         elif idle_guard:
             cdk.Annotations.of(self).add_warning_v2(
                 "dl-launcher:idle-guard-neuron", "the idle guard is off: it reads NVIDIA GPU utilisation, which "

@@ -102,11 +102,13 @@ class TrainingDashboard(Construct):
             cluster_hour_math = f"({num(nodes)} * {num(price_per_node_hour)})"
             hour_text, node_hour_text = "the cluster's price per hour", "the price per node-hour"
             price_math = num(price_per_node_hour)
+            about = f", about {num(price_per_node_hour)} USD per node-hour"
         else:
             cluster_hour = nodes * price_per_node_hour
             cluster_hour_math = f"{cluster_hour:.4f}"
             hour_text, node_hour_text = f"${cluster_hour:,.2f} per cluster-hour", f"${price_per_node_hour:,.2f}/node-hour"
             price_math = f"{price_per_node_hour:.4f}"
+            about = f", about ${cluster_hour:,.2f}/h"
         node_ns, job_ns = contract.NS_NODE, contract.NS_JOB
 
         def per_node(namespace: str, metric: str, stat: str) -> str:
@@ -115,8 +117,7 @@ class TrainingDashboard(Construct):
         how = [
             f"## {job}: {num(nodes)} x {instance_type}"
             + (f" ({num(gpus_per_node)} GPU{'s' if tokens or gpus_per_node != 1 else ''} each)" if gpu_metrics else "")
-            + ((f", about {num(price_per_node_hour)} USD per node-hour" if tokens else f", about ${cluster_hour:,.2f}/h")
-               if priced else ", no price on record"),
+            + (about if priced else ", no price on record"),
             "**How to read it.** Third row, left to right: GPU utilisation low while **disk reads or CPU iowait** "
             "are high: the GPUs wait on storage; stage the data set on the NVMe RAID at /scratch. Low while "
             "**CPU active** is near 100%: the data loader is short of workers or of vCPUs (more `num_workers`, a "
@@ -130,13 +131,13 @@ class TrainingDashboard(Construct):
         self.widgets: list[list[cw.IWidget]] = [[cw.TextWidget(markdown="\n\n".join(how), width=24, height=4)]]
 
         if gpu_metrics:
-            every_gpu = dict(with_dimension=contract.DIM_GPU)
+            every_gpu = contract.DIM_GPU
             self.widgets.append([
                 _graph("GPU utilisation, every GPU (%)",
-                       [_expression(search(node_ns, contract.M_GPU_UTIL, job, "Maximum", **every_gpu), "")],
+                       [_expression(search(node_ns, contract.M_GPU_UTIL, job, "Maximum", with_dimension=every_gpu), "")],
                        width=12, percent=True),
                 _graph("GPU memory used, every GPU (MiB)",
-                       [_expression(search(node_ns, contract.M_GPU_MEMORY, job, "Maximum", **every_gpu), "")],
+                       [_expression(search(node_ns, contract.M_GPU_MEMORY, job, "Maximum", with_dimension=every_gpu), "")],
                        width=12, unit_label="MiB"),
             ])
         loader: list[cw.IWidget] = []

@@ -20,7 +20,7 @@ from ..bundle import staged
 from ..controller import build_controller_code
 from ..fleet.handler import SPEC_ENV
 from ..fleet.idle_watch import GUARD_ENV, GuardSettings
-from ..nag import nag_arn
+from ..nag import nag_arn, resource_of
 from ..runtime import contract
 from ..runtime.layout import MANIFEST
 from ..validation import ConfigurationError
@@ -80,11 +80,15 @@ class IdleGuard(Construct):
                 config={"threshold_pct": threshold_pct, "idle_minutes": idle_minutes, "grace_minutes": grace_minutes})
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"IdleGuard: {e}") from None
-        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                             description=f"dl-launcher idle guard for {cluster}: its metrics, its nodes, its topic")
+        # As in the controller: pyright finds no IPrincipal, IRole, IFunction or IRuleTarget in these,
+        # whose jsii stubs name some parameters differently from the interfaces' (aws/jsii#4541).
+        self.role = iam.Role(
+            self, "Role", description=f"dl-launcher idle guard for {cluster}: its metrics, its nodes, its topic",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
         self.function = lambda_.Function(
             self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler=HANDLER,
-            code=lambda_.Code.from_asset(staged(build_controller_code)), role=self.role, log_group=log_group,
+            code=lambda_.Code.from_asset(staged(build_controller_code)), log_group=log_group,
+            role=self.role,  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
             timeout=TIMEOUT, memory_size=256,
             # A run may outlast the schedule (a slow final push): one at a time, never two stops at once.
             reserved_concurrent_executions=1,
@@ -92,10 +96,11 @@ class IdleGuard(Construct):
             environment={SPEC_ENV: spec if isinstance(spec, str) else stack.to_json_string(dict(spec)),
                          GUARD_ENV: stack.to_json_string(_settings_dict(settings))})
         # As for the controller: aws-cdk-lib's own DependsOn on the role, which cfn-lint flags.
-        self.function.node.default_child.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
+        resource_of(self.function).add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
         self.schedule = events.Rule(self, "Schedule", schedule=events.Schedule.rate(every),
                                     description=f"judge whether {cluster} is idle")
-        self.schedule.add_target(targets.LambdaFunction(self.function))
+        target = targets.LambdaFunction(self.function)  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
+        self.schedule.add_target(target)  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
         self._grant(cluster, state_bucket, state_key, checkpoints, checkpoint_prefix, topic, log_group, job_log_group)
 
     def _grant(self, cluster: str, state_bucket: s3.IBucket, state_key: str, checkpoints: Optional[s3.IBucket],
@@ -149,8 +154,11 @@ class IdleGuard(Construct):
             "AwsSolutions-IAM5[Action::kms:GenerateDataKey*]": (
                 "publishing to an encrypted topic needs a data key of the topic's one key (aws-cdk-lib's grant)"),
         }
-        if checkpoints is not None:
-            bucket_id = stack.get_logical_id(checkpoints.node.default_child)
+        # A bucket of this app's own, as cdk-nag names it; an imported one has no resource here to
+        # name (its wildcard is the deployer's to acknowledge, as cdk-nag then names it by its ARN).
+        bucket = checkpoints.node.default_child if checkpoints is not None else None
+        if isinstance(bucket, cdk.CfnResource):
+            bucket_id = stack.get_logical_id(bucket)
             findings[f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{prefix.rstrip('/')}/*/{MANIFEST}]"] = (
                 "one manifest per checkpoint step, whose names the job makes: only the manifests, never the weights")
         for finding, reason in findings.items():

@@ -24,16 +24,22 @@ class NotificationTopic(Construct):
         stack = cdk.Stack.of(self)
         self.key = kms.Key(self, "Key", enable_key_rotation=True, removal_policy=cdk.RemovalPolicy.DESTROY,
                            description=f"dl-launcher notifications of {stack.stack_name}")
+        # ServicePrincipal is an IPrincipal and Key an IKey, to jsii; their stubs name some parameters
+        # differently from the interfaces', so pyright sees neither (aws/jsii#4541).
+        cloudwatch: iam.IPrincipal = (
+            iam.ServicePrincipal("cloudwatch.amazonaws.com"))  # pyright: ignore[reportAssignmentType]  # jsii stub: aws/jsii#4541
         self.key.add_to_resource_policy(iam.PolicyStatement(
-            principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+            principals=[cloudwatch],
             actions=["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"],  # in a key policy, "*" is this key
             conditions={"StringEquals": {"aws:SourceAccount": stack.account}}))
-        self.topic = sns.Topic(self, "Topic", master_key=self.key, enforce_ssl=True, display_name=display_name or None)
+        self.topic = sns.Topic(self, "Topic", enforce_ssl=True, display_name=display_name or None,
+                               master_key=self.key)  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
 
     def allow_budgets(self) -> None:
         """Let AWS Budgets of this account publish here (the topic's policy and its key's)."""
         account = cdk.Stack.of(self).account
-        budgets = iam.ServicePrincipal("budgets.amazonaws.com")
+        budgets: iam.IPrincipal = (
+            iam.ServicePrincipal("budgets.amazonaws.com"))  # pyright: ignore[reportAssignmentType]  # jsii stub: aws/jsii#4541
         self.topic.add_to_resource_policy(iam.PolicyStatement(
             principals=[budgets], actions=["sns:Publish"], resources=[self.topic.topic_arn],
             conditions={"StringEquals": {"aws:SourceAccount": account}}))

@@ -81,6 +81,7 @@ class Checkpointer:
     # ---- where to resume ------------------------------------------------------------------------
     @property
     def resume_path(self) -> Optional[str]:
+        """The save to resume from, or None: under the supervisor the step the cluster agreed on, alone the newest."""
         path = os.environ.get("DL_RESUME_FROM")
         if path is None:
             path = contract.read_env("resume_env").get("DL_RESUME_FROM")
@@ -93,6 +94,7 @@ class Checkpointer:
 
     @property
     def resume_step(self) -> Optional[int]:
+        """The step resume_path holds, or None; training continues at this step + 1."""
         p = self.resume_path
         return step_of(os.path.basename(p)) if p else None
 

@@ -14,7 +14,7 @@ BUCKET = "dl-bench-results"
 TYPES = ("g6e.xlarge", "g5.xlarge", "g6.xlarge", "g4dn.xlarge", "g6.2xlarge", "g5.2xlarge", "g6e.2xlarge",
          "g4dn.2xlarge", "g5.4xlarge")
 
-# Written by hand the way the README documents the line, not by the code's own formatter.
+# Written by hand the way docs/measured-selection.md documents the line, not by the code's own formatter.
 GOOD_OUTPUT = """booting
 warm-up 1/2 done
 dl-bench samples_per_second=810.0 window=1 samples=8100 seconds=10.0 model=resnet50 precision=fp16

@@ -1,5 +1,5 @@
 """The whole loop through the real CDK CLI into moto_server: plan, deploy, each instance's own user
-data run here, collect, report, destroy (scripts/local_bench.py, as the README shows it)."""
+data run here, collect, report, destroy (scripts/local_bench.py, as docs/measured-selection.md shows it)."""
 from __future__ import annotations
 
 import os

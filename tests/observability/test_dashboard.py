@@ -328,7 +328,7 @@ def test_a_job_name_that_a_search_string_would_have_to_escape_is_refused(bad):
                           instance_type="g5.xlarge")
 
 
-# ---- the README's image ---------------------------------------------------------------------------
+# ---- the docs' image (docs/observability.md) ------------------------------------------------------
 def test_the_rendering_draws_one_titled_box_per_widget_of_the_body(synthesized, tmp_path):
     import matplotlib.image as mpimg
 

