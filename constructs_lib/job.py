@@ -25,9 +25,10 @@ from constructs import Construct
 from .bundle import acknowledge_asset_parameters
 from .code import CodeAsset
 from .runtime import contract
-from .job_rules import KMS_ARN, env_problem, image_problem, secret_problem, secret_resource
+from .job_rules import KMS_ARN, data_overlap, data_problem, env_problem, image_problem, secret_problem, secret_resource
 from .nag import resource_of
 from .runtime.jobdef import definition_bytes, ecr_registry
+from .runtime.staging import data_source
 from .validation import ConfigurationError
 
 class JobLogs(Construct):
@@ -96,6 +97,9 @@ class JobDefinition(Construct):
         Secrets Manager and SSM only).
       image [None]: run the command in this container image (ECR or a public registry) with every
         GPU, the EFA devices and the host network; not with setup (build it into the image).
+      data [()]: s3://bucket/prefix datasets, staged onto every node's scratch RAID at
+        DL_DATA_DIR/bucket/prefix before the first generation (runtime/staging.py); the node role
+        may read exactly those prefixes.
 
     Attributes: parameter (ssm.StringParameter), definition (s3_assets.Asset), sha256, code
     (CodeAsset or None), env_names, image.
@@ -106,7 +110,7 @@ class JobDefinition(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, cluster: str, command: Optional[str] = None,
                  code: Optional[str | CodeAsset] = None, setup: Optional[str] = None,
                  env: Optional[Mapping[str, str]] = None, secrets: Optional[Mapping[str, str]] = None,
-                 secrets_kms: Sequence[str] = (), image: Optional[str] = None) -> None:
+                 secrets_kms: Sequence[str] = (), image: Optional[str] = None, data: Sequence[str] = ()) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
         region = None if cdk.Token.is_unresolved(stack.region) else stack.region
@@ -131,17 +135,26 @@ class JobDefinition(Construct):
         if image and setup:
             raise ConfigurationError("image and setup together: a container starts fresh for every run, so setup "
                                      "would not last; build what setup does into the image")
+        for uri in data:
+            problem = data_problem(uri)
+            if problem:
+                raise ConfigurationError(f"data {uri!r}: {problem}")
+        self.data = tuple(data_source(u) for u in data)
+        overlap = data_overlap(list(self.data))
+        if overlap:
+            raise ConfigurationError(f"data: {overlap}")
         for label, text in (("command", command), ("setup", setup)):
             if text is not None and (cdk.Token.is_unresolved(text) or not text.strip()):
                 raise ConfigurationError(f"{label}: a bash script body known at synth (not empty, not a token)")
         self.code = code if isinstance(code, CodeAsset) or code is None else CodeAsset(self, "Code", path=code)
         self.cluster = cluster
         self.image, self.env_names, self.secrets, self.secrets_kms = image, sorted(env), secrets, tuple(secrets_kms)
-        data = definition_bytes(command=command, setup=setup, env=env, secrets=secrets, image=image,
+        body = definition_bytes(command=command, setup=setup, env=env, secrets=secrets, image=image,
                                 code=({"sha256": self.code.digest.sha256, "files": self.code.digest.files,
-                                       "bytes": self.code.digest.bytes} if self.code else None))
-        self.sha256 = hashlib.sha256(data).hexdigest()
-        self.definition = s3_assets.Asset(self, "Definition", path=_write_temp(data, "job.json"),
+                                       "bytes": self.code.digest.bytes} if self.code else None),
+                                data=[f"s3://{b}/{p}" for b, p in self.data])
+        self.sha256 = hashlib.sha256(body).hexdigest()
+        self.definition = s3_assets.Asset(self, "Definition", path=_write_temp(body, "job.json"),
                                           display_name="dl-launcher job definition")
         acknowledge_asset_parameters(self)
         self.revision = {"definition": self.definition.s3_object_url, "sha256": self.sha256,
@@ -158,6 +171,19 @@ class JobDefinition(Construct):
                 "DL_JOB_DEFINITION_URL": self.definition.s3_object_url, "DL_JOB_DEFINITION_SHA256": self.sha256,
                 **({"DL_JOB_CODE_URL": self.code.url} if self.code else {})}
 
+    def grant_read_data(self, grantee: iam.IGrantable) -> None:
+        """Read-only access to exactly the `data` prefixes (none without data)."""
+        if not self.data:
+            return
+        for statement in _data_grants(cdk.Stack.of(self), self.data):
+            grantee.grant_principal.add_to_principal_policy(statement)
+        if isinstance(grantee, Construct):
+            for bucket, prefix in self.data:
+                cdk.Validations.of(grantee).acknowledge(cdk.Acknowledgment(
+                    id=f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{bucket}/{prefix}*]",
+                    reason=f"s3:GetObject under the dataset prefix s3://{bucket}/{prefix} that the deployer named "
+                           "(-c data): every object under it is staged, nothing else in the bucket is readable"))
+
     def grant_run(self, grantee: iam.IGrantable) -> None:
         stack = cdk.Stack.of(self)
         # GetParameter alone (grant_read adds the parameter's history and DescribeParameters).
@@ -167,6 +193,7 @@ class JobDefinition(Construct):
             self.definition.bucket.arn_for_objects(self.definition.s3_object_key)])
         if self.code:
             self.code.grant_fetch(grantee)
+        self.grant_read_data(grantee)
         by_service: dict[str, list[str]] = {}
         for arn in self.secrets.values():
             by_service.setdefault(arn.split(":")[2], []).append(secret_resource(arn))
@@ -201,6 +228,20 @@ class JobDefinition(Construct):
         if isinstance(grantee, Construct):
             for rule, reason in acks:
                 cdk.Validations.of(grantee).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
+
+
+def _data_grants(stack: cdk.Stack, sources: Sequence[tuple[str, str]]) -> list[iam.PolicyStatement]:
+    """Read-only, exactly the prefixes: GetObject under each, ListBucket only with each prefix."""
+    by_bucket: dict[str, list[str]] = {}
+    for bucket, prefix in sources:
+        by_bucket.setdefault(bucket, []).append(prefix)
+    objects = [f"arn:{stack.partition}:s3:::{b}/{p}*" for b, ps in by_bucket.items() for p in ps]
+    out = [iam.PolicyStatement(actions=["s3:GetObject"], resources=objects)]
+    for bucket, prefixes in by_bucket.items():
+        out.append(iam.PolicyStatement(
+            actions=["s3:ListBucket"], resources=[f"arn:{stack.partition}:s3:::{bucket}"],
+            conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}} if all(prefixes) else None))
+    return out
 
 
 def _write_temp(data: bytes, name: str) -> str:

@@ -7,6 +7,7 @@ import re
 from typing import Optional
 
 from .runtime import contract
+from .runtime.staging import data_source
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _SECRET_ARN = re.compile(r"^arn:(?P<partition>aws[a-z-]*):(?P<service>secretsmanager|ssm):(?P<region>[a-z0-9-]+):"
@@ -56,3 +57,39 @@ def secret_resource(arn: str) -> str:
     if ":secretsmanager:" in arn and not re.search(r"-[A-Za-z0-9]{6}$", arn):
         return arn + "-??????"
     return arn
+
+
+# Bucket names as S3 takes them (general purpose buckets): 3-63 of a-z 0-9 . -, a letter or digit
+# at each end, no "..", not an IP address, none of the reserved prefixes and suffixes.
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z", re.ASCII)
+_BUCKET_RESERVED = (("xn--", "sthree-", "amzn-s3-demo-"), ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"))
+
+
+def data_problem(uri: str) -> Optional[str]:
+    """Why `uri` cannot be a dataset the nodes stage (s3://bucket/prefix), or None."""
+    if not uri.startswith("s3://"):
+        return "not an s3:// URI (e.g. s3://my-datasets/imagenet/train)"
+    bucket, prefix = data_source(uri)
+    if not _BUCKET.match(bucket) or ".." in bucket or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket) \
+            or bucket.startswith(_BUCKET_RESERVED[0]) or bucket.endswith(_BUCKET_RESERVED[1]):
+        closest = bucket.lower()
+        hint = f"; did you mean s3://{closest}/{prefix}" if closest != bucket and _BUCKET.match(closest) else ""
+        return (f"bucket {bucket!r} is not a name S3 takes (3-63 lower-case letters, digits, dots and hyphens, "
+                f"a letter or digit at each end){hint}")
+    if any(c in prefix for c in "*?[]{}"):
+        return "a wildcard in the prefix: name the prefix itself; everything under it is staged"
+    if any(part in (".", "..") for part in prefix.split("/")):
+        return "'.' or '..' in the prefix: name the prefix as S3 stores it"
+    if "//" in uri[len("s3://"):].rstrip("/") or any(ord(c) < 32 for c in prefix):
+        return "an empty path segment or a control character in the prefix"
+    return None
+
+
+def data_overlap(sources: list[tuple[str, str]]) -> Optional[str]:
+    """Why these (bucket, prefix) pairs cannot be staged together (one inside another would be
+    staged twice into two directories), or None."""
+    for i, (b, p) in enumerate(sources):
+        for b2, p2 in sources[i + 1:]:
+            if b == b2 and (p.startswith(p2) or p2.startswith(p)):
+                return f"s3://{b}/{p} and s3://{b2}/{p2} overlap: name each dataset once"
+    return None

@@ -31,6 +31,26 @@ echo "{name} $*" >> "$SIM_CALLS"
 """
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process under `pid`, from /proc's parent links."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 class SimNode:
     def __init__(self, root: Path, *, user_data: str, endpoint: str, instance_id: str, addr: str,
                  tags: Mapping[str, str], region: str = "us-east-1", extra_env: Optional[Mapping[str, str]] = None,
@@ -114,6 +134,14 @@ class SimNode:
         proc = self.procs.pop(unit, None)
         if proc is None:
             return
+        # A cgroup holds children that started sessions of their own (the transfer tool, setup),
+        # which a process-group kill would miss: collect the whole tree first.
+        tree = _descendants(proc.pid)
+        for pid in [proc.pid, *tree]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -28,6 +28,17 @@ if [ "$needs_checkov" = 1 ] && [ "$(cat .venv-checkov/.version 2>/dev/null)" != 
   .venv-checkov/bin/python -m pip install --quiet --disable-pip-version-check "checkov==$CHECKOV"
   echo "$CHECKOV" > .venv-checkov/.version
 fi
+# The AWS CLI the nodes stage data with (aws s3 sync): a venv of its own, so that the simulated
+# node's PATH, which holds .venv/bin, keeps "no AWS CLI" for the bootstrap's python fallback.
+AWSCLI=1.45.11
+if [ "$(cat .venv-awscli/.version 2>/dev/null)" != "$AWSCLI" ]; then
+  echo "==> installing the AWS CLI $AWSCLI into .venv-awscli"
+  rm -rf .venv-awscli
+  "${PYTHON:-python3}" -m venv .venv-awscli
+  # Not with constraints.txt: the CLI pins its own botocore, docutils and rsa.
+  .venv-awscli/bin/python -m pip install --quiet --disable-pip-version-check "awscli==$AWSCLI"
+  echo "$AWSCLI" > .venv-awscli/.version
+fi
 export PATH="$PWD/.venv/bin:$PWD/node_modules/.bin:$PATH"
 if [ "$files" = 1 ]; then
   exec .venv/bin/python -m pytest "$@"

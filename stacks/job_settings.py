@@ -10,6 +10,8 @@
 - `secrets`: NAME=ARN,... of Secrets Manager secrets or SSM (SecureString) parameters in the
   deployment's region, read on the node at each run.
 - `secrets_kms`: KMS key ARNs that encrypt those secrets, comma-separated.
+- `data`: s3://bucket/prefix[,s3://...]: datasets staged onto every node's scratch RAID before the
+  first generation (constructs_lib/runtime/staging.py); the node role may read exactly those.
 
 Every mistake is one line (UserError); several mistakes in one `env` or `secrets` value are
 listed in that one line.
@@ -22,16 +24,18 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from constructs_lib.codescan import scan
-from constructs_lib.job_rules import KMS_ARN, env_problem, image_problem, secret_problem
+from constructs_lib.job_rules import KMS_ARN, data_overlap, data_problem, env_problem, image_problem, secret_problem
+from constructs_lib.runtime.staging import data_source
 from selector.errors import UserError
 
-KEYS = ("code", "image", "setup", "setup_file", "env", "secrets", "secrets_kms")
+KEYS = ("code", "image", "setup", "setup_file", "env", "secrets", "secrets_kms", "data")
 PATH_KEYS = ("code", "setup_file")
 LONG_KEYS = ("env", "secrets", "secrets_kms", "setup")  # may be long and hold any printable text (env, setup)
 EXAMPLES = {"code": "examples/train_project", "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:v1",
             "setup": "pip install -r requirements.txt", "setup_file": "setup.sh", "env": "EPOCHS=10,LR=3e-4",
             "secrets": "HF_TOKEN=arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token-AbCdEf",
-            "secrets_kms": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"}
+            "secrets_kms": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+            "data": "s3://my-datasets/imagenet/train"}
 SETUP_LIMIT = 64 * 1024  # the setup text ships in the job definition (an S3 asset), not in user data
 VALUE_LIMIT = 4096       # one env value
 _SPLIT = re.compile(r"(?<!\\),(?=[^,=\s]+=)")
@@ -45,10 +49,11 @@ class JobSettings:
     env: tuple[tuple[str, str], ...] = ()
     secrets: tuple[tuple[str, str], ...] = ()
     secrets_kms: tuple[str, ...] = ()
+    data: tuple[str, ...] = ()
 
     @property
     def any(self) -> bool:
-        return bool(self.code or self.image or self.setup or self.env or self.secrets)
+        return bool(self.code or self.image or self.setup or self.env or self.secrets or self.data)
 
 
 def _pairs(key: str, text: str, split: Callable[[str], list[str]]) -> list[tuple[str, str]]:
@@ -92,8 +97,28 @@ def _setup(ctx: Mapping[str, Any], read_script: Callable[[str, str, int], str]) 
     return None
 
 
+def _data(ctx: Mapping[str, Any], job: str) -> tuple[str, ...]:
+    uris = [u.strip() for u in ctx["data"].split(",") if u.strip()] if "data" in ctx else []
+    if "data" in ctx and not uris:
+        raise UserError(f"context data is empty: name one or more s3:// prefixes, e.g. data={EXAMPLES['data']}")
+    for uri in uris:
+        problem = data_problem(uri)
+        if problem:
+            raise UserError(f"context data={uri}: {problem}")
+        bucket, prefix = data_source(uri)
+        # The stack's own checkpoint bucket (CloudFormation names it dl-JOB-checkpoints...): its
+        # nodes already write there, and staging it would mirror checkpoints into the data.
+        if bucket.startswith(f"dl-{job}-checkpoints"):
+            raise UserError(f"context data={uri}: that is this job's own checkpoint bucket; stage the dataset from "
+                            "a bucket of its own (the checkpoints are restored to the nodes already)")
+    overlap = data_overlap([data_source(u) for u in uris])
+    if overlap:
+        raise UserError(f"context data: {overlap}")
+    return tuple(uris)
+
+
 def job_from_context(ctx: Mapping[str, Any], region: str,
-                     read_script: Callable[[str, str, int], str]) -> JobSettings:
+                     read_script: Callable[[str, str, int], str], job: str = "") -> JobSettings:
     """The job keys of `ctx`, each checked (types and text were checked by the caller)."""
     code = None
     if "code" in ctx:
@@ -126,4 +151,5 @@ def job_from_context(ctx: Mapping[str, Any], region: str,
         raise UserError(f"context secrets_kms: {bad[0]!r} is not a KMS key ARN; e.g. secrets_kms={EXAMPLES['secrets_kms']}")
     if kms and not secrets:
         raise UserError("context secrets_kms names keys but secrets names no secret: pass secrets=NAME=ARN with it")
-    return JobSettings(code=code, image=image, setup=setup, env=tuple(env), secrets=tuple(secrets), secrets_kms=kms)
+    return JobSettings(code=code, image=image, setup=setup, env=tuple(env), secrets=tuple(secrets), secrets_kms=kms,
+                       data=_data(ctx, job))

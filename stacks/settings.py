@@ -550,6 +550,6 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                     max_price=max_price, local=_bool("local", ctx.get("local", False)),
                     market=market, interchange=interchange, capacity_reservation=reservation,
                     observability=observability_from_context(ctx, profile, region, has_command=bool(command)),
-                    job_settings=job_from_context(ctx, region, read_script), region_source=region_source,
+                    job_settings=job_from_context(ctx, region, read_script, job), region_source=region_source,
                     preflight=_bool("preflight", ctx.get("preflight", True)),
                     budget=_int("budget", ctx["budget"], *BUDGET) if "budget" in ctx else None)

@@ -57,7 +57,8 @@ class TrainingStack(cdk.Stack):
             # (a redeploy reaches running nodes at their next generation), the output to a log group.
             self.job_definition = JobDefinition(
                 self, "Job", cluster=cluster_id, command=settings.command or None, code=job.code, setup=job.setup,
-                env=dict(job.env), secrets=dict(job.secrets), secrets_kms=job.secrets_kms, image=job.image)
+                env=dict(job.env), secrets=dict(job.secrets), secrets_kms=job.secrets_kms, image=job.image,
+                data=job.data)
         if self.job_definition is not None or (obs.enabled and obs.interactive):
             # An interactive cluster has no command, but the guard's warnings go where users read.
             self.job_logs = JobLogs(self, "JobLogs", cluster=cluster_id)

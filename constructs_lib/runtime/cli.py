@@ -213,9 +213,10 @@ def _push(a: argparse.Namespace, store, local_dir: str) -> int:
 def _job(store, local_dir: str) -> int:
     import boto3
 
+    from .agent import write_health
     from .cluster import ClusterState, Liveness
     from .config import node_identity
-    from .supervisor import Supervisor, SupervisorConfig
+    from .supervisor import Supervisor, SupervisorConfig, set_phase
 
     me = node_identity()
     cfg = SupervisorConfig.from_env(cluster=me.cluster, nodes=me.nodes, nproc_per_node=me.nproc_per_node,
@@ -231,7 +232,8 @@ def _job(store, local_dir: str) -> int:
     ec2 = boto3.client("ec2", region_name=me.region, config=Config(retries=retries("standard", 3)))
     joblog = JobLog()
     log = joblog.supervisor()
-    job = NodeJob(log=log, region=me.region, cluster=me.cluster, retry_base=cfg.retry_base)
+    job = NodeJob(log=log, region=me.region, cluster=me.cluster, retry_base=cfg.retry_base, on_phase=set_phase,
+                  health=write_health)
     cluster = ClusterState(store)
     liveness = Liveness(ec2, cluster, me=cfg.node, stale=3 * cfg.liveness_poll, log=log)
     return Supervisor(cfg, store, cluster, liveness, local_dir=local_dir, log=log, job=job, joblog=joblog).run()

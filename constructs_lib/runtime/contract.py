@@ -59,7 +59,7 @@ M_DISK_READ = "diskio_read_bytes"               # bytes per collection interval,
 # The monitor's (one value a minute per node).
 M_SAMPLES = "SamplesPerSecond"   # mean of the dl-bench lines the job printed on this node that minute
 M_TRAINING = "TrainingRunning"   # 1 while the training command runs on this node, else 0
-M_RESTORING = "Restoring"        # 1 while the supervisor restores a checkpoint, else 0
+M_RESTORING = "Restoring"        # 1 while the supervisor restores a checkpoint or stages data, else 0
 M_GPUS = "GpusVisible"           # GPUs the driver lists (compare with the catalog's count)
 M_XID = "XidErrors"              # hardware XID errors the kernel logged this minute
 # What an interactive cluster's idle guard counts as someone at work (fleet/idle_guard.py):
@@ -138,6 +138,13 @@ def log_dir() -> str:
     return _dir("DL_LOG_DIR")
 
 
+def data_dir() -> str:
+    """Where -c data=s3://BUCKET/PREFIX is staged: data_dir()/BUCKET/PREFIX, a mirror of the prefix
+    on the scratch RAID (what the job writes there is removed at the next staging). The job sees
+    it as DL_DATA_DIR."""
+    return os.environ.get("DL_DATA_DIR") or os.path.join(scratch_dir(), "data")
+
+
 def code_dir() -> str:
     """Where each code revision is unpacked, one directory per tree digest (scratch: rebuilt every boot)."""
     return os.path.join(scratch_dir(), "code")
@@ -178,8 +185,9 @@ FILES = {
     # Job definitions fetched this boot (by their sha256), and setup runs done this boot (by key).
     "definitions_dir": ("DL_RUN_DIR", "definitions"),
     "setup_dir": ("DL_RUN_DIR", "setup.d"),
+    "staging_dir": ("DL_RUN_DIR", "staging"),         # the transfer tool's configuration
 }
-PHASES = ("restoring", "training", "between")
+PHASES = ("staging", "restoring", "training", "between")
 
 
 def path(name: str) -> str:

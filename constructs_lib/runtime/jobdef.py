@@ -33,7 +33,7 @@ import time
 import zipfile
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 from . import contract
 from .codetree import UnsafeArchive, digest_tree, unpack
@@ -59,11 +59,14 @@ class JobError(Exception):
 # ---- what the constructs write at synth ---------------------------------------------------------
 def definition_bytes(*, command: Optional[str], setup: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
                      secrets: Optional[Mapping[str, str]] = None, image: Optional[str] = None,
-                     code: Optional[Mapping[str, object]] = None) -> bytes:
+                     code: Optional[Mapping[str, object]] = None, data: Sequence[str] = ()) -> bytes:
     """The definition file, canonical (sorted keys, no spaces): equal jobs give equal bytes, so
-    an unchanged job keeps its asset hash and its revision."""
-    body = {"format": DEFINITION_FORMAT, "command": command, "setup": setup, "env": dict(env or {}),
-            "secrets": dict(secrets or {}), "image": image, "code": dict(code) if code else None}
+    an unchanged job keeps its asset hash and its revision (a job without data has no data key,
+    as before there was one)."""
+    body: dict[str, object] = {"format": DEFINITION_FORMAT, "command": command, "setup": setup, "env": dict(env or {}),
+                               "secrets": dict(secrets or {}), "image": image, "code": dict(code) if code else None}
+    if data:
+        body["data"] = list(data)
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -109,6 +112,7 @@ class Definition:
     secrets: dict[str, str]
     image: Optional[str]
     code: Optional[dict]
+    data: tuple[str, ...] = ()  # s3://bucket/prefix/ URIs staged onto scratch before the first generation
 
     @classmethod
     def parse(cls, data: bytes, sha256: str) -> "Definition":
@@ -136,7 +140,11 @@ class Definition:
         if code is not None and not (isinstance(code, dict) and isinstance(code.get("sha256"), str)
                                      and _SHA.match(code["sha256"])):
             raise JobError("the job definition's code has no sha256", final=True)
-        return cls(sha256, text("command"), text("setup"), mapping("env"), mapping("secrets"), text("image"), code)
+        data = d.get("data") or []
+        if not isinstance(data, list) or not all(isinstance(u, str) and u.startswith("s3://") for u in data):
+            raise JobError("the job definition's data is not a list of s3:// URIs", final=True)
+        return cls(sha256, text("command"), text("setup"), mapping("env"), mapping("secrets"), text("image"), code,
+                   tuple(data))
 
 
 # ---- S3 -----------------------------------------------------------------------------------------
@@ -229,6 +237,10 @@ class NodeJob:
     retry_base: float = 1.0
     _definitions: dict = field(default_factory=dict)
     prepared: Optional[Prepared] = None
+    # What the supervisor is doing (its phase file) and each component's health; no-ops in tests
+    # that exercise the job alone.
+    on_phase: Callable[[str], None] = lambda phase: None
+    health: Callable[[str, str, str], None] = lambda component, level, message: None
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -338,7 +350,7 @@ class NodeJob:
 
     def environment(self, d: Definition, secrets: Mapping[str, str], workdir: str) -> dict[str, str]:
         """What the deployer's setup and command see beyond the unit's environment."""
-        return {**d.env, **secrets, "DL_WORK_DIR": workdir}
+        return {**d.env, **secrets, "DL_WORK_DIR": workdir, "DL_DATA_DIR": contract.data_dir()}
 
     def setup_key(self, d: Definition) -> str:
         code = d.code["sha256"] if d.code else ""
@@ -396,11 +408,28 @@ class NodeJob:
         if r.returncode != 0:
             raise JobError(f"docker login to {host} failed: {(r.stderr or r.stdout).strip()[-300:]}")
 
+    def stage(self, d: Definition, emit: Log) -> None:
+        """The definition's datasets onto scratch (staging.py): a mirror each time, so a restart
+        fetches only what is missing. Not fitting, or not being allowed to read them, is final."""
+        from .staging import StagingError, data_source, stage
+
+        self.on_phase("staging")
+        try:
+            stage([data_source(u) for u in d.data], s3=self.client("s3", region_name=self.region), emit=emit,
+                  run=stream, region=self.region, health=lambda level, message: self.health("staging", level, message))
+        except StagingError as e:
+            self.health("staging", "failed" if e.final else "degraded", str(e))
+            raise JobError(f"staging the data: {e}", final=e.final) from None
+        finally:
+            self.on_phase("between")
+
     def prepare(self, rev: Revision, emit: Log) -> Prepared:
-        """Everything before a run of `rev`: definition, code, image, setup (each skipped when done)."""
+        """Everything before a run of `rev`: definition, code, image, data, setup (each skipped when done)."""
         d = self.definition(rev)
         workdir = self.checkout(rev, d)
         self.pull(d, emit)
+        if d.data:  # before setup, which may read it
+            self.stage(d, emit)
         if d.setup and not os.path.exists(os.path.join(contract.path("setup_dir"), self.setup_key(d))):
             env = {**os.environ, **self.environment(d, self.secrets(d), workdir)}
             self.run_setup(d, workdir, env, emit)

@@ -205,7 +205,8 @@ def gpu_processes(command: str) -> Optional[int]:
 
 
 def phase() -> tuple[bool, bool]:
-    """(training running, restoring) from the supervisor's phase file."""
+    """(training running, loading) from the supervisor's phase file; loading is restoring a
+    checkpoint or staging data, both work the idle guard must not stop."""
     try:
         with open(contract.path("phase")) as f:
             p = json.load(f)
@@ -221,7 +222,7 @@ def phase() -> tuple[bool, bool]:
             alive = False
         except PermissionError:
             alive = True
-    return alive, p.get("phase") == "restoring"
+    return alive, p.get("phase") in ("restoring", "staging")
 
 
 def broken(expected: int, listed: Optional[int], xids: list[tuple[int, str, bool]]) -> Optional[str]:

@@ -1,4 +1,4 @@
-"""Bad job settings (code, image, setup, env, secrets): exit 2, one line that says what was
+"""Bad job settings (code, image, setup, env, secrets, data): exit 2, one line that says what was
 wrong and what to do instead, nothing synthesized."""
 from __future__ import annotations
 
@@ -55,6 +55,18 @@ ROWS = [
     ({"setup_file": "{tmp}/missing.sh"}, "context setup_file='{tmp}/missing.sh': no such file"),
     ({"setup_file": "{tmp}/empty.sh"}, "is empty: expected the script the nodes run"),
     ({"code": "{tmp}/proj", "coed": "x"}, "unknown context key 'coed'; closest: code"),
+    # ---- data (issue 23) -------------------------------------------------------------------------
+    ({"data": "/mnt/datasets/imagenet"}, "context data=/mnt/datasets/imagenet: not an s3:// URI"),
+    ({"data": "https://my-data.s3.amazonaws.com/train"}, "not an s3:// URI (e.g. s3://my-datasets/imagenet/train)"),
+    ({"data": "s3://My_Data/train"}, "bucket 'My_Data' is not a name S3 takes"),
+    ({"data": "s3://My-Data/train"}, "did you mean s3://my-data/train/"),
+    ({"data": "s3://ab/train"}, "bucket 'ab' is not a name S3 takes"),
+    ({"data": "s3://192.168.0.1/train"}, "is not a name S3 takes"),
+    ({"data": "s3://my-data/train/*.tar"}, "a wildcard in the prefix: name the prefix itself"),
+    ({"data": "s3://my-data/train/../val"}, "'.' or '..' in the prefix"),
+    ({"data": "s3://my-data/train,s3://my-data/train/part1"}, "s3://my-data/train/ and s3://my-data/train/part1/ overlap"),
+    ({"data": " , "}, "context data is empty: name one or more s3:// prefixes"),
+    ({"data": "s3://dl-dev-prototyping-checkpointsbucket6ba0c50d-1x2y3z4w/jobs/dev-prototyping"}, "that is this job's own checkpoint bucket"),
 ]
 
 

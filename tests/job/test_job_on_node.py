@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import boto3
-import pytest
 
 from constructs_lib.runtime import contract
 from tests.job.deployed import REGION, deploy
@@ -56,24 +55,6 @@ def _project(root: Path) -> dict[str, bytes]:
     (root / ".dlignore").write_text("# data comes from S3\ndata/\n")
     ships[".dlignore"] = (root / ".dlignore").read_bytes()
     return ships
-
-
-@pytest.fixture
-def moto_endpoint():
-    """A moto of its own per test: each deploys the same job name."""
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    import urllib.request
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10).read()
-    yield endpoint
-    server.stop()
 
 
 def _wait(path: Path, node, unit: str, timeout: float = 120) -> None:

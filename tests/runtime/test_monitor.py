@@ -123,6 +123,8 @@ def test_phases_restoring_and_a_dead_training_pid(node, tmp_path):
     m = monitor_for(node, tmp_path)
     set_phase("restoring")
     assert m.tick()["restoring"] is True
+    set_phase("staging")  # the job's data onto scratch: work too, which the idle guard must not stop
+    assert m.tick()["restoring"] is True
     dead = subprocess.Popen(["true"])
     dead.wait()
     set_phase("training", dead.pid)

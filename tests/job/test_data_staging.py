@@ -1,0 +1,157 @@
+"""Issue 23, data staging: `-c data=s3://...` is staged onto the node's scratch by the real AWS CLI
+(`aws s3 sync`, from .venv-awscli, as the DLAMI's CLI v2 runs it) from moto_server, before the
+job's first generation; a kill mid-staging is resumed without fetching finished objects again;
+the node role may read exactly the prefixes; a dataset that cannot fit fails before a byte moves."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import aws_cdk as cdk
+import boto3
+import pytest
+from aws_cdk.assertions import Template
+
+from constructs_lib import JobDefinition
+from constructs_lib.runtime import contract, staging
+from tests.job.deployed import REGION, deploy
+from tests.job.test_job_on_node import FAST
+
+ROOT = Path(__file__).resolve().parents[2]
+AWS_BIN = ROOT / ".venv-awscli" / "bin"
+BUCKET, PREFIX = "team-datasets", "imagenet/train/"
+# The command as a user writes it: what it found in DL_DATA_DIR when it started.
+COMMAND = """cd "$DL_DATA_DIR/team-datasets/imagenet/train"
+find . -type f | sort > "$SIM_OUT/seen"
+touch "$SIM_OUT/started"
+"""
+
+pytestmark = pytest.mark.skipif(not (AWS_BIN / "aws").exists(), reason="scripts/test.sh installs .venv-awscli")
+
+
+def _dataset(endpoint: str, objects: int = 40, size: int = 4 * 2**20) -> dict[str, str]:
+    """{path under the prefix: sha256}; one object outside the prefix, which must not be staged."""
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name=REGION)
+    s3.create_bucket(Bucket=BUCKET)
+    want = {}
+    for i in range(objects):
+        body = os.urandom(size)
+        s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}shard-{i:04d}.tar", Body=body)
+        want[f"shard-{i:04d}.tar"] = hashlib.sha256(body).hexdigest()
+    s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}labels/classes.json", Body=b'{"n": 1000}')
+    want["labels/classes.json"] = hashlib.sha256(b'{"n": 1000}').hexdigest()
+    s3.put_object(Bucket=BUCKET, Key="imagenet/val/shard-0000.tar", Body=b"validation")
+    return want
+
+
+def _files(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_booted_node_stages_the_prefix_resumes_after_a_kill_and_starts_the_job_after(tmp_path, moto_endpoint,
+                                                                                        monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    want = _dataset(moto_endpoint)
+    sim_out = tmp_path / "out"
+    sim_out.mkdir()
+    (tmp_path / "command.sh").write_text(COMMAND)
+    d = deploy({"profile": "single-gpu-training", "job": "own", "command_file": str(tmp_path / "command.sh"),
+                "data": f"s3://{BUCKET}/imagenet/train", "env": f"SIM_OUT={sim_out}"}, tmp_path / "cdk.out",
+               moto_endpoint)
+    node = d.node(tmp_path / "node", extra_env=FAST, path_prefix=[str(AWS_BIN)])
+    try:
+        boot = node.boot()
+        assert boot.returncode == 0, boot.stdout[-3000:] + boot.stderr[-3000:]
+        dest = node.dirs["DL_SCRATCH"] / "data" / BUCKET / "imagenet" / "train"
+
+        # Killed (as systemd restarts a unit) once a few objects are in: the transfer tool with it.
+        node.start("dl-job.service")
+        end = time.monotonic() + 120
+        while time.monotonic() < end and len([p for p in dest.glob("shard-*.tar")]) < 3:
+            time.sleep(0.02)
+        node.kill("dl-job.service")
+        done = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in dest.glob("shard-*.tar")}
+        assert 3 <= len(done) < 40, f"{len(done)} objects staged at the kill: the test needs a kill mid-staging"
+        assert not (sim_out / "started").exists(), "the job started before its data was staged"
+        time.sleep(1)  # a transfer that outlived its unit would still be writing
+        assert {p.name for p in dest.glob("shard-*.tar")} == set(done)
+
+        node.start("dl-job.service")
+        assert node.wait("dl-job.service", timeout=180) == contract.EXIT_FINISHED, node.unit_log("dl-job.service")[-4000:]
+        # Byte for byte, nothing outside the prefix, no partial files left; the job saw all of it.
+        assert _files(dest) == want
+        assert not (node.dirs["DL_SCRATCH"] / "data" / BUCKET / "imagenet" / "val").exists()
+        seen = (sim_out / "seen").read_text().split()
+        assert sorted(s[2:] for s in seen) == sorted(want)
+        # Objects finished before the kill were not fetched again (a new download is a new file).
+        again = {name: (dest / name).stat() for name in done}
+        assert {n: (s.st_ino, s.st_mtime_ns) for n, s in again.items()} == done
+        health = (node.dirs["DL_RUN_DIR"] / "health.d" / "staging").read_text()
+        assert health.startswith("ok staged 1 dataset(s)"), health
+        log = node.unit_log("dl-job.service")
+        assert f"staging s3://{BUCKET}/{PREFIX}:" in log and "objects" in log and "MiB/s" in log, log[-3000:]
+    finally:
+        node.stop()
+
+
+def test_a_dataset_larger_than_scratch_fails_before_a_byte_moves(tmp_path, moto_endpoint, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    monkeypatch.setenv("DL_SCRATCH", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    _dataset(moto_endpoint, objects=3, size=2**20)
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name=REGION)
+    real = staging.shutil.disk_usage(tmp_path)
+    # A scratch volume with 2 MiB free: the dataset (3 MiB and a bit) cannot fit.
+    monkeypatch.setattr(staging.shutil, "disk_usage", lambda p: real._replace(free=2 * 2**20))
+    ran = []
+    with pytest.raises(staging.StagingError) as e:
+        staging.stage([(BUCKET, PREFIX)], s3=s3, emit=print, run=lambda *a, **k: ran.append(a) or (0, []))
+    assert e.value.final and not ran
+    assert f"the data is 3.0 MiB (3.0 MiB still to fetch); {tmp_path / 'scratch'} has 2.0 MiB free of" in str(e.value)
+    assert "Fix: stage a smaller prefix, pick a type with more NVMe" in str(e.value)
+    assert not (tmp_path / "scratch" / "data").exists()
+
+
+def test_an_empty_or_unreadable_prefix_is_final_with_the_prefix_named(tmp_path, moto_endpoint):
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name=REGION)
+    s3.create_bucket(Bucket=BUCKET)
+    with pytest.raises(staging.StagingError, match=r"s3://team-datasets/nothing/ holds no objects") as e:
+        staging.plan([(BUCKET, "nothing/")], s3)
+    assert e.value.final
+    with pytest.raises(staging.StagingError, match=r"s3://no-such-bucket-here/x/: NoSuchBucket") as e:
+        staging.plan([("no-such-bucket-here", "x/")], s3)
+    assert e.value.final
+
+
+def test_progress_lines_count_objects_and_bytes_of_the_sync_output():
+    ds = staging.Dataset("s3://b/p/", "b", "p/", "/d", {"a": 3 * 2**30, "b/c": 2**30})
+    lines: list[str] = []
+    clock = iter([0.0, 5.0, 20.0, 20.0, 30.0, 30.0]).__next__
+    prog = staging.Progress(ds, ds.sizes, lines.append, every=15.0, clock=clock)
+    prog.line("download: s3://b/p/b/c to /d/b/c")          # at 5 s: no line yet
+    prog.line("download: s3://b/p/a to /d/a")              # at 20 s: one line
+    prog.line("delete: /d/a.1a2B3c4D")
+    assert lines == ["staging s3://b/p/: 2 of 2 objects, 4.00 of 4.00 GiB, 205 MiB/s"]
+    assert prog.say(final=True).endswith("done in 30 s")
+
+
+def test_the_node_role_reads_exactly_the_prefixes():
+    stack = cdk.Stack(cdk.App(), "S", env=cdk.Environment(region="us-east-1"))
+    import aws_cdk.aws_iam as iam
+    role = iam.Role(stack, "Node", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))
+    job = JobDefinition(stack, "Job", cluster="c", command="python train.py",
+                        data=["s3://team-datasets/imagenet/train", "s3://team-datasets/imagenet/labels/", "s3://other-bucket"])
+    job.grant_run(role)
+    (policy,) = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
+    text = json.dumps(stack.resolve(policy["Properties"]["PolicyDocument"]["Statement"]))
+    assert '"s3:GetObject", "Effect": "Allow", "Resource": [{"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ' \
+           '":s3:::team-datasets/imagenet/train/*"]]}' in text
+    assert ":s3:::team-datasets/imagenet/labels/*" in text and ":s3:::other-bucket/*" in text
+    # Listing is held to the prefixes; the whole-bucket dataset lists its whole bucket.
+    assert '"StringLike": {"s3:prefix": ["imagenet/train/*", "imagenet/labels/*"]}' in text
+    assert text.count('"s3:ListBucket"') == 2
+    assert "s3:PutObject" not in text and "s3:DeleteObject" not in text and "s3:*" not in text
