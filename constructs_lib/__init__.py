@@ -24,6 +24,7 @@ _EXPORTS = {
     "JobDefinition": ".job",
     "JobLogs": ".job",
     "CodeAsset": ".code",
+    "LustreData": ".fsx",
     "ConfigurationError": ".validation",
     "ClusterObservability": ".observability.cluster",
     "IdleGuard": ".observability.guard",
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and IDEs (nothing is impo
     from .code import CodeAsset as CodeAsset
     from .controller import CapacityController as CapacityController
     from .efa import EfaNetworking as EfaNetworking, efa_interfaces as efa_interfaces
+    from .fsx import LustreData as LustreData
     from .identity import NodeIdentity as NodeIdentity
     from .job import JobDefinition as JobDefinition, JobLogs as JobLogs
     from .launch_template import GpuLaunchTemplate as GpuLaunchTemplate

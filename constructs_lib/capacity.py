@@ -29,6 +29,7 @@ from .validation import ConfigurationError
 
 if TYPE_CHECKING:
     from .checkpoints import CheckpointBucket
+    from .fsx import LustreData
     from .job import JobDefinition, JobLogs
 
 MARKETS = ("spot", "on-demand", "capacity-block")
@@ -227,6 +228,13 @@ class ClusterCapacity(Construct):
         for t in self.templates:
             t.enable_monitoring(job=self.cluster, grant=t is self.primary, agent_config=self.agent_config)
         return self.agent_config
+
+    def enable_data_file_system(self, lustre: "LustreData") -> None:
+        """Every node mounts `lustre` (constructs_lib.fsx) at DL_DATA_DIR before setup; Lustre's
+        ports open between the nodes and the file system, nothing else."""
+        lustre.allow_from(self.security_group)
+        for t in self.templates:
+            t.bootstrap.set_env(**lustre.node_env())
 
     def enable_checkpoints(self, bucket: "CheckpointBucket", prefix: str) -> None:
         """Checkpoints in `bucket` under `prefix` on every node type (see GpuLaunchTemplate)."""

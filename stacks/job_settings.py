@@ -12,6 +12,9 @@
 - `secrets_kms`: KMS key ARNs that encrypt those secrets, comma-separated.
 - `data`: s3://bucket/prefix[,s3://...]: datasets staged onto every node's scratch RAID before the
   first generation (constructs_lib/runtime/staging.py); the node role may read exactly those.
+- `data_mode`: `stage` (the default) or `fsx`: an FSx for Lustre file system linked to the same
+  prefixes, mounted at the same path (constructs_lib/fsx.py); `fsx_gib` (1200, 2400 or a multiple
+  of 2400) and `fsx_throughput` (125, 250, 500 or 1000 MB/s per TiB) size it.
 
 Every mistake is one line (UserError); several mistakes in one `env` or `secrets` value are
 listed in that one line.
@@ -28,14 +31,16 @@ from constructs_lib.job_rules import KMS_ARN, data_overlap, data_problem, env_pr
 from constructs_lib.runtime.staging import data_source
 from selector.errors import UserError
 
-KEYS = ("code", "image", "setup", "setup_file", "env", "secrets", "secrets_kms", "data")
+KEYS = ("code", "image", "setup", "setup_file", "env", "secrets", "secrets_kms", "data", "data_mode", "fsx_gib",
+        "fsx_throughput")
+DATA_MODES = ("stage", "fsx")
 PATH_KEYS = ("code", "setup_file")
 LONG_KEYS = ("env", "secrets", "secrets_kms", "setup")  # may be long and hold any printable text (env, setup)
 EXAMPLES = {"code": "examples/train_project", "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:v1",
             "setup": "pip install -r requirements.txt", "setup_file": "setup.sh", "env": "EPOCHS=10,LR=3e-4",
             "secrets": "HF_TOKEN=arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token-AbCdEf",
             "secrets_kms": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
-            "data": "s3://my-datasets/imagenet/train"}
+            "data": "s3://my-datasets/imagenet/train", "data_mode": "fsx", "fsx_gib": "2400", "fsx_throughput": "250"}
 SETUP_LIMIT = 64 * 1024  # the setup text ships in the job definition (an S3 asset), not in user data
 VALUE_LIMIT = 4096       # one env value
 _SPLIT = re.compile(r"(?<!\\),(?=[^,=\s]+=)")
@@ -50,6 +55,9 @@ class JobSettings:
     secrets: tuple[tuple[str, str], ...] = ()
     secrets_kms: tuple[str, ...] = ()
     data: tuple[str, ...] = ()
+    data_mode: str = "stage"
+    fsx_gib: int = 1200
+    fsx_throughput: int = 125
 
     @property
     def any(self) -> bool:
@@ -117,6 +125,41 @@ def _data(ctx: Mapping[str, Any], job: str) -> tuple[str, ...]:
     return tuple(uris)
 
 
+def _data_mode(ctx: Mapping[str, Any], data: tuple[str, ...]) -> tuple[str, int, int]:
+    from difflib import get_close_matches
+
+    from constructs_lib.fsx import MAX_ASSOCIATIONS, MIN_GIB, THROUGHPUTS, capacity_problem
+
+    mode = ctx.get("data_mode", "stage").strip()
+    if mode not in DATA_MODES:
+        near = get_close_matches(mode.lower(), DATA_MODES, n=1)
+        raise UserError(f"context data_mode={mode}: allowed {', '.join(DATA_MODES)}" + (f"; closest: {near[0]}" if near else ""))
+    if mode == "fsx" and not data:
+        raise UserError("context data_mode=fsx needs data=s3://bucket/prefix: the prefixes the file system links")
+    fsx_keys = [k for k in ("fsx_gib", "fsx_throughput") if k in ctx]
+    if fsx_keys and mode != "fsx":
+        raise UserError(f"context {fsx_keys[0]} sizes an FSx file system: pass data_mode=fsx with it")
+    if mode == "fsx" and len(data) > MAX_ASSOCIATIONS:
+        raise UserError(f"context data names {len(data)} prefixes; an FSx for Lustre file system links at most "
+                        f"{MAX_ASSOCIATIONS}: name a common parent prefix")
+
+    def number(key: str, default: int) -> int:
+        text = str(ctx.get(key, default)).strip()
+        if not text.isdigit():
+            raise UserError(f"context {key}={text}: a whole number, e.g. {key}={EXAMPLES[key]}")
+        return int(text)
+
+    gib, throughput = number("fsx_gib", MIN_GIB), number("fsx_throughput", 125)
+    problem = capacity_problem(gib)
+    if problem:
+        raise UserError(f"context fsx_gib={problem}")
+    if throughput not in THROUGHPUTS:
+        closest = min(THROUGHPUTS, key=lambda t: abs(t - throughput))
+        raise UserError(f"context fsx_throughput={throughput}: allowed {', '.join(map(str, THROUGHPUTS))} MB/s per TiB; "
+                        f"closest: {closest}")
+    return mode, gib, throughput
+
+
 def job_from_context(ctx: Mapping[str, Any], region: str,
                      read_script: Callable[[str, str, int], str], job: str = "") -> JobSettings:
     """The job keys of `ctx`, each checked (types and text were checked by the caller)."""
@@ -151,5 +194,7 @@ def job_from_context(ctx: Mapping[str, Any], region: str,
         raise UserError(f"context secrets_kms: {bad[0]!r} is not a KMS key ARN; e.g. secrets_kms={EXAMPLES['secrets_kms']}")
     if kms and not secrets:
         raise UserError("context secrets_kms names keys but secrets names no secret: pass secrets=NAME=ARN with it")
+    data = _data(ctx, job)
+    mode, gib, throughput = _data_mode(ctx, data)
     return JobSettings(code=code, image=image, setup=setup, env=tuple(env), secrets=tuple(secrets), secrets_kms=kms,
-                       data=_data(ctx, job))
+                       data=data, data_mode=mode, fsx_gib=gib, fsx_throughput=throughput)

@@ -102,6 +102,22 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "AWS::KMS::Key": (("kms:CreateKey", "kms:PutKeyPolicy", "kms:EnableKeyRotation", "kms:DescribeKey",
                        "kms:GetKeyPolicy", "kms:GetKeyRotationStatus", "kms:ScheduleKeyDeletion", "kms:TagResource",
                        "kms:ListResourceTags", "kms:UpdateKeyDescription"), "*"),
+    # -c data_mode=fsx. FSx makes its own network interfaces and service-linked roles (fsx and
+    # s3.data-source.lustre.fsx); linking a bucket reads it and sets its event notifications for
+    # the auto-import (the FSx for Lustre guide's prerequisites for data repository associations).
+    "AWS::FSx::FileSystem": (("fsx:CreateFileSystem", "fsx:DeleteFileSystem", "fsx:DescribeFileSystems",
+                              "fsx:UpdateFileSystem", "fsx:TagResource", "fsx:UntagResource",
+                              "fsx:ListTagsForResource", "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface",
+                              "ec2:DescribeNetworkInterfaces", "ec2:CreateNetworkInterfacePermission",
+                              "ec2:DescribeSubnets", "ec2:DescribeVpcs", "ec2:DescribeSecurityGroups",
+                              "iam:CreateServiceLinkedRole"), "*"),
+    "AWS::FSx::DataRepositoryAssociation": (("fsx:CreateDataRepositoryAssociation",
+                                             "fsx:DeleteDataRepositoryAssociation",
+                                             "fsx:DescribeDataRepositoryAssociations",
+                                             "fsx:UpdateDataRepositoryAssociation", "fsx:TagResource",
+                                             "iam:CreateServiceLinkedRole", "iam:AttachRolePolicy",
+                                             "iam:PutRolePolicy", "s3:ListBucket", "s3:GetBucketLocation",
+                                             "s3:GetBucketNotification", "s3:PutBucketNotification"), "*"),
     # Custom resources are Lambda invocations (above): CloudFormation invokes the function.
     "Custom::VpcRestrictDefaultSG": ((), ""),
     "Custom::DlLauncherClusterTeardown": ((), ""),

@@ -172,6 +172,17 @@ def stack_cost(stack: "TrainingStack") -> StackCost:
     if dashboards:
         lines.append(Line("dashboard", dashboards * p["cw_dashboard_month"] / month,
                           f"{dashboards} x ${p['cw_dashboard_month']:g}/month (an account's first 3 are free)" + "; " + p.source("cw_dashboard_month")))
+    fs = getattr(stack, "data_file_system", None)
+    if fs is not None:
+        key = f"fsx_lustre_p2_{fs.throughput}_gb_month"
+        rate = p.row.get(key)
+        what = f"FSx for Lustre, {fs.storage_gib:,} GiB at {fs.throughput} MB/s/TiB ({fs.throughput_mbs:,} MB/s)"
+        if rate is not None:
+            lines.append(Line(what, fs.storage_gib * rate / month, f"{fs.storage_gib:,} GB x ${rate:g}/GB-month = "
+                              f"${fs.storage_gib * rate:,.0f}/month; " + p.source(key)))
+        else:
+            lines.append(Line(what, 0.0, f"no price on record for {fs.throughput} MB/s/TiB in {p.priced_as}: counted "
+                              "as $0 (aws.amazon.com/fsx/lustre/pricing has it)"))
     keys = count("AWS::KMS::Key")
     if keys:
         lines.append(Line("KMS keys", keys * p["kms_key_month"] / month, f"{keys} x ${p['kms_key_month']:g}/month" + "; " + p.source("kms_key_month")))

@@ -8,6 +8,7 @@ import aws_cdk.aws_sns as sns
 from constructs import Construct
 
 from constructs_lib import CheckpointBucket, ClusterCapacity, InstanceOption, InterruptionAlerts, NodeOptions
+from constructs_lib.fsx import LustreData
 from constructs_lib.job import JobDefinition, JobLogs
 from constructs_lib.observability.cluster import ClusterObservability
 from constructs_lib.runtime import contract
@@ -58,7 +59,18 @@ class TrainingStack(cdk.Stack):
             self.job_definition = JobDefinition(
                 self, "Job", cluster=cluster_id, command=settings.command or None, code=job.code, setup=job.setup,
                 env=dict(job.env), secrets=dict(job.secrets), secrets_kms=job.secrets_kms, image=job.image,
-                data=job.data)
+                data=job.data if job.data_mode == "stage" else ())
+        self.data_file_system = None
+        if job.data and job.data_mode == "fsx":
+            sel = self.cluster.subnets  # the nodes' one AZ
+            subnet = self.vpc.select_subnets(subnets=sel.subnets, subnet_type=sel.subnet_type,
+                                             availability_zones=sel.availability_zones).subnets[0]
+            self.data_file_system = LustreData(self, "Data", vpc=self.vpc, subnet=subnet, data=job.data,
+                                               storage_gib=job.fsx_gib, throughput=job.fsx_throughput)
+            self.cluster.enable_data_file_system(self.data_file_system)
+            cdk.CfnOutput(self, "DataFileSystem", value=self.data_file_system.file_system.file_system_id,
+                          description=f"FSx for Lustre ({job.fsx_gib} GiB, {job.fsx_throughput} MB/s/TiB) linked to "
+                                      f"{', '.join(job.data)}, mounted on every node at {contract.DIR_DEFAULTS['DL_SCRATCH']}/data")
         if self.job_definition is not None or (obs.enabled and obs.interactive):
             # An interactive cluster has no command, but the guard's warnings go where users read.
             self.job_logs = JobLogs(self, "JobLogs", cluster=cluster_id)

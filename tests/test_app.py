@@ -218,7 +218,7 @@ def test_cost_outputs_say_the_worst_case_and_the_alternates(all_profiles, profil
 def test_the_deployer_policy_covers_every_resource_type_a_training_stack_declares(all_profiles, tmp_path):
     """docs/deployer-policy.json (cdk bootstrap --cloudformation-execution-policies) is generated
     from the launch role's table; every type in every profile's template, and in a stack with
-    code, env, a secret, its key and an image, must have its row and every row's actions."""
+    code, env, a secret, its key, an image and FSx for its data, must have its row and every row's actions."""
     import app
     from scripts.deployer_policy import OUT, policy, render
     from stacks.job_settings import EXAMPLES
@@ -226,7 +226,7 @@ def test_the_deployer_policy_covers_every_resource_type_a_training_stack_declare
 
     assert OUT.read_text() == render(), "stale: python scripts/deployer_policy.py --write"
     ctx = {"profile": "multi-node-training", "job": "full", "command": "dl-torchrun train.py", "budget": "1000",
-           **{k: EXAMPLES[k] for k in ("code", "image", "env", "secrets", "secrets_kms")}}
+           **{k: EXAMPLES[k] for k in ("code", "image", "env", "secrets", "secrets_kms", "data", "data_mode")}}
     assert app.main(ctx, outdir=str(tmp_path)) == 0
     templates = [t.to_json() for _s, t in all_profiles.values()]
     templates.append(json.loads((tmp_path / "dl-full.template.json").read_text()))

@@ -130,7 +130,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         from .config import resolve_config
         from .store import CheckpointStore
 
-        cfg = resolve_config(a.bucket, a.prefix, a.local_dir, a.region)
+        # The node's units (job, agent) wait out a slow IMDS; a person's command does not.
+        cfg = resolve_config(a.bucket, a.prefix, a.local_dir, a.region, on_node=a.command in ("job", "agent"))
         store = CheckpointStore(cfg.bucket, cfg.prefix, region=cfg.region)
         if a.command == "checkpoint":
             return _checkpoint(a, store, cfg.local_dir)

@@ -25,16 +25,20 @@ def _imds(*, on_node: bool = False):
 
 
 def resolve_config(bucket: Optional[str] = None, prefix: Optional[str] = None, local_dir: Optional[str] = None,
-                   region: Optional[str] = None, use_imds: bool = True) -> RuntimeConfig:
-    """Arguments win, then DL_CHECKPOINT_* environment, then the instance's tags (IMDS)."""
+                   region: Optional[str] = None, use_imds: bool = True, on_node: bool = False) -> RuntimeConfig:
+    """Arguments win, then DL_CHECKPOINT_* environment, then the instance's tags (IMDS).
+    on_node: a node's own unit asks, which waits out a slow IMDS (ImdsUnavailable: restart) where
+    a person at a shell is told at once that this is no node."""
     bucket = bucket or os.environ.get("DL_CHECKPOINT_BUCKET")
     prefix = prefix or os.environ.get("DL_CHECKPOINT_PREFIX")
     off_ec2: Optional[str] = None  # why IMDS could not be asked, when it could not
     if (not bucket or not prefix) and use_imds:
-        imds = _imds()
+        imds = _imds(on_node=on_node)
         try:
             bucket = bucket or imds.tag(contract.TAG_CHECKPOINT_BUCKET)
             prefix = prefix or imds.tag(contract.TAG_CHECKPOINT_PREFIX)
+        except ImdsUnavailable:
+            raise
         except (OSError, http.client.HTTPException) as e:  # not on EC2, or IMDS off
             off_ec2 = f"no instance metadata (IMDSv2) at {imds.endpoint}: {_reason(e)}"
     if not bucket or not prefix:

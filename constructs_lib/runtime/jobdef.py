@@ -423,12 +423,24 @@ class NodeJob:
         finally:
             self.on_phase("between")
 
+    def mount_data(self, emit: Log) -> None:
+        from .staging import StagingError, mount_lustre
+
+        try:
+            mount_lustre(os.environ["DL_FSX_DNS"], os.environ.get("DL_FSX_MOUNT_NAME", ""), contract.data_dir(), emit=emit)
+        except StagingError as e:
+            self.health("staging", "degraded", str(e))
+            raise JobError(str(e)) from None
+        self.health("staging", "ok", f"FSx for Lustre mounted at {contract.data_dir()}")
+
     def prepare(self, rev: Revision, emit: Log) -> Prepared:
         """Everything before a run of `rev`: definition, code, image, data, setup (each skipped when done)."""
         d = self.definition(rev)
         workdir = self.checkout(rev, d)
         self.pull(d, emit)
-        if d.data:  # before setup, which may read it
+        if os.environ.get("DL_FSX_DNS"):  # -c data_mode=fsx: the prefixes are on Lustre (before setup)
+            self.mount_data(emit)
+        elif d.data:  # before setup, which may read it
             self.stage(d, emit)
         if d.setup and not os.path.exists(os.path.join(contract.path("setup_dir"), self.setup_key(d))):
             env = {**os.environ, **self.environment(d, self.secrets(d), workdir)}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -182,3 +183,35 @@ def stage(sources: list[tuple[str, str]], *, s3: Any, emit: Log, run: Callable[.
         progress.say(final=True)
     health("ok", f"staged {len(datasets)} dataset(s), {size(total)} in {contract.data_dir()}")
     return datasets
+
+
+def mounted(target: str, mounts: str = "/proc/mounts") -> bool:
+    """Whether a Lustre file system is mounted at `target`."""
+    try:
+        with open(mounts) as f:
+            return any(len(p) > 2 and p[1] == target and p[2] == "lustre" for p in (line.split() for line in f))
+    except OSError:
+        return False
+
+
+def mount_lustre(dns: str, mount_name: str, target: str, *, emit: Log, attempts: int = 5, base: float = 5.0,
+                 run: Callable[..., Any] = subprocess.run, mounts: str = "/proc/mounts") -> None:
+    """FSx for Lustre at `target` (-c data_mode=fsx): once per boot, the Lustre client the Deep
+    Learning AMI carries; a file system still coming up is asked again with growing waits."""
+    if mounted(target, mounts):
+        return
+    os.makedirs(target, exist_ok=True)
+    source = f"{dns}@tcp:/{mount_name}"
+    last = ""
+    for attempt in range(attempts):
+        r = run(["mount", "-t", "lustre", "-o", "relatime,flock", source, target], capture_output=True, text=True,
+                timeout=300)
+        if r.returncode == 0:
+            emit(f"FSx for Lustre {source} mounted at {target}")
+            return
+        lines = (r.stderr or r.stdout or "").strip().splitlines()
+        last = lines[-1] if lines else f"exit {r.returncode}"
+        time.sleep(base * 2 ** attempt)
+    raise StagingError(f"mounting FSx for Lustre {source} at {target} failed {attempts} times: {last} (the Lustre "
+                       "client comes with the Deep Learning AMI; the nodes' security group must reach TCP 988 and "
+                       "1018-1023 of the file system's)")

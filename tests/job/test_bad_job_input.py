@@ -67,6 +67,17 @@ ROWS = [
     ({"data": "s3://my-data/train,s3://my-data/train/part1"}, "s3://my-data/train/ and s3://my-data/train/part1/ overlap"),
     ({"data": " , "}, "context data is empty: name one or more s3:// prefixes"),
     ({"data": "s3://dl-dev-prototyping-checkpointsbucket6ba0c50d-1x2y3z4w/jobs/dev-prototyping"}, "that is this job's own checkpoint bucket"),
+    ({"data": "s3://my-data/train", "data_mode": "lustre"}, "context data_mode=lustre: allowed stage, fsx"),
+    ({"data": "s3://my-data/train", "data_mode": "FSX"}, "context data_mode=FSX: allowed stage, fsx; closest: fsx"),
+    ({"data_mode": "fsx"}, "context data_mode=fsx needs data=s3://bucket/prefix"),
+    ({"data": "s3://my-data/train", "fsx_gib": "2400"}, "context fsx_gib sizes an FSx file system: pass data_mode=fsx"),
+    ({"data": "s3://my-data/train", "data_mode": "fsx", "fsx_gib": "3000"},
+     "context fsx_gib=3000 GiB: FSx for Lustre (PERSISTENT_2) takes 1200, 2400 or a multiple of 2400 GiB; closest above: 4800"),
+    ({"data": "s3://my-data/train", "data_mode": "fsx", "fsx_gib": "1.2TiB"}, "context fsx_gib=1.2TiB: a whole number"),
+    ({"data": "s3://my-data/train", "data_mode": "fsx", "fsx_throughput": "200"},
+     "context fsx_throughput=200: allowed 125, 250, 500, 1000 MB/s per TiB; closest: 250"),
+    ({"data": ",".join(f"s3://my-data/part{i}" for i in range(9)), "data_mode": "fsx"},
+     "context data names 9 prefixes; an FSx for Lustre file system links at most 8"),
 ]
 
 
