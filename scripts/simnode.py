@@ -234,8 +234,9 @@ class SimNode:
                     pass
                 self._tokens[key] = None
             now = int(time.time() * 1000)
+            # PutLogEvents refuses an empty message (minimum length 1): a blank line is not an event.
             events = [{"timestamp": now, "message": line.decode(errors="replace")}
-                      for line in chunk[:end].splitlines()]
+                      for line in chunk[:end].splitlines() if line.strip()]
             for i in range(0, len(events), 1000):
                 client.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events[i:i + 1000])
             sent += len(events)

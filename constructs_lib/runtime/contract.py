@@ -145,6 +145,11 @@ def data_dir() -> str:
     return os.environ.get("DL_DATA_DIR") or os.path.join(scratch_dir(), "data")
 
 
+# The transfer tool's configuration while it stages data (Python only: not in contract.sh, whose
+# every byte counts against EC2's 16 KB of user data).
+STAGING_CONFIG = "staging-aws.config"
+
+
 def code_dir() -> str:
     """Where each code revision is unpacked, one directory per tree digest (scratch: rebuilt every boot)."""
     return os.path.join(scratch_dir(), "code")
@@ -185,7 +190,6 @@ FILES = {
     # Job definitions fetched this boot (by their sha256), and setup runs done this boot (by key).
     "definitions_dir": ("DL_RUN_DIR", "definitions"),
     "setup_dir": ("DL_RUN_DIR", "setup.d"),
-    "staging_dir": ("DL_RUN_DIR", "staging"),         # the transfer tool's configuration
 }
 PHASES = ("staging", "restoring", "training", "between")
 

@@ -160,7 +160,7 @@ def stage(sources: list[tuple[str, str]], *, s3: Any, emit: Log, run: Callable[.
     total = sum(ds.total for ds in datasets)
     emit(f"staging {len(datasets)} dataset(s), {size(total)}, {size(need)} to fetch ({size(free)} free on "
          f"scratch) into {contract.data_dir()}")
-    config = os.path.join(contract.path("staging_dir"), "aws.config")
+    config = os.path.join(contract.run_dir(), contract.STAGING_CONFIG)
     os.makedirs(os.path.dirname(config), exist_ok=True)
     with open(config, "w") as f:
         f.write(AWS_CONFIG)

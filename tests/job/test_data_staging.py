@@ -88,8 +88,13 @@ def test_a_booted_node_stages_the_prefix_resumes_after_a_kill_and_starts_the_job
         seen = (sim_out / "seen").read_text().split()
         assert sorted(s[2:] for s in seen) == sorted(want)
         # Objects finished before the kill were not fetched again (a new download is a new file).
-        again = {name: (dest / name).stat() for name in done}
-        assert {n: (s.st_ino, s.st_mtime_ns) for n, s in again.items()} == done
+        # The CLI's last two steps, renaming the finished file and then setting its time to S3's,
+        # are not one: an object the kill caught between them is newer than S3's to `sync`, and
+        # is fetched again. One at most: seen once in six kills of the same CLI (.venv-awscli
+        # 1.45.11) against moto_server under load.
+        again = {name: ((dest / name).stat().st_ino, (dest / name).stat().st_mtime_ns) for name in done}
+        fetched_again = [n for n in done if again[n] != done[n]]
+        assert len(fetched_again) <= 1 and len(done) - len(fetched_again) >= 2, (fetched_again, done, again)
         health = (node.dirs["DL_RUN_DIR"] / "health.d" / "staging").read_text()
         assert health.startswith("ok staged 1 dataset(s)"), health
         log = node.unit_log("dl-job.service")
