@@ -293,5 +293,10 @@ def job_summary(settings: Settings, job: "JobDefinition | None") -> list[str]:
     if js.secrets:
         named = ", ".join(f"{n} ({a.split(':')[2]})" for n, a in js.secrets)
         lines.append(f"    secrets: {named}")
+    if js.data:
+        where = f"{contract.DIR_DEFAULTS['DL_SCRATCH']}/data/<bucket>/<prefix>"
+        how = ("staged onto each node's scratch before the first generation" if js.data_mode == "stage" else
+               f"on FSx for Lustre ({js.fsx_gib:,} GiB, {js.fsx_throughput} MB/s/TiB), mounted on each node")
+        lines.append(f"    data: {', '.join(js.data)}: {how}, at {where}")
     lines.append(f"    command: {settings.command.strip().splitlines()[0][:80] if settings.command else '(none: nodes wait)'}")
     return lines

@@ -14,7 +14,7 @@ from constructs_lib.runtime import staging
 from tests.cdk_checks import cfn_lint, checkov
 
 CTX = {"profile": "multi-node-training", "job": "llm", "command": "dl-torchrun train.py",
-       "data": "s3://team-datasets/imagenet/train,s3://team-datasets/imagenet/val", "data_mode": "fsx",
+       "data": "s3://team-datasets/imagenet/train, s3://team-datasets/imagenet/val", "data_mode": "fsx",
        "fsx_gib": "4800", "fsx_throughput": "250"}
 
 
@@ -92,6 +92,8 @@ def test_the_summary_prices_the_file_system(tmp_path, capsys):
     assert app.main({**CTX, "fsx_gib": "1200", "fsx_throughput": "125", "region": "us-east-1"}, outdir=str(tmp_path)) == 0
     err = capsys.readouterr().err
     assert "FSx for Lustre, 1,200 GiB at 125 MB/s/TiB (150 MB/s): $0.24/h (1,200 GB x $0.145/GB-month = $174/month" in err
+    assert ("    data: s3://team-datasets/imagenet/train, s3://team-datasets/imagenet/val: on FSx for Lustre "
+            "(1,200 GiB, 125 MB/s/TiB), mounted on each node, at /scratch/data/<bucket>/<prefix>") in err
     assert app.main({**CTX, "region": "us-east-1"}, outdir=str(tmp_path / "b")) == 0
     assert "no price on record for 250 MB/s/TiB in us-east-1: counted as $0" in capsys.readouterr().err
 
