@@ -160,3 +160,27 @@ def test_the_node_role_reads_exactly_the_prefixes():
     assert '"StringLike": {"s3:prefix": ["imagenet/train/*", "imagenet/labels/*"]}' in text
     assert text.count('"s3:ListBucket"') == 2
     assert "s3:PutObject" not in text and "s3:DeleteObject" not in text and "s3:*" not in text
+
+
+def test_staging_runs_once_per_boot_not_at_every_generation(tmp_path, monkeypatch):
+    """The supervisor prepares the revision at every generation; a 512-node cluster would list
+    every prefix 512 times a generation. The marker lives in the run directory (tmpfs), so a
+    reboot syncs again, and a kill mid-staging leaves none."""
+    from constructs_lib.runtime.jobdef import Definition, NodeJob
+
+    monkeypatch.setenv("DL_RUN_DIR", str(tmp_path / "run"))
+    calls = []
+    monkeypatch.setattr(staging, "stage", lambda sources, **kw: calls.append(sources))
+    job = NodeJob(log=print, client=lambda *a, **k: None)
+    d = Definition("0" * 64, "python train.py", None, {}, {}, None, None, ("s3://team-datasets/imagenet/train/",))
+    for _ in range(3):
+        job.stage(d, print)
+    assert calls == [[(BUCKET, PREFIX)]]
+    monkeypatch.setenv("DL_RUN_DIR", str(tmp_path / "after-reboot"))
+    job.stage(d, print)
+    assert len(calls) == 2
+    monkeypatch.setattr(staging, "stage", lambda sources, **kw: (_ for _ in ()).throw(staging.StagingError("slow")))
+    monkeypatch.setenv("DL_RUN_DIR", str(tmp_path / "killed"))
+    with pytest.raises(Exception, match="staging the data: slow"):
+        job.stage(d, print)
+    assert not list((tmp_path / "killed").rglob("staged-*"))
