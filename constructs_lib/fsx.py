@@ -18,7 +18,7 @@ import aws_cdk.aws_ec2 as ec2
 import aws_cdk.aws_fsx as fsx
 from constructs import Construct
 
-from .job_rules import data_overlap, data_problem
+from .job_rules import data_list_problem
 from .runtime.staging import data_source
 from .validation import ConfigurationError
 
@@ -26,6 +26,20 @@ THROUGHPUTS = (125, 250, 500, 1000)  # MB/s per TiB, PERSISTENT_2 SSD
 MIN_GIB, STEP_GIB = 1200, 2400       # 1,200 GiB, 2,400 GiB, then steps of 2,400 GiB
 MAX_ASSOCIATIONS = 8                 # data repository associations per file system
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
+
+
+def throughput_problem(throughput: int) -> str | None:
+    if throughput in THROUGHPUTS:
+        return None
+    closest = min(THROUGHPUTS, key=lambda t: abs(t - throughput))
+    return f"allowed {', '.join(map(str, THROUGHPUTS))} MB/s per TiB; closest: {closest}"
+
+
+def associations_problem(prefixes: int) -> str | None:
+    if prefixes <= MAX_ASSOCIATIONS:
+        return None
+    return (f"data names {prefixes} prefixes; an FSx for Lustre file system links at most {MAX_ASSOCIATIONS}: name a "
+            "common parent prefix")
 
 
 def capacity_problem(gib: int) -> str | None:
@@ -53,22 +67,16 @@ class LustreData(Construct):
         super().__init__(scope, construct_id)
         if not data:
             raise ConfigurationError("LustreData needs at least one s3:// prefix (data)")
-        for uri in data:
-            problem = data_problem(uri)
-            if problem:
-                raise ConfigurationError(f"data {uri!r}: {problem}")
+        problem = data_list_problem(data) or associations_problem(len(data))
+        if problem:
+            raise ConfigurationError(problem)
         sources = [data_source(u) for u in data]
-        overlap = data_overlap(sources)
-        if overlap:
-            raise ConfigurationError(f"data: {overlap}")
-        if len(sources) > MAX_ASSOCIATIONS:
-            raise ConfigurationError(f"data names {len(sources)} prefixes; an FSx for Lustre file system links at most "
-                                     f"{MAX_ASSOCIATIONS}: name a common parent prefix")
         problem = capacity_problem(storage_gib)
         if problem:
             raise ConfigurationError(f"storage_gib {problem}")
-        if throughput not in THROUGHPUTS:
-            raise ConfigurationError(f"throughput {throughput}: allowed {', '.join(map(str, THROUGHPUTS))} MB/s per TiB")
+        problem = throughput_problem(throughput)
+        if problem:
+            raise ConfigurationError(f"throughput {throughput}: {problem}")
         self.storage_gib, self.throughput = storage_gib, throughput
         self.throughput_mbs = storage_gib * throughput // 1000  # as FSx counts it: 1,200 GiB is 1.2 TiB
         self.security_group = ec2.SecurityGroup(self, "SecurityGroup", vpc=vpc, allow_all_outbound=False,

@@ -25,7 +25,7 @@ from constructs import Construct
 from .bundle import acknowledge_asset_parameters
 from .code import CodeAsset
 from .runtime import contract
-from .job_rules import KMS_ARN, data_overlap, data_problem, env_problem, image_problem, secret_problem, secret_resource
+from .job_rules import KMS_ARN, data_list_problem, env_problem, image_problem, secret_problem, secret_resource
 from .nag import resource_of
 from .runtime.jobdef import definition_bytes, ecr_registry
 from .runtime.staging import data_source
@@ -135,14 +135,10 @@ class JobDefinition(Construct):
         if image and setup:
             raise ConfigurationError("image and setup together: a container starts fresh for every run, so setup "
                                      "would not last; build what setup does into the image")
-        for uri in data:
-            problem = data_problem(uri)
-            if problem:
-                raise ConfigurationError(f"data {uri!r}: {problem}")
+        problem = data_list_problem(data)
+        if problem:
+            raise ConfigurationError(problem)
         self.data = tuple(data_source(u) for u in data)
-        overlap = data_overlap(list(self.data))
-        if overlap:
-            raise ConfigurationError(f"data: {overlap}")
         for label, text in (("command", command), ("setup", setup)):
             if text is not None and (cdk.Token.is_unresolved(text) or not text.strip()):
                 raise ConfigurationError(f"{label}: a bash script body known at synth (not empty, not a token)")

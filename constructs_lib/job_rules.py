@@ -4,7 +4,7 @@ Each returns why a value cannot be used, or None."""
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Optional, Sequence
 
 from .runtime import contract
 from .runtime.staging import data_source
@@ -59,9 +59,8 @@ def secret_resource(arn: str) -> str:
     return arn
 
 
-# Bucket names as S3 takes them (general purpose buckets): 3-63 of a-z 0-9 . -, a letter or digit
-# at each end, no "..", not an IP address, none of the reserved prefixes and suffixes.
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z", re.ASCII)
+# Bucket names as S3 takes them (general purpose buckets): contract.S3_BUCKET's shape, no "..",
+# not an IP address, none of the reserved prefixes and suffixes.
 _BUCKET_RESERVED = (("xn--", "sthree-", "amzn-s3-demo-"), ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"))
 
 
@@ -70,10 +69,10 @@ def data_problem(uri: str) -> Optional[str]:
     if not uri.startswith("s3://"):
         return "not an s3:// URI (e.g. s3://my-datasets/imagenet/train)"
     bucket, prefix = data_source(uri)
-    if not _BUCKET.match(bucket) or ".." in bucket or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket) \
+    if not contract.S3_BUCKET.match(bucket) or ".." in bucket or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket) \
             or bucket.startswith(_BUCKET_RESERVED[0]) or bucket.endswith(_BUCKET_RESERVED[1]):
         closest = bucket.lower()
-        hint = f"; did you mean s3://{closest}/{prefix}" if closest != bucket and _BUCKET.match(closest) else ""
+        hint = f"; did you mean s3://{closest}/{prefix}" if closest != bucket and contract.S3_BUCKET.match(closest) else ""
         return (f"bucket {bucket!r} is not a name S3 takes (3-63 lower-case letters, digits, dots and hyphens, "
                 f"a letter or digit at each end){hint}")
     if any(c in prefix for c in "*?[]{}"):
@@ -93,3 +92,13 @@ def data_overlap(sources: list[tuple[str, str]]) -> Optional[str]:
             if b == b2 and (p.startswith(p2) or p2.startswith(p)):
                 return f"s3://{b}/{p} and s3://{b2}/{p2} overlap: name each dataset once"
     return None
+
+
+def data_list_problem(uris: Sequence[str]) -> Optional[str]:
+    """Why a construct's `data` list cannot be used (the first bad URI, then any overlap), or None."""
+    for uri in uris:
+        problem = data_problem(uri)
+        if problem:
+            return f"data {uri!r}: {problem}"
+    overlap = data_overlap([data_source(u) for u in uris])
+    return f"data: {overlap}" if overlap else None

@@ -128,7 +128,7 @@ def _data(ctx: Mapping[str, Any], job: str) -> tuple[str, ...]:
 def _data_mode(ctx: Mapping[str, Any], data: tuple[str, ...]) -> tuple[str, int, int]:
     from difflib import get_close_matches
 
-    from constructs_lib.fsx import MAX_ASSOCIATIONS, MIN_GIB, THROUGHPUTS, capacity_problem
+    from constructs_lib.fsx import MIN_GIB, associations_problem, capacity_problem, throughput_problem
 
     mode = ctx.get("data_mode", "stage").strip()
     if mode not in DATA_MODES:
@@ -139,9 +139,9 @@ def _data_mode(ctx: Mapping[str, Any], data: tuple[str, ...]) -> tuple[str, int,
     fsx_keys = [k for k in ("fsx_gib", "fsx_throughput") if k in ctx]
     if fsx_keys and mode != "fsx":
         raise UserError(f"context {fsx_keys[0]} sizes an FSx file system: pass data_mode=fsx with it")
-    if mode == "fsx" and len(data) > MAX_ASSOCIATIONS:
-        raise UserError(f"context data names {len(data)} prefixes; an FSx for Lustre file system links at most "
-                        f"{MAX_ASSOCIATIONS}: name a common parent prefix")
+    too_many = associations_problem(len(data)) if mode == "fsx" else None
+    if too_many:
+        raise UserError(f"context {too_many}")
 
     def number(key: str, default: int) -> int:
         text = str(ctx.get(key, default)).strip()
@@ -153,10 +153,9 @@ def _data_mode(ctx: Mapping[str, Any], data: tuple[str, ...]) -> tuple[str, int,
     problem = capacity_problem(gib)
     if problem:
         raise UserError(f"context fsx_gib={problem}")
-    if throughput not in THROUGHPUTS:
-        closest = min(THROUGHPUTS, key=lambda t: abs(t - throughput))
-        raise UserError(f"context fsx_throughput={throughput}: allowed {', '.join(map(str, THROUGHPUTS))} MB/s per TiB; "
-                        f"closest: {closest}")
+    problem = throughput_problem(throughput)
+    if problem:
+        raise UserError(f"context fsx_throughput={throughput}: {problem}")
     return mode, gib, throughput
 
 

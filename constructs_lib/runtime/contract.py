@@ -145,6 +145,10 @@ def data_dir() -> str:
     return os.environ.get("DL_DATA_DIR") or os.path.join(scratch_dir(), "data")
 
 
+# An S3 bucket name's shape (3-63 of a-z 0-9 . -, a letter or digit at each end): the store's
+# --bucket and the job's data prefixes are checked against it.
+S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z", re.ASCII)
+
 # The transfer tool's configuration while it stages data (Python only: not in contract.sh, whose
 # every byte counts against EC2's 16 KB of user data).
 STAGING_CONFIG = "staging-aws.config"

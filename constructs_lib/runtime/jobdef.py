@@ -408,47 +408,22 @@ class NodeJob:
         if r.returncode != 0:
             raise JobError(f"docker login to {host} failed: {(r.stderr or r.stdout).strip()[-300:]}")
 
-    def stage(self, d: Definition, emit: Log) -> None:
-        """The definition's datasets onto scratch (staging.py): a mirror each time, so a restart
-        fetches only what is missing. Not fitting, or not being allowed to read them, is final."""
-        from .staging import StagingError, data_source, stage
-
-        # Once per boot per dataset list (the run directory is gone at reboot, which syncs again):
-        # not a listing of every prefix by every node at every generation.
-        done = os.path.join(contract.path("setup_dir"), "staged-" + hashlib.sha256("\n".join(d.data).encode()).hexdigest()[:16])
-        if os.path.exists(done):
-            return
-        self.on_phase("staging")
-        try:
-            stage([data_source(u) for u in d.data], s3=self.client("s3", region_name=self.region), emit=emit,
-                  run=stream, region=self.region, health=lambda level, message: self.health("staging", level, message))
-            os.makedirs(os.path.dirname(done), exist_ok=True)
-            write_atomic(done, "\n".join(d.data) + "\n")
-        except StagingError as e:
-            self.health("staging", "failed" if e.final else "degraded", str(e))
-            raise JobError(f"staging the data: {e}", final=e.final) from None
-        finally:
-            self.on_phase("between")
-
-    def mount_data(self, emit: Log) -> None:
-        from .staging import StagingError, mount_lustre
+    def prepare_data(self, d: Definition, emit: Log) -> None:
+        """The job's data (staging.prepare_data); what cannot be fixed by trying again is final."""
+        from .staging import StagingError, prepare_data
 
         try:
-            mount_lustre(os.environ["DL_FSX_DNS"], os.environ.get("DL_FSX_MOUNT_NAME", ""), contract.data_dir(), emit=emit)
+            prepare_data(d.data, s3=lambda: self.client("s3", region_name=self.region), region=self.region, emit=emit,
+                         on_phase=self.on_phase, health=self.health)
         except StagingError as e:
-            self.health("staging", "degraded", str(e))
-            raise JobError(str(e)) from None
-        self.health("staging", "ok", f"FSx for Lustre mounted at {contract.data_dir()}")
+            raise JobError(str(e), final=e.final) from None
 
     def prepare(self, rev: Revision, emit: Log) -> Prepared:
         """Everything before a run of `rev`: definition, code, image, data, setup (each skipped when done)."""
         d = self.definition(rev)
         workdir = self.checkout(rev, d)
         self.pull(d, emit)
-        if os.environ.get("DL_FSX_DNS"):  # -c data_mode=fsx: the prefixes are on Lustre (before setup)
-            self.mount_data(emit)
-        elif d.data:  # before setup, which may read it
-            self.stage(d, emit)
+        self.prepare_data(d, emit)  # before setup, which may read it
         if d.setup and not os.path.exists(os.path.join(contract.path("setup_dir"), self.setup_key(d))):
             env = {**os.environ, **self.environment(d, self.secrets(d), workdir)}
             self.run_setup(d, workdir, env, emit)

@@ -12,14 +12,17 @@ the supervisor's phase is `staging` meanwhile, which the idle guard counts as wo
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from . import contract
+from .jobdef import stream  # the transfer tool's lines stream as setup's do
+from .layout import write_atomic
 
 Log = Callable[[str], None]
 GiB = 1024 ** 3
@@ -101,10 +104,11 @@ def plan(sources: list[tuple[str, str]], s3: Any) -> list[Dataset]:
     return out
 
 
-def check_space(datasets: list[Dataset], scratch: Optional[str] = None) -> tuple[int, int]:
-    """(bytes to fetch, bytes free); raises a final StagingError when they cannot fit."""
+def check_space(datasets: list[Dataset], todo: list[dict[str, int]], scratch: Optional[str] = None) -> tuple[int, int]:
+    """(bytes to fetch, bytes free) for `todo`, each dataset's missing objects; raises a final
+    StagingError when they cannot fit."""
     scratch = scratch or contract.scratch_dir()
-    need = sum(sum(ds.missing().values()) for ds in datasets)
+    need = sum(sum(t.values()) for t in todo)
     usage = shutil.disk_usage(scratch)
     if need > usage.free:
         total = sum(ds.total for ds in datasets)
@@ -156,7 +160,8 @@ def stage(sources: list[tuple[str, str]], *, s3: Any, emit: Log, run: Callable[.
     """Stage every dataset; `run(argv, emit=, timeout=, env=)` runs the transfer tool (jobdef.stream).
     Raises StagingError; the caller decides what a failure means for the job."""
     datasets = plan(sources, s3)
-    need, free = check_space(datasets)
+    todos = [ds.missing() for ds in datasets]  # one look at the disk each: a dataset may hold millions
+    need, free = check_space(datasets, todos)
     total = sum(ds.total for ds in datasets)
     emit(f"staging {len(datasets)} dataset(s), {size(total)}, {size(need)} to fetch ({size(free)} free on "
          f"scratch) into {contract.data_dir()}")
@@ -168,8 +173,7 @@ def stage(sources: list[tuple[str, str]], *, s3: Any, emit: Log, run: Callable[.
     if shutil.which(aws, path=env.get("PATH")) is None:
         raise StagingError(f"no {aws!r} on this node's PATH (the Deep Learning AMI has the AWS CLI v2 at "
                            "/usr/local/bin/aws; a custom AMI needs it for -c data)", final=True)
-    for i, ds in enumerate(datasets, 1):
-        todo = ds.missing()
+    for i, (ds, todo) in enumerate(zip(datasets, todos), 1):
         health("ok", f"staging {i}/{len(datasets)}: {ds.uri} ({len(todo):,} objects to fetch)")
         os.makedirs(ds.dest, exist_ok=True)
         progress = Progress(ds, todo, emit)
@@ -215,3 +219,38 @@ def mount_lustre(dns: str, mount_name: str, target: str, *, emit: Log, attempts:
     raise StagingError(f"mounting FSx for Lustre {source} at {target} failed {attempts} times: {last} (the Lustre "
                        "client comes with the Deep Learning AMI; the nodes' security group must reach TCP 988 and "
                        "1018-1023 of the file system's)")
+
+
+def prepare_data(data: Sequence[str], *, s3: Callable[[], Any], emit: Log, region: Optional[str] = None,
+                 on_phase: Callable[[str], None] = lambda phase: None,
+                 health: Callable[[str, str, str], None] = lambda component, level, message: None) -> None:
+    """The job's data before setup, on every generation's prepare: the FSx file system mounted
+    where node.env names one (-c data_mode=fsx), else each `data` prefix staged, once per boot
+    per list (the run directory is gone at reboot, which syncs again): not a listing of every
+    prefix by every node at every generation. `s3()` makes the client, only when staging runs.
+    Raises StagingError (final: it cannot work as deployed); health says the same."""
+    if os.environ.get("DL_FSX_DNS"):
+        target = contract.data_dir()
+        try:
+            mount_lustre(os.environ["DL_FSX_DNS"], os.environ.get("DL_FSX_MOUNT_NAME", ""), target, emit=emit)
+        except StagingError as e:
+            health("staging", "degraded", str(e))
+            raise
+        health("staging", "ok", f"FSx for Lustre mounted at {target}")
+        return
+    if not data:
+        return
+    done = os.path.join(contract.path("setup_dir"), "staged-" + hashlib.sha256("\n".join(data).encode()).hexdigest()[:16])
+    if os.path.exists(done):
+        return
+    on_phase("staging")
+    try:
+        stage([data_source(u) for u in data], s3=s3(), emit=emit, run=stream, region=region,
+              health=lambda level, message: health("staging", level, message))
+        os.makedirs(os.path.dirname(done), exist_ok=True)
+        write_atomic(done, "\n".join(data) + "\n")
+    except StagingError as e:
+        health("staging", "failed" if e.final else "degraded", str(e))
+        raise StagingError(f"staging the data: {e}", final=e.final) from None
+    finally:
+        on_phase("between")

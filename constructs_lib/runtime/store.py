@@ -16,17 +16,16 @@ import datetime as dt
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from . import contract
 from .errors import RuntimeUserError
 from .layout import FORMAT, MANIFEST, name_for, prefix_problem, step_of
 
 MiB = 1024 * 1024
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 
 
 @dataclass(frozen=True)
@@ -147,7 +146,7 @@ class CheckpointStore:
 
     def __init__(self, bucket: str, prefix: str, *, client=None, region: Optional[str] = None,
                  concurrency: Optional[int] = None, part_size: int = 8 * MiB) -> None:
-        if not _BUCKET.match(bucket or ""):
+        if not contract.S3_BUCKET.match(bucket or ""):
             raise RuntimeUserError(f"bad bucket name {bucket!r}: 3-63 lower-case letters, digits, dots and dashes")
         self.bucket = bucket
         self.prefix = check_prefix(prefix)

@@ -174,13 +174,13 @@ def test_staging_runs_once_per_boot_not_at_every_generation(tmp_path, monkeypatc
     job = NodeJob(log=print, client=lambda *a, **k: None)
     d = Definition("0" * 64, "python train.py", None, {}, {}, None, None, ("s3://team-datasets/imagenet/train/",))
     for _ in range(3):
-        job.stage(d, print)
+        job.prepare_data(d, print)
     assert calls == [[(BUCKET, PREFIX)]]
     monkeypatch.setenv("DL_RUN_DIR", str(tmp_path / "after-reboot"))
-    job.stage(d, print)
+    job.prepare_data(d, print)
     assert len(calls) == 2
     monkeypatch.setattr(staging, "stage", lambda sources, **kw: (_ for _ in ()).throw(staging.StagingError("slow")))
     monkeypatch.setenv("DL_RUN_DIR", str(tmp_path / "killed"))
     with pytest.raises(Exception, match="staging the data: slow"):
-        job.stage(d, print)
+        job.prepare_data(d, print)
     assert not list((tmp_path / "killed").rglob("staged-*"))
