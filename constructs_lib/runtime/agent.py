@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Callable, Iterator, Optional
 
-from . import contract, notice
+from . import contract, notice, sharded_store, shards
 from .errors import RuntimeUserError
 from .imds import Imds
 from .layout import local_checkpoints, newest_local, write_atomic
@@ -49,10 +49,29 @@ def pushed_step() -> Optional[int]:
         return None
 
 
-def record_pushed(step: int) -> None:
-    current = pushed_step()
-    if current is None or step > current:
-        write_atomic(contract.path("pushed"), json.dumps({"step": step, "at": time.time()}))
+def _pushed() -> dict:
+    try:
+        with open(contract.path("pushed")) as f:
+            d = json.load(f)
+        return d if isinstance(d, dict) else {}
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def delivered_step() -> Optional[int]:
+    """The newest step this node has done its share for: complete in S3, or (sharded) this node's
+    part in S3, the rest being the other nodes' to send."""
+    d = _pushed()
+    steps = [s for s in (d.get("step"), d.get("part")) if isinstance(s, int)]
+    return max(steps) if steps else None
+
+
+def record_pushed(step: int, *, part_only: bool = False) -> None:
+    d = _pushed()
+    key = "part" if part_only else "step"
+    if not isinstance(d.get(key), int) or step > d[key]:
+        d.update({key: step, "at": time.time()})
+        write_atomic(contract.path("pushed"), json.dumps(d))
 
 
 def write_health(component: str, level: str, message: str) -> None:
@@ -105,18 +124,33 @@ class NodeAgent:
             if not newest:
                 return None
             step, path = newest
-            done = pushed_step()
+            done = delivered_step()
             if done is not None and step <= done:
                 return None
             if self.store.has_step(step):
                 record_pushed(step)
                 return None
             started = time.monotonic()
-            cp = self.store.push(path, step)
-            record_pushed(step)
-            self.log(f"uploaded step {step} ({cp.total_bytes:,} bytes) in {time.monotonic() - started:.1f} s")
+            if shards.is_sharded(path):
+                self._push_part(path, step, started)
+            else:
+                cp = self.store.push(path, step)
+                record_pushed(step)
+                self.log(f"uploaded step {step} ({cp.total_bytes:,} bytes) in {time.monotonic() - started:.1f} s")
             self._prune(step)
             return step
+
+    def _push_part(self, path: str, step: int, started: float) -> None:
+        part = shards.node_part(path)
+        if part is None:
+            raise RuntimeUserError(f"local save {path} is sharded but its markers do not make this node's "
+                                   "ranks (a launcher without LOCAL_WORLD_SIZE?)")
+        sent = sharded_store.push_part(self.store, path, step, part)
+        done = sharded_store.commit(self.store, step, part["attempt"])
+        record_pushed(step, part_only=done is None)
+        self.log(f"uploaded node {part['node_rank']}'s part of step {step} ({sent:,} bytes) in "
+                 f"{time.monotonic() - started:.1f} s; "
+                 + ("every node's part is in S3: step complete" if done else "waiting for the other nodes' parts"))
 
     def _prune(self, pushed: int) -> None:
         complete = [s for s in local_checkpoints(self.local_dir) if s[0] <= pushed]

@@ -23,9 +23,13 @@ The rules it keeps:
 - Save/stop: a termination notice on ANY node makes every rank save the same step and stop; a
   rebalance recommendation makes them save early and carry on. One all-reduce (MAX) per
   should_checkpoint call, over a gloo group on the CPU, so NCCL jobs never sync the GPU for it.
-- Only global rank 0 writes (DDP state is the same on every rank): local ranks never race on a
-  directory. A save becomes complete by one rename; the node agent uploads it, outside the
+- save(): only global rank 0 writes (DDP state is the same on every rank): local ranks never race
+  on a directory. A save becomes complete by one rename; the node agent uploads it, outside the
   training processes, so an upload outlives the worker that made the save.
+- save_sharded(): every rank writes its shard with torch.distributed.checkpoint (FSDP2 and other
+  sharded state), asynchronously if asked; the node's last rank to finish makes the node's part
+  complete, and the step is complete in S3 only when every node's part is there (shards.py,
+  sharded_store.py).
 No torch import until a distributed decision needs one.
 """
 from __future__ import annotations
@@ -35,9 +39,10 @@ import contextlib
 import json
 import os
 import shutil
-from typing import Iterator, Optional
+import threading
+from typing import Any, Iterator, Optional
 
-from . import contract, notice
+from . import contract, notice, shards
 from .layout import local_checkpoints, name_for, step_of, write_atomic
 
 
@@ -65,7 +70,10 @@ class Checkpointer:
         # Recommendations that arrived before this process started were the last run's business.
         self._rebalances_seen = self._notices.rebalances
         self._stop = False
-        self._group = None
+        self._group: Any = None
+        self._save_group: Any = None  # async saves talk over a group of their own (DCP's rule)
+        self._pending: Optional[threading.Event] = None  # set when the async save in flight is complete
+        self._failed: Optional[BaseException] = None  # why the last async save's completion failed
         self.reason: Optional[str] = None  # why the last should_checkpoint said yes
         os.makedirs(self.directory, exist_ok=True)
 
@@ -128,6 +136,23 @@ class Checkpointer:
 
     def _release_group(self) -> None:
         self._group = None
+        self._save_group = None
+
+    def _agree_attempt(self) -> str:
+        """One id for this save on every rank: rank 0's random pick (MAX with the others' 0)."""
+        pick = shards.new_attempt(self.generation)
+        if self.world_size <= 1:
+            return pick
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            return pick
+        n = int(pick.rsplit("-", 1)[1], 16) if self.rank == 0 else 0
+        self._agree((0, 0))  # makes the control group, collectively, when it is needed
+        t = torch.tensor([n], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._group)
+        return shards.new_attempt(self.generation, int(t[0]))
 
     def should_checkpoint(self, step: int, every: int) -> bool:
         """True every `every` steps, on a rebalance recommendation (once), and when any node got a
@@ -155,6 +180,90 @@ class Checkpointer:
                      json.dumps({"outcome": outcome, "step": step}))
 
     # ---- saving -----------------------------------------------------------------------------------------
+    def save_sharded(self, step: int, state_dict: dict, *, asynchronous: bool = False, planner: Any = None) -> None:
+        """Every rank: write `state_dict` with torch.distributed.checkpoint (DCP) as step N, each
+        rank its own shard (an FSDP2 model and optimizer from get_state_dict, or any DCP state).
+        Collective: every rank calls it at the same step.
+
+        asynchronous: return once the state is copied to CPU memory (dcp.async_save) and let the
+        writes go on beside training; call wait() before the next save is due at the latest, and
+        before destroy_process_group. After a termination notice the save is synchronous anyway:
+        the job stops next, so there is nothing to overlap.
+        planner: a DCP SavePlanner [DefaultSavePlanner(dedup_save_to_lowest_rank=True)].
+        Load it back with dcp.load(state_dict, checkpoint_id=ckpt.resume_path)."""
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+        from torch.distributed.checkpoint.state_dict_saver import async_save, save
+
+        self.wait()  # one save in flight at a time
+        attempt = self._agree_attempt()
+        tmp = shards.tmp_dir(self.directory, step, attempt)
+        os.makedirs(tmp, exist_ok=True)
+        # Replicated state (optimizer param groups, step counters) goes to global rank 0's file, not
+        # scattered over every rank's: a node's restore then pulls its own ranks' shards and that one.
+        planner = planner or DefaultSavePlanner(dedup_save_to_lowest_rank=True)
+        if not asynchronous or self._stop:
+            self._finish_sharded(step, attempt, state_dict,
+                                 save(state_dict, checkpoint_id=tmp, planner=planner), self._group)
+            return
+        if self._save_group is None and dist.is_available() and dist.is_initialized():
+            # async_save on the default group deadlocks or crashes gloo: the main thread goes on
+            # with its own collectives while the writer thread runs DCP's.
+            self._save_group = dist.new_group(backend="gloo")
+            atexit.register(self._release_group)
+        started = async_save(state_dict, checkpoint_id=tmp, process_group=self._save_group, planner=planner)
+        future: Any = getattr(started, "upload_completion", started)  # an AsyncSaveResponse with an async stager
+        # Future.result() returns before its callbacks run: wait() waits for this event instead.
+        finished = threading.Event()
+        self._pending = finished
+
+        def done(f) -> None:
+            try:
+                self._finish_sharded(step, attempt, state_dict, f.result(), self._save_group)
+            except BaseException as e:  # DCP's CheckpointException is a BaseException
+                self._failed = e
+            finally:
+                finished.set()
+        future.add_done_callback(done)
+
+    def _finish_sharded(self, step: int, attempt: str, state_dict: dict, metadata: Any, group: Any = None) -> None:
+        # What dcp.save returns lacks storage_data on some torch versions (2.11 seen): the file
+        # DCP wrote on global rank 0 has it, so rank 0 reads that and hands it to every rank.
+        import torch.distributed as dist
+
+        tmp = shards.tmp_dir(self.directory, step, attempt)
+        storage = None
+        if self.rank == 0:
+            from torch.distributed.checkpoint.filesystem import FileSystemReader
+            try:
+                storage = FileSystemReader(tmp).read_metadata().storage_data
+            except Exception:  # every rank must still get an answer, or the others wait forever
+                storage = None
+        if self.world_size > 1 and dist.is_available() and dist.is_initialized():
+            box = [storage]
+            dist.broadcast_object_list(box, src=0, group=group)
+            storage = box[0]
+        if not storage:  # not complete anywhere: every rank fails this save the same way
+            raise RuntimeError(f"sharded save of step {step}: DCP's .metadata on global rank 0 is unreadable")
+        metadata.storage_data = storage
+        reads, written = shards.read_set(state_dict, metadata)
+        final = shards.finish_rank(
+            self.directory, step, attempt, rank=self.rank, node_rank=_env_int("GROUP_RANK", _env_int("NODE_RANK", 0)),
+            local_world_size=_env_int("LOCAL_WORLD_SIZE", 1 if self.world_size <= 1 else self.world_size),
+            world_size=self.world_size, reads=reads, expect=written if self.rank == 0 else None)
+        if final and not self.managed:
+            for _s, path in local_checkpoints(self.directory)[: -self.keep]:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def wait(self) -> None:
+        """Until the async save in flight is written and complete on this node; raises its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.wait()
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            raise failed
+
     @contextlib.contextmanager
     def save(self, step: int) -> Iterator[Optional[str]]:
         """Rank 0: a temporary directory that becomes step-N, complete, when the block ends

@@ -308,7 +308,10 @@ def shell() -> str:
         lines.append(f'DL_{name.upper()}{suffix}="${{{var}}}/{base}"')
     lines.append('DL_CHECKPOINT_DIR="${DL_CHECKPOINT_DIR:-${DL_SCRATCH}/checkpoints}"')
     lines.append("export DL_CHECKPOINT_DIR")
+    # A base set in the environment wins, as rendezvous_port_base() lets it: assigning over an
+    # exported variable would change what the supervisor reads.
+    lines.append(f'DL_RENDEZVOUS_PORT_BASE="${{DL_RENDEZVOUS_PORT_BASE:-{RENDEZVOUS_PORT_BASE}}}"')
     for const in ("TAG_CLUSTER", "TAG_NODES", "TAG_CHECKPOINT_BUCKET", "TAG_CHECKPOINT_PREFIX",
-                  "RENDEZVOUS_PORT_BASE", "RENDEZVOUS_PORT_SPAN", "EXIT_FINISHED", "EXIT_USAGE", "EXIT_FAILED"):
+                  "RENDEZVOUS_PORT_SPAN", "EXIT_FINISHED", "EXIT_USAGE", "EXIT_FAILED"):
         lines.append(f'DL_{const}="{globals()[const]}"')
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ retried with backoff; the job does not start until the step is here and verified
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from typing import Callable, Optional, TypeVar
 
@@ -14,6 +15,7 @@ from . import contract
 from .agent import record_pushed, upload_lock, write_health
 from .errors import RuntimeUserError
 from .layout import set_aside_newer, write_atomic
+from .shards import stale_tmp
 from .store import CheckpointStore
 
 T = TypeVar("T")
@@ -37,14 +39,19 @@ def with_retries(fn: Callable[[], T], what: str, *, attempts: int = 8, base: flo
 
 
 def restore(store: CheckpointStore, local_dir: str, step: Optional[int], *,
-            log: Callable[[str], None] = print, retry_base: float = 1.0) -> Optional[str]:
-    """Make `step` (None: start from scratch) the only resumable save here; write resume.env."""
+            log: Callable[[str], None] = print, retry_base: float = 1.0, ranks: Optional[range] = None,
+            world_size: Optional[int] = None) -> Optional[str]:
+    """Make `step` (None: start from scratch) the only resumable save here; write resume.env.
+    ranks, world_size: this node's global ranks in the plan, so a sharded step brings only their shards."""
     with upload_lock():
         for path in set_aside_newer(local_dir, step):
             log(f"set aside {path}: newer than the cluster's resume step {step}")
+        for path in stale_tmp(local_dir):  # saves a kill cut short: never finished, never resumed
+            shutil.rmtree(path, ignore_errors=True)
     path = None
     if step is not None:
-        got = with_retries(lambda: store.pull(local_dir, step), f"restoring step {step}", log=log, base=retry_base)
+        got = with_retries(lambda: store.pull(local_dir, step, ranks=ranks, world_size=world_size),
+                           f"restoring step {step}", log=log, base=retry_base)
         if not got:
             write_health("restore", "failed", f"step {step} is not complete or does not verify in S3")
             raise RuntimeUserError(f"checkpoint step {step} could not be restored from "

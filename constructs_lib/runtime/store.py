@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 from . import contract
 from .errors import RuntimeUserError
 from .layout import FORMAT, MANIFEST, name_for, prefix_problem, step_of
+from .shards import is_sharded, manifest_shards_problem, needed_files
 
 MiB = 1024 * 1024
 
@@ -114,7 +115,7 @@ def manifest_problem(m: Any, name: str) -> Optional[str]:
         segs = p.split("/")
         if any("/".join(segs[:i]) in paths for i in range(1, len(segs))):
             return f"file path {p!r} lies under another file"
-    return None
+    return manifest_shards_problem(m, paths)
 
 
 def check_prefix(prefix: str) -> str:
@@ -185,12 +186,12 @@ class CheckpointStore:
     # ---- push ------------------------------------------------------------------------------
     def push(self, local_dir: str, step: int, *, on_event: Optional[Callable[[str, str], None]] = None) -> RemoteCheckpoint:
         """Upload local_dir as checkpoint `step`. Returns when the manifest is in S3."""
-        from boto3.s3.transfer import TransferConfig, create_transfer_manager
-        from s3transfer.utils import ChunksizeAdjuster
-
         if not os.path.isdir(local_dir):
             raise RuntimeUserError(f"checkpoint directory {local_dir!r} does not exist"
                                    + (" as a directory" if os.path.lexists(local_dir) else ""))
+        if is_sharded(local_dir):
+            raise RuntimeUserError(f"{local_dir!r} is one node's part of a sharded save: each node's agent sends its "
+                                   "own part and the step is complete when every node's is in S3")
         files = self._local_files(local_dir)
         if not files:
             raise RuntimeUserError(f"checkpoint directory {local_dir!r} is empty: nothing to push")
@@ -199,16 +200,31 @@ class CheckpointStore:
         # An older manifest of the same step must go first: until the new one is written, the
         # step is incomplete, whatever happens to the upload.
         self._call(self.client.delete_object, Bucket=self.bucket, Key=self._key(name, MANIFEST))
+        entries = self.upload_files(files, lambda rel: self._key(name, rel), emit)
+        manifest = {"format": FORMAT, "step": step, "name": name, "files": entries,
+                    "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+        self._call(self.client.put_object, Bucket=self.bucket, Key=self._key(name, MANIFEST),
+                   Body=json.dumps(manifest, indent=1).encode(), ContentType="application/json")
+        emit("manifest", self._key(name, MANIFEST))
+        return RemoteCheckpoint(step, name, manifest)
+
+    def upload_files(self, files: list[tuple[str, str]], key_of: Callable[[str], str],
+                     emit: Callable[[str, str], None] = lambda kind, key: None) -> list[dict]:
+        """Upload (relative path, full path) pairs in parallel; returns their manifest entries, with
+        the SHA-256 S3 verified and kept for each."""
+        from boto3.s3.transfer import TransferConfig, create_transfer_manager
+        from s3transfer.utils import ChunksizeAdjuster
+
         config = TransferConfig(multipart_threshold=self.part_size, multipart_chunksize=self.part_size,
                                 max_concurrency=self.concurrency, use_threads=True)
         extra = {"ChecksumAlgorithm": "SHA256"}
         entries = []
         with create_transfer_manager(self.client, config) as manager:
-            uploads = [(rel, full, manager.upload(full, self.bucket, self._key(name, rel), extra_args=extra))
+            uploads = [(rel, full, manager.upload(full, self.bucket, key_of(rel), extra_args=extra))
                        for rel, full in files]
             for rel, full, future in uploads:
                 self._call(future.result)
-                key = self._key(name, rel)
+                key = key_of(rel)
                 head = self._call(self.client.head_object, Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
                 size = os.path.getsize(full)
                 checksum = head.get("ChecksumSHA256", "")
@@ -221,12 +237,7 @@ class CheckpointStore:
                     "checksum_type": "COMPOSITE" if multipart else "FULL_OBJECT",
                     "part_size": ChunksizeAdjuster().adjust_chunksize(self.part_size, size) if multipart else size})
                 emit("file", key)
-        manifest = {"format": FORMAT, "step": step, "name": name, "files": entries,
-                    "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-        self._call(self.client.put_object, Bucket=self.bucket, Key=self._key(name, MANIFEST),
-                   Body=json.dumps(manifest, indent=1).encode(), ContentType="application/json")
-        emit("manifest", self._key(name, MANIFEST))
-        return RemoteCheckpoint(step, name, manifest)
+        return entries
 
     @staticmethod
     def _local_files(local_dir: str) -> list[tuple[str, str]]:
@@ -298,8 +309,11 @@ class CheckpointStore:
         return None
 
     # ---- pull ------------------------------------------------------------------------------
-    def pull(self, dest_root: str, step: Optional[int] = None) -> Optional[tuple[int, str]]:
-        """Restore the newest complete checkpoint (or `step`) as dest_root/step-...; None if none."""
+    def pull(self, dest_root: str, step: Optional[int] = None, *, ranks: Optional[range] = None,
+             world_size: Optional[int] = None) -> Optional[tuple[int, str]]:
+        """Restore the newest complete checkpoint (or `step`) as dest_root/step-...; None if none.
+        A sharded step brings only what these global ranks read back (all of it without ranks,
+        or when world_size is not the one that saved)."""
         if step is not None and (not _whole(step) or not 0 <= step < 10**12):
             raise RuntimeUserError(f"bad step {step!r}: a whole number 0 <= step < 10**12")
         try:
@@ -312,14 +326,15 @@ class CheckpointStore:
             if not m:
                 continue
             final = os.path.join(dest_root, n)
-            if os.path.isdir(final) and self._verify_local(final, m):
+            files = needed_files(m, ranks, world_size)
+            if os.path.isdir(final) and self._verify_local(final, m, files):
                 return step_of(n), final
             try:
                 tmp = tempfile.mkdtemp(prefix=f".tmp-{n}-", dir=dest_root)
             except OSError as e:
                 raise RuntimeUserError(f"cannot write in checkpoint directory {dest_root!r}: {e.strerror or e}") from None
             try:
-                if self._download(n, m, tmp) and self._verify_local(tmp, m):
+                if self._download(n, m, tmp, files) and self._verify_local(tmp, m, files):
                     if os.path.isdir(final):
                         shutil.rmtree(final)
                     os.rename(tmp, final)
@@ -331,7 +346,7 @@ class CheckpointStore:
                     shutil.rmtree(tmp, ignore_errors=True)
         return None
 
-    def _download(self, name: str, manifest: dict, dest: str) -> bool:
+    def _download(self, name: str, manifest: dict, dest: str, files: list[dict]) -> bool:
         from boto3.s3.transfer import TransferConfig, create_transfer_manager
         from botocore.exceptions import ClientError
 
@@ -339,7 +354,7 @@ class CheckpointStore:
                                 max_concurrency=self.concurrency)
         with create_transfer_manager(self.client, config) as manager:
             futures = []
-            for f in manifest["files"]:
+            for f in files:
                 target = os.path.join(dest, *f["path"].split("/"))
                 if not os.path.abspath(target).startswith(os.path.abspath(dest) + os.sep):
                     return False  # a manifest must not write outside its checkpoint
@@ -347,7 +362,8 @@ class CheckpointStore:
                     os.makedirs(os.path.dirname(target), exist_ok=True)
                 except OSError:
                     return False  # a path in the way (validated manifests never do this)
-                futures.append(manager.download(self.bucket, self._key(name, f["path"]), target))
+                rel = f"{manifest['dir']}/{f['path']}" if manifest.get("dir") else f["path"]
+                futures.append(manager.download(self.bucket, self._key(name, rel), target))
             try:
                 for fut in futures:
                     fut.result()
@@ -360,12 +376,12 @@ class CheckpointStore:
         return True
 
     @staticmethod
-    def _verify_local(path: str, manifest: dict) -> bool:
+    def _verify_local(path: str, manifest: dict, files: Optional[list[dict]] = None) -> bool:
         step = manifest.get("step") if isinstance(manifest, dict) else None
         if not _whole(step) or not 0 <= step < 10**12 or manifest_problem(manifest, name_for(step)):
             return False
         try:
-            for f in manifest["files"]:
+            for f in manifest["files"] if files is None else files:
                 p = os.path.join(path, *f["path"].split("/"))
                 if os.path.islink(p) or not os.path.isfile(p) or os.path.getsize(p) != f["size"]:
                     return False

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, TypeVar, Union
 
 from . import contract, notice, rendezvous
-from .agent import NodeAgent, pushed_step, write_health
+from .agent import NodeAgent, delivered_step, pushed_step, write_health
 from .cluster import ClusterState, Liveness, Member, Plan, choose_members, unaccounted
 from .errors import RuntimeUserError
 from .jobdef import JobError, NodeJob, Prepared, Revision
@@ -408,7 +408,9 @@ class Supervisor:
     def _execute(self, plan: Plan) -> tuple[str, str]:
         set_phase("restoring")
         try:
-            restore(self.store, self.local_dir, plan.resume_step, log=self.log, retry_base=self.cfg.retry_base)
+            rank, n = plan.rank_of(self.me.node) or 0, self.cfg.nproc_per_node
+            restore(self.store, self.local_dir, plan.resume_step, log=self.log, retry_base=self.cfg.retry_base,
+                    ranks=range(rank * n, (rank + 1) * n), world_size=len(plan.members) * n)
         except Exception as e:  # the cluster cannot run this plan here: a failed run, counted
             return "failed", f"restore: {type(e).__name__}: {e}"
         try:
@@ -535,7 +537,7 @@ class Supervisor:
             try:
                 agent.upload_once()
                 newest = newest_local(self.local_dir)
-                done = pushed_step()
+                done = delivered_step()
                 if not newest or (done is not None and done >= newest[0]):
                     return done
             except RuntimeUserError as e:

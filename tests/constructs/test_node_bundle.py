@@ -194,3 +194,18 @@ def test_the_controllers_lambda_package_imports_from_itself_alone(tmp_path):
     r = subprocess.run([sys.executable, "-B", "-S", "-c", code, *modules], cwd="/", capture_output=True, text=True,
                        env={"PYTHONPATH": f"{tmp_path}:{Path(boto3.__file__).parents[1]}", "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("given,expected", [(None, str(contract.RENDEZVOUS_PORT_BASE)), ("31000", "31000")])
+def test_a_rendezvous_port_base_from_the_environment_survives_the_contract_names(bundle, given, expected):
+    # The node's scripts source contract.sh before running the supervisor: a base set in the
+    # environment (or node.env) must be the one the supervisor reads, not the default.
+    env = {"PATH": os.environ["PATH"], **({"DL_RENDEZVOUS_PORT_BASE": given} if given else {})}
+    r = subprocess.run(["bash", "-c", f'. "{bundle}/contract.sh"; python3 -c '
+                        '"import os; print(os.environ.get(\'DL_RENDEZVOUS_PORT_BASE\', \'unset\'))"'],
+                       env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == (expected if given else "unset"), "the default stays a shell variable"
+    r = subprocess.run(["bash", "-c", f'. "{bundle}/contract.sh"; echo "$DL_RENDEZVOUS_PORT_BASE"'],
+                       env=env, capture_output=True, text=True, timeout=30)
+    assert r.stdout.strip() == expected

@@ -189,7 +189,7 @@ class Node:
 class Drill:
     def __init__(self, root: Path, endpoint: str, *, steps: int, every: int = 10, sleep: float = 0.05,
                  pad_mb: int = 0, nodes: int = 2, nproc: int = 2, job: str = "drill",
-                 command: Optional[str] = None) -> None:
+                 command: Optional[str] = None, script: str = TRAIN.name, args: Optional[str] = None) -> None:
         self.root = root
         self.nodes = nodes
         self.nproc = nproc
@@ -208,14 +208,18 @@ class Drill:
             "DL_POLL_SECONDS": "0.3", "DL_LIVENESS_POLL_SECONDS": "1", "DL_AGENT_POLL_SECONDS": "0.2",
             "DL_MEMBER_GRACE_SECONDS": "60", "DL_STOP_TIMEOUT_SECONDS": "5", "DL_RETRY_BASE_SECONDS": "0.2",
             "TORCH_CPP_LOG_LEVEL": "ERROR",
-            # torch's store listens on every address: drills running side by side need their own ports
-            "DL_RENDEZVOUS_PORT_BASE": str(20000 + (zlib.crc32(str(root).encode()) % 40) * contract.RENDEZVOUS_PORT_SPAN),
         })
+        # torch's store listens on every address: drills running side by side need their own ports.
+        # A hash of the path alone collided now and then (1 in 40 per pair): hold a lock per range.
+        self._port_lock = _port_range(root)
+        self.base_env["DL_RENDEZVOUS_PORT_BASE"] = str(20000 + int(Path(self._port_lock.name).name)
+                                                       * contract.RENDEZVOUS_PORT_SPAN)
         # The training command runs from the shipped code in its working directory (the app's own
         # JobDefinition: -c code= -c command=); other drills write a job file as enable_job does.
         self.job_env: dict[str, str] = {}
         if command is None:
-            command = (f"dl-torchrun drill_train.py --steps {steps} --every {every} --sleep {sleep} --pad-mb {pad_mb} "
+            extra = f"--pad-mb {pad_mb}" if args is None else args
+            command = (f"dl-torchrun {script} --steps {steps} --every {every} --sleep {sleep} {extra} "
                        f"--events {self.events} --final {self.final}")
             self.job_env = deployed_job(root / "cdk.out", endpoint, job=job, nodes=nodes, code=PROJECT, command=command)
             command = ""
@@ -304,6 +308,7 @@ class Drill:
         return "\n".join(parts)
 
     def stop(self) -> None:
+        self._port_lock.close()
         for n in self.all_nodes:
             if n.alive:
                 n.alive = False
@@ -313,6 +318,25 @@ class Drill:
                     except ProcessLookupError:
                         pass
                 n.imds.stop()
+
+
+def _port_range(root: Path):
+    """An open, locked file naming a rendezvous port range (0-39) no other drill on this machine
+    holds; the lock goes with the file or the process."""
+    import fcntl
+    import tempfile
+
+    locks = Path(tempfile.gettempdir()) / "dl-drill-ports"
+    locks.mkdir(exist_ok=True)
+    first = zlib.crc32(str(root).encode()) % 40
+    for i in range(40):
+        f = open(locks / str((first + i) % 40), "a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return f
+        except BlockingIOError:
+            f.close()
+    raise RuntimeError("40 drills at once on this machine: no rendezvous port range left")
 
 
 def deployed_job(out: Path, endpoint: str, *, job: str, nodes: int, code: Path, command: str) -> dict[str, str]:
@@ -328,17 +352,18 @@ def deployed_job(out: Path, endpoint: str, *, job: str, nodes: int, code: Path, 
     return {k: v for k, v in contract.parse_env(node_env).items() if k.startswith("DL_JOB_")}
 
 
-def reference_run(root: Path, *, steps: int, every: int, rebuild_at: list[int], world: int) -> Path:
+def reference_run(root: Path, *, steps: int, every: int, rebuild_at: list[int], world: int,
+                  script: Path = TRAIN, args: Optional[list[str]] = None) -> Path:
     """The same job, never interrupted, one torchrun with the same world size, rebuilding DDP at the
     steps where the drill resumed."""
     events, final = root / "ref-events.jsonl", root / "ref-final.pt"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DL_")}
     env.update({"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
                 "DL_CHECKPOINT_DIR": str(root / "ref-ckpt"), "DL_RUN_DIR": str(root / "ref-run")})
-    r = subprocess.run([str(VENV_BIN / "torchrun"), "--standalone", f"--nproc-per-node={world}", str(TRAIN),
+    extra = ["--rebuild-at", ",".join(map(str, rebuild_at))] if args is None else args
+    r = subprocess.run([str(VENV_BIN / "torchrun"), "--standalone", f"--nproc-per-node={world}", str(script),
                         "--steps", str(steps), "--every", str(every), "--sleep", "0",
-                        "--events", str(events), "--final", str(final),
-                        "--rebuild-at", ",".join(map(str, rebuild_at))],
+                        "--events", str(events), "--final", str(final), *extra],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return final

@@ -1,0 +1,187 @@
+"""Sharded checkpoints on the node: torch.distributed.checkpoint (DCP) state written by every rank.
+
+A sharded save of step N goes to `.tmp-step-N-<attempt>` in the checkpoint directory of each
+node (every rank writes its own shard there; global rank 0 also writes DCP's `.metadata`, which
+DCP writes only after every rank's shard is written). When a rank's part is written it leaves a
+marker in `.dl-shards/` with the files its rank must read back to resume (DCP's own load planner
+says which), and the last rank of the node to finish renames the directory to `step-N`: complete
+on this node. The node agent uploads each node's part; the step is complete in S3 only when the
+parts of every node are there (sharded_store.py).
+
+The attempt is one id agreed by every rank for this save, so a step saved again after a restore
+never mixes its files with a killed earlier attempt's, locally or in S3.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import random
+import re
+import shutil
+from typing import Any, Iterator, Optional
+
+from .layout import name_for, step_of, write_atomic
+
+MARKERS = ".dl-shards"
+METADATA = ".metadata"  # DCP's FileSystemWriter writes it last, on the coordinator (global rank 0)
+_ATTEMPT = re.compile(r"^g\d{1,9}-[0-9a-f]{8}\Z", re.ASCII)
+
+
+def attempt_problem(attempt: Any) -> Optional[str]:
+    if not isinstance(attempt, str) or not _ATTEMPT.match(attempt):
+        return f"attempt {attempt!r} is not like g12-0a1b2c3d"
+    return None
+
+
+def new_attempt(generation: Optional[str], pick: Optional[int] = None) -> str:
+    n = random.getrandbits(32) if pick is None else pick
+    g = int(generation) if generation and generation.isdigit() else 0
+    return f"g{g}-{n:08x}"
+
+
+def tmp_dir(root: str, step: int, attempt: str) -> str:
+    return os.path.join(root, f".tmp-{name_for(step)}-{attempt}")
+
+
+def is_sharded(path: str) -> bool:
+    return os.path.isdir(os.path.join(path, MARKERS))
+
+
+@contextlib.contextmanager
+def _commit_lock(root: str) -> Iterator[None]:
+    # The local ranks of a node finish in any order; the last one renames. flock, not a rename
+    # race: a rank that saw the others' markers must not move a directory another rank just made final.
+    with open(os.path.join(root, ".commit.lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def read_markers(path: str) -> list[dict]:
+    out = []
+    d = os.path.join(path, MARKERS)
+    for n in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if n.startswith("rank-") and n.endswith(".json"):
+            try:
+                with open(os.path.join(d, n)) as f:
+                    out.append(json.load(f))
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+def node_part(path: str) -> Optional[dict]:
+    """What this node's markers say about its part of a complete local sharded save, or None when
+    they do not make a whole node (a directory someone else assembled)."""
+    marks = read_markers(path)
+    if not marks:
+        return None
+    first = marks[0]
+    keys = ("attempt", "node_rank", "local_world_size", "world_size")
+    if any(any(m.get(k) != first.get(k) for k in keys) for m in marks):
+        return None
+    if len({m.get("rank") for m in marks}) != first.get("local_world_size"):
+        return None
+    reads = {str(m["rank"]): sorted(m.get("reads") or []) for m in marks}
+    expect = next((m["expect"] for m in marks if m.get("rank") == 0 and "expect" in m), None)
+    return {"attempt": first["attempt"], "node_rank": first["node_rank"], "world_size": first["world_size"],
+            "reads": reads, **({"expect": sorted(expect)} if expect is not None else {})}
+
+
+def read_set(state_dict: dict, metadata: Any) -> tuple[list[str], list[str]]:
+    """(files this rank reads to load `state_dict` back from this save, every file the save wrote).
+    Asked of DCP's own DefaultLoadPlanner, so it is what dcp.load will open with the same sharding."""
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    storage = metadata.storage_data or {}
+    written = {info.relative_path for info in storage.values()}
+    # By (fqn, offset): MetadataIndex's own lookup has missed on torch 2.11 with CUDA tensors.
+    where = {(k.fqn, None if k.offset is None else tuple(k.offset)): info.relative_path for k, info in storage.items()}
+    try:
+        planner = DefaultLoadPlanner()
+        planner.set_up_planner(state_dict, metadata, is_coordinator=False)
+        items = planner.create_local_plan().items
+        reads = {where[(i.storage_index.fqn, None if i.storage_index.offset is None else tuple(i.storage_index.offset))]
+                 for i in items}
+    except Exception:  # a state this planner cannot place: the node then restores every file
+        reads = written
+    return sorted(reads | {METADATA}), sorted(written | {METADATA})
+
+
+def finish_rank(root: str, step: int, attempt: str, *, rank: int, node_rank: int, local_world_size: int,
+                world_size: int, reads: list[str], expect: Optional[list[str]] = None) -> Optional[str]:
+    """This rank's part is written: leave its marker; the node's last rank makes the save complete.
+    Returns the final path if this call completed it."""
+    tmp = tmp_dir(root, step, attempt)
+    mark = {"rank": rank, "node_rank": node_rank, "local_world_size": local_world_size, "world_size": world_size,
+            "attempt": attempt, "step": step, "reads": reads}
+    if expect is not None:
+        mark["expect"] = expect
+    write_atomic(os.path.join(tmp, MARKERS, f"rank-{rank}.json"), json.dumps(mark))
+    with _commit_lock(root):
+        if not os.path.isdir(tmp) or node_part(tmp) is None:
+            return None
+        for d, _dirs, files in os.walk(tmp):
+            for n in files:
+                with open(os.path.join(d, n), "rb+") as f:
+                    os.fsync(f.fileno())
+        final = os.path.join(root, name_for(step))
+        old = None
+        if os.path.isdir(final):  # the same step again (a rerun after a restore): replace it
+            old = f"{tmp}-old"
+            os.rename(final, old)
+        os.rename(tmp, final)  # the moment this node's part becomes complete locally
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+
+def stale_tmp(root: str) -> list[str]:
+    """Unfinished saves (a kill mid-write): never resumed, never uploaded."""
+    out = []
+    for n in os.listdir(root) if os.path.isdir(root) else []:
+        if n.startswith(".tmp-step-") and step_of(n[5:22]) is not None:
+            out.append(os.path.join(root, n))
+    return sorted(out)
+
+
+def manifest_shards_problem(m: dict, paths: set[str]) -> Optional[str]:
+    """Why a manifest's sharded part (its "dir" and "shards") cannot be trusted, or None."""
+    if "shards" not in m and "dir" not in m:
+        return None
+    sh = m.get("shards")
+    if not isinstance(sh, dict):
+        return "a 'dir' without 'shards'"
+    why = attempt_problem(sh.get("attempt"))
+    if why:
+        return why
+    if m.get("dir") != f"data-{sh['attempt']}":
+        return f"dir {m.get('dir')!r} is not data-{sh['attempt']}"
+    world = sh.get("world_size")
+    if not isinstance(world, int) or isinstance(world, bool) or not 1 <= world <= 1_000_000:
+        return f"world_size {world!r}"
+    reads = sh.get("reads")
+    if not isinstance(reads, dict) or set(reads) != {str(r) for r in range(world)}:
+        return "reads that do not name every rank"
+    for r, files in reads.items():
+        if not isinstance(files, list) or not set(files) <= paths:
+            return f"rank {r} reads a file the manifest does not list"
+    if METADATA not in paths:
+        return f"no {METADATA}"
+    return None
+
+
+def needed_files(manifest: dict, ranks: Optional[range], world_size: Optional[int]) -> list[dict]:
+    """The manifest's files a node with these global ranks must have to resume: its ranks' read
+    sets when the world is the one that saved, else every file (DCP reshards on load)."""
+    sh = manifest.get("shards")
+    if not sh or ranks is None or world_size != sh["world_size"]:
+        return manifest["files"]
+    want = {METADATA}
+    for r in ranks:
+        want.update(sh["reads"].get(str(r), []))
+    return [f for f in manifest["files"] if f["path"] in want]
