@@ -10,34 +10,20 @@ process that made the save, and a notice is seen even between two runs of the jo
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import shutil
 import threading
 import time
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 from . import contract, notice, sharded_store, shards
 from .errors import RuntimeUserError
 from .imds import Imds
-from .layout import local_checkpoints, newest_local, write_atomic
+from .layout import local_checkpoints, upload_lock, write_atomic
 from .store import CheckpointStore
 
 Log = Callable[[str], None]
-
-
-@contextlib.contextmanager
-def upload_lock() -> Iterator[None]:
-    path = contract.path("upload_lock")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def pushed_step() -> Optional[int]:
@@ -58,19 +44,36 @@ def _pushed() -> dict:
         return {}
 
 
-def delivered_step() -> Optional[int]:
-    """The newest step this node has done its share for: complete in S3, or (sharded) this node's
-    part in S3, the rest being the other nodes' to send."""
-    d = _pushed()
-    steps = [s for s in (d.get("step"), d.get("part")) if isinstance(s, int)]
-    return max(steps) if steps else None
+def parts_sent() -> dict[str, str]:
+    """Step -> attempt of the sharded parts this node has put in S3 (the newest few)."""
+    p = _pushed().get("parts")
+    return {k: v for k, v in p.items() if isinstance(v, str)} if isinstance(p, dict) else {}
 
 
-def record_pushed(step: int, *, part_only: bool = False) -> None:
+def record_part(step: int, attempt: str) -> None:
     d = _pushed()
-    key = "part" if part_only else "step"
-    if not isinstance(d.get(key), int) or step > d[key]:
-        d.update({key: step, "at": time.time()})
+    parts = {**parts_sent(), str(step): attempt}
+    d["parts"] = dict(sorted(parts.items(), key=lambda kv: int(kv[0]))[-16:])
+    write_atomic(contract.path("pushed"), json.dumps(d))
+
+
+def delivered(step: int, path: str) -> bool:
+    """Whether this node has done its share for the local save `path`: the step is complete in S3,
+    or (sharded) this node's part of THIS attempt is there. An attempt, not a step: after a restore
+    the same step is saved again under a new attempt, and that one must be sent too."""
+    done = pushed_step()
+    if done is not None and step <= done:
+        return True
+    if shards.is_sharded(path):
+        part = shards.node_part(path)
+        return part is not None and parts_sent().get(str(step)) == part["attempt"]
+    return False
+
+
+def record_pushed(step: int) -> None:
+    d = _pushed()
+    if not isinstance(d.get("step"), int) or step > d["step"]:
+        d.update({"step": step, "at": time.time()})
         write_atomic(contract.path("pushed"), json.dumps(d))
 
 
@@ -95,6 +98,7 @@ class NodeAgent:
         self.log = log
         self._stop = threading.Event()
         self._failures = 0
+        self._commits: dict[tuple[int, str], float] = {}  # (step, attempt) -> not before (monotonic)
 
     # ---- notices --------------------------------------------------------------------------------
     def watch_once(self) -> notice.Notices:
@@ -120,13 +124,11 @@ class NodeAgent:
     def upload_once(self) -> Optional[int]:
         """Push the newest complete local save if S3 does not have it yet; returns its step."""
         with upload_lock():
-            newest = newest_local(self.local_dir)
-            if not newest:
+            self.retry_commits()
+            pending = [(s, p) for s, p in reversed(local_checkpoints(self.local_dir)) if not delivered(s, p)]
+            if not pending:
                 return None
-            step, path = newest
-            done = delivered_step()
-            if done is not None and step <= done:
-                return None
+            step, path = self._choose(pending)
             if self.store.has_step(step):
                 record_pushed(step)
                 return None
@@ -140,17 +142,51 @@ class NodeAgent:
             self._prune(step)
             return step
 
+    def _choose(self, pending: list[tuple[int, str]]) -> tuple[int, str]:
+        """The newest pending save, except that a sharded step another node has begun to send comes
+        first: a step is complete only when every node sends it, so nodes that each took their own
+        newest while uploads lag behind saves could send different steps and complete none."""
+        if len(pending) == 1 or not shards.is_sharded(pending[0][1]):
+            return pending[0]
+        for step, path in pending[:4]:
+            part = shards.node_part(path)
+            if part and sharded_store.started(self.store, step, part["attempt"]):
+                return step, path
+        return pending[0]
+
     def _push_part(self, path: str, step: int, started: float) -> None:
         part = shards.node_part(path)
         if part is None:
             raise RuntimeUserError(f"local save {path} is sharded but its markers do not make this node's "
                                    "ranks (a launcher without LOCAL_WORLD_SIZE?)")
         sent = sharded_store.push_part(self.store, path, step, part)
-        done = sharded_store.commit(self.store, step, part["attempt"])
-        record_pushed(step, part_only=done is None)
+        record_part(step, part["attempt"])  # before the commit: a failed commit never sends the part again
         self.log(f"uploaded node {part['node_rank']}'s part of step {step} ({sent:,} bytes) in "
-                 f"{time.monotonic() - started:.1f} s; "
-                 + ("every node's part is in S3: step complete" if done else "waiting for the other nodes' parts"))
+                 f"{time.monotonic() - started:.1f} s")
+        self._commits[(step, part["attempt"])] = 0.0
+        self.retry_commits()
+
+    def retry_commits(self) -> None:
+        """Try the manifest of each step whose part this node sent: written if every node's part is
+        there (then done), left to the others if some part is missing (then done too: the last
+        node to send commits), tried again later only if S3 failed (throttling, 5xx)."""
+        for (step, attempt), not_before in list(self._commits.items()):
+            if time.monotonic() < not_before:
+                continue
+            try:
+                cp = sharded_store.commit(self.store, step, attempt)
+            except Exception as e:
+                self._commits[(step, attempt)] = time.monotonic() + min(60.0, 2.0 * (1 + self._failures))
+                self.log(f"commit of step {step} failed ({type(e).__name__}: {e}); trying again")
+                continue
+            del self._commits[(step, attempt)]
+            if cp:
+                record_pushed(step)
+                self.log(f"every node's part of step {step} is in S3: step complete")
+
+    @property
+    def committing(self) -> bool:
+        return bool(self._commits)
 
     def _prune(self, pushed: int) -> None:
         complete = [s for s in local_checkpoints(self.local_dir) if s[0] <= pushed]

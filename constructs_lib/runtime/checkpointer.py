@@ -195,6 +195,9 @@ class Checkpointer:
         from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
         from torch.distributed.checkpoint.state_dict_saver import async_save, save
 
+        if self.world_size > 1 and "LOCAL_WORLD_SIZE" not in os.environ:
+            raise RuntimeError("save_sharded needs torchrun's LOCAL_WORLD_SIZE and GROUP_RANK (dl-torchrun sets "
+                               "them): without them no node's part of a save can ever count as complete")
         self.wait()  # one save in flight at a time
         attempt = self._agree_attempt()
         tmp = shards.tmp_dir(self.directory, step, attempt)
@@ -232,6 +235,9 @@ class Checkpointer:
         import torch.distributed as dist
 
         tmp = shards.tmp_dir(self.directory, step, attempt)
+        if metadata.storage_data:  # DCP broadcast the same object to every rank: the same answer everywhere
+            self._commit_sharded(step, attempt, state_dict, metadata)
+            return
         storage = None
         if self.rank == 0:
             from torch.distributed.checkpoint.filesystem import FileSystemReader
@@ -246,11 +252,15 @@ class Checkpointer:
         if not storage:  # not complete anywhere: every rank fails this save the same way
             raise RuntimeError(f"sharded save of step {step}: DCP's .metadata on global rank 0 is unreadable")
         metadata.storage_data = storage
+        self._commit_sharded(step, attempt, state_dict, metadata)
+
+    def _commit_sharded(self, step: int, attempt: str, state_dict: dict, metadata: Any) -> None:
         reads, written = shards.read_set(state_dict, metadata)
         final = shards.finish_rank(
             self.directory, step, attempt, rank=self.rank, node_rank=_env_int("GROUP_RANK", _env_int("NODE_RANK", 0)),
-            local_world_size=_env_int("LOCAL_WORLD_SIZE", 1 if self.world_size <= 1 else self.world_size),
-            world_size=self.world_size, reads=reads, expect=written if self.rank == 0 else None)
+            local_world_size=_env_int("LOCAL_WORLD_SIZE", 1),
+            world_size=self.world_size, reads=reads, expect=written if self.rank == 0 else None,
+            guard_uploads=self.managed)
         if final and not self.managed:
             for _s, path in local_checkpoints(self.directory)[: -self.keep]:
                 shutil.rmtree(path, ignore_errors=True)

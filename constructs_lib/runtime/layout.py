@@ -6,9 +6,11 @@ A checkpoint is a directory of files named `step-<12 digits>`. It is complete wh
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
-from typing import Optional
+from typing import Iterator, Optional
 
 MANIFEST = "MANIFEST.json"
 FORMAT = 1
@@ -26,6 +28,22 @@ def prefix_problem(prefix: str) -> Optional[str]:
         return (f"bad checkpoint prefix {prefix!r}: use a path like 'jobs/llama-7b' "
                 "(letters, digits, - _ . ! ( ), segments separated by '/'; no wildcards * ?, no '.' or '..' segments)")
     return None
+
+
+@contextlib.contextmanager
+def upload_lock() -> Iterator[None]:
+    """Held by every upload and prune (the agent), every restore (the supervisor) and a sharded
+    save replacing a step already here (the training ranks): none moves a save another is reading."""
+    from . import contract
+
+    path = contract.path("upload_lock")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def write_atomic(path: str, text: str) -> None:

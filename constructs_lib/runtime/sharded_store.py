@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Optional
 
 from .errors import RuntimeUserError
-from .layout import FORMAT, MANIFEST, name_for
+from .layout import FORMAT, MANIFEST, name_for, step_of
 from .shards import MARKERS, attempt_problem
 from .store import CheckpointStore, RemoteCheckpoint, manifest_problem
+
+
+_PART_KEY = re.compile(r"^node-(\d{1,7})\.json\Z", re.ASCII)
 
 
 def _data(attempt: str) -> str:
@@ -55,33 +59,44 @@ def _read_parts(store: CheckpointStore, step: int, attempt: str) -> list[dict]:
     keys = [o["Key"] for page in store._call(lambda: list(pages)) for o in page.get("Contents", [])]
     parts = []
     for key in sorted(keys):
+        m = _PART_KEY.match(key.rsplit("/", 1)[-1])
+        if not m:
+            continue
         try:
-            parts.append(json.loads(store._call(store.client.get_object, Bucket=store.bucket, Key=key)["Body"].read()))
+            part = json.loads(store._call(store.client.get_object, Bucket=store.bucket, Key=key)["Body"].read())
         except ValueError:
             continue  # not JSON: not a part this protocol wrote
+        if isinstance(part, dict):
+            parts.append({**part, "_key_node": int(m.group(1))})
     return parts
 
 
 def merge(parts: list[dict], step: int, attempt: str) -> Optional[dict]:
-    """The manifest the parts make, or None while a part is missing (or they disagree)."""
+    """The manifest the parts make, or None while a part is missing (or they disagree: two parts
+    claiming one rank or one file with different bytes, a part not under its own node's name)."""
     files: dict[str, dict] = {}
     reads: dict[str, list[str]] = {}
     expect, world = None, None
     for p in parts:
         if not isinstance(p, dict) or p.get("step") != step or p.get("attempt") != attempt:
             continue
+        if p.get("_key_node") != p.get("node_rank"):
+            return None
         if world is None:
             world = p.get("world_size")
         if p.get("world_size") != world:
             return None
         for f in p.get("files") or []:
             if f.get("path") in files and files[f["path"]] != f:
-                return None  # two nodes claim one file with different bytes
+                return None
             files[f.get("path")] = f
-        reads.update(p.get("reads") or {})
-        if "expect" in p:
-            expect = p["expect"]
-    if expect is None or not isinstance(world, int) or world < 1:
+        mine = p.get("reads") or {}
+        if set(mine) & set(reads):
+            return None  # one rank in two nodes' parts: two nodes think they are the same node
+        reads.update(mine)
+        if "0" in mine:
+            expect = p.get("expect")
+    if not isinstance(expect, list) or not isinstance(world, int) or world < 1:
         return None
     if not set(expect) <= set(files) or set(reads) != {str(r) for r in range(world)}:
         return None
@@ -102,3 +117,37 @@ def commit(store: CheckpointStore, step: int, attempt: str) -> Optional[RemoteCh
                 Body=json.dumps(m, indent=1).encode(), ContentType="application/json")
     return RemoteCheckpoint(step, name, m)
 
+
+
+def started(store: CheckpointStore, step: int, attempt: str) -> bool:
+    """Whether some node has sent its part of this attempt of `step` (one LIST)."""
+    r = store._call(store.client.list_objects_v2, Bucket=store.bucket,
+                    Prefix=store._key(name_for(step), f"{_parts(attempt)}/"), MaxKeys=1)
+    return r.get("KeyCount", 0) > 0
+
+
+def _attempts(store: CheckpointStore, name: str) -> list[str]:
+    r = store._call(store.client.list_objects_v2, Bucket=store.bucket, Prefix=store._key(name), Delimiter="/")
+    out = []
+    for cp in r.get("CommonPrefixes", []):
+        seg = cp["Prefix"].rstrip("/").rsplit("/", 1)[-1]
+        if seg.startswith("parts-") and not attempt_problem(seg[6:]):
+            out.append(seg[6:])
+    return out
+
+
+def newest_complete(store: CheckpointStore, *, tries: int = 3) -> Optional[RemoteCheckpoint]:
+    """The newest complete step, as store.latest(), after first completing any of the `tries`
+    newest incomplete steps whose every part is in S3: its last node died between sending its part
+    and writing the manifest (the others had looked too early). Asked once per plan, not polled."""
+    for n in reversed(store._step_names()):
+        m = store._manifest(n)
+        if m:
+            return RemoteCheckpoint(step_of(n), n, m)
+        if tries > 0:
+            tries -= 1
+            for attempt in _attempts(store, n):
+                cp = commit(store, step_of(n), attempt)
+                if cp:
+                    return cp
+    return None

@@ -17,14 +17,15 @@ import contextlib
 import fcntl
 import json
 import os
-import random
+import secrets
 import re
 import shutil
 from typing import Any, Iterator, Optional
 
-from .layout import name_for, step_of, write_atomic
+from .layout import name_for, step_of, upload_lock, write_atomic
 
 MARKERS = ".dl-shards"
+RESTORED = ".dl-restored-subset"  # in a step restored from a sharded manifest: some nodes' files only
 METADATA = ".metadata"  # DCP's FileSystemWriter writes it last, on the coordinator (global rank 0)
 _ATTEMPT = re.compile(r"^g\d{1,9}-[0-9a-f]{8}\Z", re.ASCII)
 
@@ -36,7 +37,7 @@ def attempt_problem(attempt: Any) -> Optional[str]:
 
 
 def new_attempt(generation: Optional[str], pick: Optional[int] = None) -> str:
-    n = random.getrandbits(32) if pick is None else pick
+    n = secrets.randbits(32) if pick is None else pick  # not `random`: a job's random.seed() must not repeat it
     g = int(generation) if generation and generation.isdigit() else 0
     return f"g{g}-{n:08x}"
 
@@ -113,9 +114,11 @@ def read_set(state_dict: dict, metadata: Any) -> tuple[list[str], list[str]]:
 
 
 def finish_rank(root: str, step: int, attempt: str, *, rank: int, node_rank: int, local_world_size: int,
-                world_size: int, reads: list[str], expect: Optional[list[str]] = None) -> Optional[str]:
+                world_size: int, reads: list[str], expect: Optional[list[str]] = None,
+                guard_uploads: bool = True) -> Optional[str]:
     """This rank's part is written: leave its marker; the node's last rank makes the save complete.
-    Returns the final path if this call completed it."""
+    Returns the final path if this call completed it. guard_uploads: replace an existing step
+    only under the node agent's upload lock (False outside a dl-launcher node: no agent)."""
     tmp = tmp_dir(root, step, attempt)
     mark = {"rank": rank, "node_rank": node_rank, "local_world_size": local_world_size, "world_size": world_size,
             "attempt": attempt, "step": step, "reads": reads}
@@ -130,13 +133,14 @@ def finish_rank(root: str, step: int, attempt: str, *, rank: int, node_rank: int
                 with open(os.path.join(d, n), "rb+") as f:
                     os.fsync(f.fileno())
         final = os.path.join(root, name_for(step))
-        old = None
-        if os.path.isdir(final):  # the same step again (a rerun after a restore): replace it
+        if not os.path.isdir(final):
+            os.rename(tmp, final)  # the moment this node's part becomes complete locally
+            return final
+        with upload_lock() if guard_uploads else contextlib.nullcontext():  # the same step again: never under an upload
             old = f"{tmp}-old"
             os.rename(final, old)
-        os.rename(tmp, final)  # the moment this node's part becomes complete locally
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+            os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
         return final
 
 

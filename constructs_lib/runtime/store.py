@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 from . import contract
 from .errors import RuntimeUserError
 from .layout import FORMAT, MANIFEST, name_for, prefix_problem, step_of
-from .shards import is_sharded, manifest_shards_problem, needed_files
+from .shards import RESTORED, is_sharded, manifest_shards_problem, needed_files
 
 MiB = 1024 * 1024
 
@@ -189,7 +189,7 @@ class CheckpointStore:
         if not os.path.isdir(local_dir):
             raise RuntimeUserError(f"checkpoint directory {local_dir!r} does not exist"
                                    + (" as a directory" if os.path.lexists(local_dir) else ""))
-        if is_sharded(local_dir):
+        if is_sharded(local_dir) or os.path.exists(os.path.join(local_dir, RESTORED)):
             raise RuntimeUserError(f"{local_dir!r} is one node's part of a sharded save: each node's agent sends its "
                                    "own part and the step is complete when every node's is in S3")
         files = self._local_files(local_dir)
@@ -335,6 +335,9 @@ class CheckpointStore:
                 raise RuntimeUserError(f"cannot write in checkpoint directory {dest_root!r}: {e.strerror or e}") from None
             try:
                 if self._download(n, m, tmp, files) and self._verify_local(tmp, m, files):
+                    if m.get("shards"):  # this node's share of a sharded step: never a whole step to push
+                        with open(os.path.join(tmp, RESTORED), "w") as f:
+                            f.write(m["shards"]["attempt"] + "\n")
                     if os.path.isdir(final):
                         shutil.rmtree(final)
                     os.rename(tmp, final)

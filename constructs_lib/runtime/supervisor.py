@@ -32,8 +32,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, TypeVar, Union
 
-from . import contract, notice, rendezvous
-from .agent import NodeAgent, delivered_step, pushed_step, write_health
+from . import contract, notice, rendezvous, sharded_store
+from .agent import NodeAgent, delivered, pushed_step, write_health
 from .cluster import ClusterState, Liveness, Member, Plan, choose_members, unaccounted
 from .errors import RuntimeUserError
 from .jobdef import JobError, NodeJob, Prepared, Revision
@@ -204,7 +204,7 @@ class Supervisor:
             self.state.save()
             self.flush()
             if outcome == "finished":
-                latest = self.store.latest()  # the job's final step, whichever node pushed it
+                latest = sharded_store.newest_complete(self.store)  # the job's final step, whichever node pushed it
                 self.cluster.mark_finished(generation=plan.generation, node=self.me.node,
                                            step=latest.step if latest else None)
                 write_health("job", "ok", "the job finished")
@@ -375,7 +375,7 @@ class Supervisor:
             waiting = unaccounted(previous, joins, leaves, gone)
             members = choose_members(self.cfg.nodes, joins, previous, gone)
             if members and (not waiting or time.monotonic() - started >= self.cfg.member_grace):
-                latest = self.store.latest()
+                latest = sharded_store.newest_complete(self.store)
                 self.cluster.propose(Plan(g, tuple(members), latest.step if latest else None,
                                           job=self._revision_for_plan()))
                 continue
@@ -537,9 +537,8 @@ class Supervisor:
             try:
                 agent.upload_once()
                 newest = newest_local(self.local_dir)
-                done = delivered_step()
-                if not newest or (done is not None and done >= newest[0]):
-                    return done
+                if not newest or (delivered(*newest) and not agent.committing):
+                    return pushed_step()
             except RuntimeUserError as e:
                 self.log(f"cannot push the last save: {e}")
                 return pushed_step()
