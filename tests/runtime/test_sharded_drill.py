@@ -17,9 +17,9 @@ from tests.runtime.test_drill import _check_every_generation, _check_units, _wai
 
 pytestmark = pytest.mark.drill
 
-STEPS, EVERY = 120, 10
+STEPS, EVERY = 90, 10
 SCRIPT = "fsdp_train.py"
-ARGS = "--width 768"  # about 3 MB of shard per rank
+ARGS = "--width 256"
 
 
 def _manifest(d: Drill, step: int) -> dict:
@@ -29,9 +29,11 @@ def _manifest(d: Drill, step: int) -> dict:
 
 def test_fsdp2_job_with_async_sharded_saves_through_a_kill_mid_save_and_a_notice(tmp_path, moto_process):
     (tmp_path / "run").mkdir()
-    flag = tmp_path / "run" / "slow-save"
-    d = Drill(tmp_path / "run", moto_process, steps=STEPS, every=EVERY, sleep=0.04, script=SCRIPT,
-              args=f"{ARGS} --slow-save-flag {flag}-{{node}}", job="sharded")
+    run = tmp_path / "run"
+    # The job file, not a deployed job definition (the DDP drills cover that path): no CDK synth.
+    command = (f"dl-torchrun {PROJECT / SCRIPT} --steps {STEPS} --every {EVERY} --sleep 0.04 {ARGS} "
+               f"--slow-save-flag {run}/slow-save-{{node}} --events {run / 'events.jsonl'} --final {run / 'final.pt'}")
+    d = Drill(run, moto_process, steps=STEPS, every=EVERY, command=command, job="sharded")
     facts: dict = {}
     try:
         d.add_node("127.0.0.20")
