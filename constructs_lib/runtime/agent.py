@@ -28,11 +28,8 @@ Log = Callable[[str], None]
 
 def pushed_step() -> Optional[int]:
     """The newest step known to be complete in S3 from this node's point of view."""
-    try:
-        with open(contract.path("pushed")) as f:
-            return json.load(f).get("step")
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+    step = _pushed().get("step")
+    return step if isinstance(step, int) else None
 
 
 def _pushed() -> dict:

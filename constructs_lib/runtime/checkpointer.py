@@ -43,7 +43,7 @@ import threading
 from typing import Any, Iterator, Optional
 
 from . import contract, notice, shards
-from .layout import local_checkpoints, name_for, step_of, write_atomic
+from .layout import local_checkpoints, make_final, name_for, step_of, write_atomic
 
 
 def _env_int(name: str, default: int) -> int:
@@ -123,16 +123,22 @@ class Checkpointer:
 
         if not dist.is_available() or not dist.is_initialized():
             return flags
+        t = torch.tensor(flags, dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._control_group())
+        return int(t[0]), int(t[1])
+
+    def _control_group(self) -> Any:
+        """The gloo group for control messages: None, the default group, when that is gloo already.
+        With NCCL they would need a CUDA tensor and a device sync every step. Creating the group
+        is collective: every rank gets here at the same call."""
+        import torch.distributed as dist
+
         if self._group is None and dist.get_backend() != "gloo":
-            # Control messages go over gloo on the CPU: with NCCL they would need a CUDA tensor
-            # and a device sync every step. Creating the group is collective, and so is this call.
             self._group = dist.new_group(backend="gloo")
             # A process group still referenced after destroy_process_group aborts the interpreter
             # at exit ("terminate called without an active exception"): let go of ours first.
             atexit.register(self._release_group)
-        t = torch.tensor(flags, dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._group)  # None: the default (gloo) group
-        return int(t[0]), int(t[1])
+        return self._group
 
     def _release_group(self) -> None:
         self._group = None
@@ -149,9 +155,8 @@ class Checkpointer:
         if not dist.is_available() or not dist.is_initialized():
             return pick
         n = int(pick.rsplit("-", 1)[1], 16) if self.rank == 0 else 0
-        self._agree((0, 0))  # makes the control group, collectively, when it is needed
         t = torch.tensor([n], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._group)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._control_group())
         return shards.new_attempt(self.generation, int(t[0]))
 
     def should_checkpoint(self, step: int, every: int) -> bool:
@@ -207,7 +212,7 @@ class Checkpointer:
         planner = planner or DefaultSavePlanner(dedup_save_to_lowest_rank=True)
         if not asynchronous or self._stop:
             self._finish_sharded(step, attempt, state_dict,
-                                 save(state_dict, checkpoint_id=tmp, planner=planner), self._group)
+                                 save(state_dict, checkpoint_id=tmp, planner=planner), self._group)  # made by _agree_attempt
             return
         if self._save_group is None and dist.is_available() and dist.is_initialized():
             # async_save on the default group deadlocks or crashes gloo: the main thread goes on
@@ -261,7 +266,12 @@ class Checkpointer:
             local_world_size=_env_int("LOCAL_WORLD_SIZE", 1),
             world_size=self.world_size, reads=reads, expect=written if self.rank == 0 else None,
             guard_uploads=self.managed)
-        if final and not self.managed:
+        if final:
+            self._prune_unmanaged()
+
+    def _prune_unmanaged(self) -> None:
+        """Outside the supervisor no node agent prunes: keep the newest `keep` complete saves."""
+        if not self.managed:
             for _s, path in local_checkpoints(self.directory)[: -self.keep]:
                 shutil.rmtree(path, ignore_errors=True)
 
@@ -287,20 +297,8 @@ class Checkpointer:
         os.makedirs(tmp)
         try:
             yield tmp
-            for root, _dirs, files in os.walk(tmp):
-                for n in files:
-                    with open(os.path.join(root, n), "rb+") as f:
-                        os.fsync(f.fileno())
-            old = None
-            if os.path.isdir(final):  # the same step again (a rerun after a restore): replace it
-                old = f"{tmp}-old"
-                os.rename(final, old)
-            os.rename(tmp, final)  # the moment the checkpoint becomes complete locally
-            if old:
-                shutil.rmtree(old, ignore_errors=True)
+            make_final(tmp, final, guard_uploads=self.managed)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        if not self.managed:
-            for _s, path in local_checkpoints(self.directory)[: -self.keep]:
-                shutil.rmtree(path, ignore_errors=True)
+        self._prune_unmanaged()

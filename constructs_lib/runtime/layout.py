@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import os
 import re
+import shutil
 from typing import Iterator, Optional
 
 MANIFEST = "MANIFEST.json"
@@ -31,19 +32,41 @@ def prefix_problem(prefix: str) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def upload_lock() -> Iterator[None]:
-    """Held by every upload and prune (the agent), every restore (the supervisor) and a sharded
-    save replacing a step already here (the training ranks): none moves a save another is reading."""
-    from . import contract
-
-    path = contract.path("upload_lock")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+def flocked(path: str) -> Iterator[None]:
+    """An exclusive lock between processes (flock on `path`, made if missing)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def upload_lock() -> contextlib.AbstractContextManager[None]:
+    """Held by every upload and prune (the agent), every restore (the supervisor) and a save
+    replacing a step already here (the training ranks): none moves a save another is reading."""
+    from . import contract
+
+    return flocked(contract.path("upload_lock"))
+
+
+def make_final(tmp: str, final: str, *, guard_uploads: bool) -> None:
+    """Make the written directory `tmp` the complete save `final`: its files synced, then one
+    rename. A save already at `final` (the same step again, after a restore) is replaced, under
+    the upload lock when a node agent may be reading it (guard_uploads)."""
+    for d, _dirs, files in os.walk(tmp):
+        for n in files:
+            with open(os.path.join(d, n), "rb+") as f:
+                os.fsync(f.fileno())
+    if not os.path.isdir(final):
+        os.rename(tmp, final)  # the moment the save becomes complete locally
+        return
+    old = f"{tmp}-old"
+    with upload_lock() if guard_uploads else contextlib.nullcontext():
+        os.rename(final, old)
+        os.rename(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_atomic(path: str, text: str) -> None:

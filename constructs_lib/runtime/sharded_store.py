@@ -21,7 +21,7 @@ import re
 from typing import Optional
 
 from .errors import RuntimeUserError
-from .layout import FORMAT, MANIFEST, name_for, step_of
+from .layout import FORMAT, name_for, step_of
 from .shards import MARKERS, attempt_problem
 from .store import CheckpointStore, RemoteCheckpoint, manifest_problem
 
@@ -112,10 +112,8 @@ def commit(store: CheckpointStore, step: int, attempt: str) -> Optional[RemoteCh
     m = merge(_read_parts(store, step, attempt), step, attempt)
     if m is None:
         return None
-    name = name_for(step)
-    store._call(store.client.put_object, Bucket=store.bucket, Key=store._key(name, MANIFEST),
-                Body=json.dumps(m, indent=1).encode(), ContentType="application/json")
-    return RemoteCheckpoint(step, name, m)
+    store.put_manifest(m)
+    return RemoteCheckpoint(step, m["name"], m)
 
 
 

@@ -13,16 +13,13 @@ never mixes its files with a killed earlier attempt's, locally or in S3.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
-import secrets
 import re
-import shutil
-from typing import Any, Iterator, Optional
+import secrets
+from typing import Any, Optional
 
-from .layout import name_for, step_of, upload_lock, write_atomic
+from .layout import flocked, make_final, name_for, step_of, write_atomic
 
 MARKERS = ".dl-shards"
 RESTORED = ".dl-restored-subset"  # in a step restored from a sharded manifest: some nodes' files only
@@ -48,18 +45,6 @@ def tmp_dir(root: str, step: int, attempt: str) -> str:
 
 def is_sharded(path: str) -> bool:
     return os.path.isdir(os.path.join(path, MARKERS))
-
-
-@contextlib.contextmanager
-def _commit_lock(root: str) -> Iterator[None]:
-    # The local ranks of a node finish in any order; the last one renames. flock, not a rename
-    # race: a rank that saw the others' markers must not move a directory another rank just made final.
-    with open(os.path.join(root, ".commit.lock"), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def read_markers(path: str) -> list[dict]:
@@ -100,14 +85,15 @@ def read_set(state_dict: dict, metadata: Any) -> tuple[list[str], list[str]]:
 
     storage = metadata.storage_data or {}
     written = {info.relative_path for info in storage.values()}
-    # By (fqn, offset): MetadataIndex's own lookup has missed on torch 2.11 with CUDA tensors.
-    where = {(k.fqn, None if k.offset is None else tuple(k.offset)): info.relative_path for k, info in storage.items()}
+    def key(index: Any) -> tuple:
+        # By (fqn, offset): MetadataIndex's own lookup has missed on torch 2.11 with CUDA tensors.
+        return index.fqn, None if index.offset is None else tuple(index.offset)
+
+    where = {key(k): info.relative_path for k, info in storage.items()}
     try:
         planner = DefaultLoadPlanner()
         planner.set_up_planner(state_dict, metadata, is_coordinator=False)
-        items = planner.create_local_plan().items
-        reads = {where[(i.storage_index.fqn, None if i.storage_index.offset is None else tuple(i.storage_index.offset))]
-                 for i in items}
+        reads = {where[key(i.storage_index)] for i in planner.create_local_plan().items}
     except Exception:  # a state this planner cannot place: the node then restores every file
         reads = written
     return sorted(reads | {METADATA}), sorted(written | {METADATA})
@@ -125,22 +111,13 @@ def finish_rank(root: str, step: int, attempt: str, *, rank: int, node_rank: int
     if expect is not None:
         mark["expect"] = expect
     write_atomic(os.path.join(tmp, MARKERS, f"rank-{rank}.json"), json.dumps(mark))
-    with _commit_lock(root):
+    # The local ranks of a node finish in any order; the last one renames. flock, not a rename
+    # race: a rank that saw the others' markers must not move a directory another rank just made final.
+    with flocked(os.path.join(root, ".commit.lock")):
         if not os.path.isdir(tmp) or node_part(tmp) is None:
             return None
-        for d, _dirs, files in os.walk(tmp):
-            for n in files:
-                with open(os.path.join(d, n), "rb+") as f:
-                    os.fsync(f.fileno())
         final = os.path.join(root, name_for(step))
-        if not os.path.isdir(final):
-            os.rename(tmp, final)  # the moment this node's part becomes complete locally
-            return final
-        with upload_lock() if guard_uploads else contextlib.nullcontext():  # the same step again: never under an upload
-            old = f"{tmp}-old"
-            os.rename(final, old)
-            os.rename(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
+        make_final(tmp, final, guard_uploads=guard_uploads)
         return final
 
 

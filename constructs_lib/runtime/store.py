@@ -203,10 +203,14 @@ class CheckpointStore:
         entries = self.upload_files(files, lambda rel: self._key(name, rel), emit)
         manifest = {"format": FORMAT, "step": step, "name": name, "files": entries,
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-        self._call(self.client.put_object, Bucket=self.bucket, Key=self._key(name, MANIFEST),
-                   Body=json.dumps(manifest, indent=1).encode(), ContentType="application/json")
+        self.put_manifest(manifest)
         emit("manifest", self._key(name, MANIFEST))
         return RemoteCheckpoint(step, name, manifest)
+
+    def put_manifest(self, manifest: dict) -> None:
+        """The step becomes complete: its MANIFEST.json, written after every file it lists."""
+        self._call(self.client.put_object, Bucket=self.bucket, Key=self._key(manifest["name"], MANIFEST),
+                   Body=json.dumps(manifest, indent=1).encode(), ContentType="application/json")
 
     def upload_files(self, files: list[tuple[str, str]], key_of: Callable[[str], str],
                      emit: Callable[[str, str], None] = lambda kind, key: None) -> list[dict]:
