@@ -25,8 +25,10 @@ from constructs import Construct
 from .bundle import acknowledge_asset_parameters
 from .code import CodeAsset
 from .runtime import contract
-from .job_rules import KMS_ARN, data_list_problem, env_problem, image_problem, secret_problem, secret_resource
+from .job_rules import (KMS_ARN, data_list_problem, env_problem, image_problem, secret_problem, secret_resource,
+                        shipped_overlap)
 from .nag import resource_of
+from .runtime.framework_checkpoints import checkpoint_dir_problem, normalized
 from .runtime.jobdef import definition_bytes, ecr_registry
 from .runtime.staging import data_source
 from .validation import ConfigurationError
@@ -100,6 +102,10 @@ class JobDefinition(Construct):
       data [()]: s3://bucket/prefix datasets, staged onto every node's scratch RAID at
         DL_DATA_DIR/bucket/prefix before the first generation (runtime/staging.py); the node role
         may read exactly those prefixes.
+      checkpoint_dir [None]: where the command's framework writes its own checkpoints, relative
+        to the working directory (an HF output_dir, a Lightning dirpath): every checkpoint it
+        completes there is the job's (uploaded, and restored there before each generation),
+        without Checkpointer (runtime/framework_checkpoints.py).
 
     Attributes: parameter (ssm.StringParameter), definition (s3_assets.Asset), sha256, code
     (CodeAsset or None), env_names, image.
@@ -110,7 +116,8 @@ class JobDefinition(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, cluster: str, command: Optional[str] = None,
                  code: Optional[str | CodeAsset] = None, setup: Optional[str] = None,
                  env: Optional[Mapping[str, str]] = None, secrets: Optional[Mapping[str, str]] = None,
-                 secrets_kms: Sequence[str] = (), image: Optional[str] = None, data: Sequence[str] = ()) -> None:
+                 secrets_kms: Sequence[str] = (), image: Optional[str] = None, data: Sequence[str] = (),
+                 checkpoint_dir: Optional[str] = None) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
         region = None if cdk.Token.is_unresolved(stack.region) else stack.region
@@ -143,12 +150,18 @@ class JobDefinition(Construct):
             if text is not None and (cdk.Token.is_unresolved(text) or not text.strip()):
                 raise ConfigurationError(f"{label}: a bash script body known at synth (not empty, not a token)")
         self.code = code if isinstance(code, CodeAsset) or code is None else CodeAsset(self, "Code", path=code)
+        problem = checkpoint_dir_problem(checkpoint_dir) if checkpoint_dir is not None else None
+        problem = problem or (shipped_overlap(checkpoint_dir, [rel for rel, _ in self.code.files.files])
+                              if checkpoint_dir and self.code else None)
+        if problem:
+            raise ConfigurationError(problem)
+        self.checkpoint_dir = normalized(checkpoint_dir) if checkpoint_dir else None
         self.cluster = cluster
         self.image, self.env_names, self.secrets, self.secrets_kms = image, sorted(env), secrets, tuple(secrets_kms)
         body = definition_bytes(command=command, setup=setup, env=env, secrets=secrets, image=image,
                                 code=({"sha256": self.code.digest.sha256, "files": self.code.digest.files,
                                        "bytes": self.code.digest.bytes} if self.code else None),
-                                data=[f"s3://{b}/{p}" for b, p in self.data])
+                                data=[f"s3://{b}/{p}" for b, p in self.data], checkpoint_dir=self.checkpoint_dir)
         self.sha256 = hashlib.sha256(body).hexdigest()
         self.definition = s3_assets.Asset(self, "Definition", path=_write_temp(body, "job.json"),
                                           display_name="dl-launcher job definition")

@@ -102,3 +102,17 @@ def data_list_problem(uris: Sequence[str]) -> Optional[str]:
             return f"data {uri!r}: {problem}"
     overlap = data_overlap([data_source(u) for u in uris])
     return f"data: {overlap}" if overlap else None
+
+
+def shipped_overlap(checkpoint_dir: str, shipped: Sequence[str]) -> Optional[str]:
+    """Why checkpoint_dir may not be where the code puts files, or None: the node sets aside
+    every checkpoint there before each run, and shipped checkpoints would be resumed from."""
+    from .runtime.framework_checkpoints import normalized
+
+    d = normalized(checkpoint_dir)
+    inside = [rel for rel in shipped if rel == d or rel.startswith(d + "/")]
+    if not inside:
+        return None
+    return (f"checkpoint_dir={checkpoint_dir}: your code ships {len(inside)} file(s) there ({inside[0]}"
+            f"{', ...' if len(inside) > 1 else ''}); the directory is the job's checkpoints on the nodes: "
+            f"add '{d}/' to the code's .dlignore, or name a directory your code does not hold")

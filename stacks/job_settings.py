@@ -12,6 +12,10 @@
 - `secrets_kms`: KMS key ARNs that encrypt those secrets, comma-separated.
 - `data`: s3://bucket/prefix[,s3://...]: datasets staged onto every node's scratch RAID before the
   first generation (constructs_lib/runtime/staging.py); the node role may read exactly those.
+- `checkpoint_dir`: where the command's framework writes its own checkpoints, relative to the
+  working directory (`outputs` for an HF output_dir, `checkpoints` for a Lightning dirpath): the
+  node uploads what the framework completes there and restores the cluster's step there before
+  each generation (constructs_lib/runtime/framework_checkpoints.py). Needs `command`.
 - `data_mode`: `stage` (the default) or `fsx`: an FSx for Lustre file system linked to the same
   prefixes, mounted at the same path (constructs_lib/fsx.py); `fsx_gib` (1200, 2400 or a multiple
   of 2400) and `fsx_throughput` (125, 250, 500 or 1000 MB/s per TiB) size it.
@@ -27,12 +31,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from constructs_lib.codescan import scan
-from constructs_lib.job_rules import KMS_ARN, data_overlap, data_problem, env_problem, image_problem, secret_problem
+from constructs_lib.job_rules import (KMS_ARN, data_overlap, data_problem, env_problem, image_problem, secret_problem,
+                                     shipped_overlap)
+from constructs_lib.runtime.framework_checkpoints import checkpoint_dir_problem, normalized
 from constructs_lib.runtime.staging import data_source
 from selector.errors import UserError
 
 KEYS = ("code", "image", "setup", "setup_file", "env", "secrets", "secrets_kms", "data", "data_mode", "fsx_gib",
-        "fsx_throughput")
+        "fsx_throughput", "checkpoint_dir")
 DATA_MODES = ("stage", "fsx")
 PATH_KEYS = ("code", "setup_file")
 LONG_KEYS = ("env", "secrets", "secrets_kms", "setup")  # may be long and hold any printable text (env, setup)
@@ -40,7 +46,8 @@ EXAMPLES = {"code": "examples/train_project", "image": "123456789012.dkr.ecr.us-
             "setup": "pip install -r requirements.txt", "setup_file": "setup.sh", "env": "EPOCHS=10,LR=3e-4",
             "secrets": "HF_TOKEN=arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token-AbCdEf",
             "secrets_kms": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
-            "data": "s3://my-datasets/imagenet/train", "data_mode": "fsx", "fsx_gib": "2400", "fsx_throughput": "250"}
+            "data": "s3://my-datasets/imagenet/train", "data_mode": "fsx", "fsx_gib": "2400", "fsx_throughput": "250",
+            "checkpoint_dir": "outputs"}
 SETUP_LIMIT = 64 * 1024  # the setup text ships in the job definition (an S3 asset), not in user data
 VALUE_LIMIT = 4096       # one env value
 _SPLIT = re.compile(r"(?<!\\),(?=[^,=\s]+=)")
@@ -58,6 +65,7 @@ class JobSettings:
     data_mode: str = "stage"
     fsx_gib: int = 1200
     fsx_throughput: int = 125
+    checkpoint_dir: Optional[str] = None
 
     @property
     def any(self) -> bool:
@@ -196,4 +204,22 @@ def job_from_context(ctx: Mapping[str, Any], region: str,
     data = _data(ctx, job)
     mode, gib, throughput = _data_mode(ctx, data)
     return JobSettings(code=code, image=image, setup=setup, env=tuple(env), secrets=tuple(secrets), secrets_kms=kms,
-                       data=data, data_mode=mode, fsx_gib=gib, fsx_throughput=throughput)
+                       data=data, data_mode=mode, fsx_gib=gib, fsx_throughput=throughput,
+                       checkpoint_dir=_checkpoint_dir(ctx, code))
+
+
+def _checkpoint_dir(ctx: Mapping[str, Any], code: Optional[str]) -> Optional[str]:
+    if "checkpoint_dir" not in ctx:
+        return None
+    value = ctx["checkpoint_dir"]
+    problem = checkpoint_dir_problem(value)
+    if problem:
+        raise UserError(f"context {problem}")
+    if "command" not in ctx and "command_file" not in ctx:
+        raise UserError("context checkpoint_dir names where a command's framework saves: pass command= with it "
+                        "(e.g. command=\"dl-torchrun train.py\")")
+    if code:
+        overlap = shipped_overlap(value, [rel for rel, _ in scan(code, what="context code").files])
+        if overlap:
+            raise UserError(f"context {overlap}")
+    return normalized(value)

@@ -59,7 +59,7 @@ class TrainingStack(cdk.Stack):
             self.job_definition = JobDefinition(
                 self, "Job", cluster=cluster_id, command=settings.command or None, code=job.code, setup=job.setup,
                 env=dict(job.env), secrets=dict(job.secrets), secrets_kms=job.secrets_kms, image=job.image,
-                data=job.data if job.data_mode == "stage" else ())
+                data=job.data if job.data_mode == "stage" else (), checkpoint_dir=job.checkpoint_dir)
         self.data_file_system = None
         if job.data and job.data_mode == "fsx":
             sel = self.cluster.subnets  # the nodes' one AZ
@@ -298,5 +298,8 @@ def job_summary(settings: Settings, job: "JobDefinition | None") -> list[str]:
         how = ("staged onto each node's scratch before the first generation" if js.data_mode == "stage" else
                f"on FSx for Lustre ({js.fsx_gib:,} GiB, {js.fsx_throughput} MB/s/TiB), mounted on each node")
         lines.append(f"    data: {', '.join(js.data)}: {how}, at {where}")
+    if js.checkpoint_dir:
+        lines.append(f"    checkpoints: what your framework completes in {contract.DIR_DEFAULTS['DL_SCRATCH']}/work/"
+                     f"{js.checkpoint_dir} is uploaded and restored there before each generation")
     lines.append(f"    command: {settings.command.strip().splitlines()[0][:80] if settings.command else '(none: nodes wait)'}")
     return lines

@@ -242,6 +242,11 @@ RESERVED_ENV_PREFIXES = ("DL_", "TORCHELASTIC_")
 # the user's job) reads these from node.env.
 IMDS_PATIENCE = {"AWS_METADATA_SERVICE_TIMEOUT": "2", "AWS_METADATA_SERVICE_NUM_ATTEMPTS": "5"}
 
+# What a training process gets, besides DL_NOTICE_FILE, on a termination notice or a rebalance
+# recommendation: SIGUSR1 (SLURM's --signal convention, which Lightning and many scripts handle),
+# sent only to processes that catch it, so a script that does not is never killed by it.
+NOTICE_SIGNAL = "SIGUSR1"
+
 EXIT_FINISHED = 0    # the job is done on every node (or was done before this node came)
 EXIT_USAGE = 2       # a setting is wrong: restarting cannot help
 EXIT_FAILED = 3      # the training command failed repeatedly without progress: the job is stopped

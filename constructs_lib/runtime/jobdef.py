@@ -37,6 +37,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from . import contract
 from .codetree import UnsafeArchive, digest_tree, unpack
+from .framework_checkpoints import checkpoint_dir_problem, normalized
 from .layout import write_atomic
 
 Log = Callable[[str], None]
@@ -59,7 +60,8 @@ class JobError(Exception):
 # ---- what the constructs write at synth ---------------------------------------------------------
 def definition_bytes(*, command: Optional[str], setup: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
                      secrets: Optional[Mapping[str, str]] = None, image: Optional[str] = None,
-                     code: Optional[Mapping[str, object]] = None, data: Sequence[str] = ()) -> bytes:
+                     code: Optional[Mapping[str, object]] = None, data: Sequence[str] = (),
+                     checkpoint_dir: Optional[str] = None) -> bytes:
     """The definition file, canonical (sorted keys, no spaces): equal jobs give equal bytes, so
     an unchanged job keeps its asset hash and its revision (a job without data has no data key,
     as before there was one)."""
@@ -67,6 +69,8 @@ def definition_bytes(*, command: Optional[str], setup: Optional[str] = None, env
                                "secrets": dict(secrets or {}), "image": image, "code": dict(code) if code else None}
     if data:
         body["data"] = list(data)
+    if checkpoint_dir:
+        body["checkpoint_dir"] = checkpoint_dir
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -113,6 +117,7 @@ class Definition:
     image: Optional[str]
     code: Optional[dict]
     data: tuple[str, ...] = ()  # s3://bucket/prefix/ URIs staged onto scratch before the first generation
+    checkpoint_dir: Optional[str] = None  # the framework's own checkpoints, relative to the working directory
 
     @classmethod
     def parse(cls, data: bytes, sha256: str) -> "Definition":
@@ -143,8 +148,11 @@ class Definition:
         data = d.get("data") or []
         if not isinstance(data, list) or not all(isinstance(u, str) and u.startswith("s3://") for u in data):
             raise JobError("the job definition's data is not a list of s3:// URIs", final=True)
+        ckpt = d.get("checkpoint_dir")
+        if ckpt is not None and checkpoint_dir_problem(ckpt):
+            raise JobError(f"the job definition's {checkpoint_dir_problem(ckpt)}", final=True)
         return cls(sha256, text("command"), text("setup"), mapping("env"), mapping("secrets"), text("image"), code,
-                   tuple(data))
+                   tuple(data), normalized(ckpt) if ckpt else None)
 
 
 # ---- S3 -----------------------------------------------------------------------------------------

@@ -53,3 +53,59 @@ def mtime(path: Optional[str] = None) -> float:
         return os.stat(path or contract.path("notice")).st_mtime_ns
     except FileNotFoundError:
         return 0
+
+
+def seconds_left(n: Notices, now: Optional[float] = None) -> Optional[float]:
+    """Seconds until AWS takes the node, from the notice's time; None without a termination."""
+    import datetime as dt
+    try:
+        t = dt.datetime.strptime(n.termination["time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    except (TypeError, KeyError, ValueError):
+        return None
+    return max(0.0, t.timestamp() - (time.time() if now is None else now))
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(entry))
+    return kids
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for `signum` (SigCgt in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def deliver(root_pid: int) -> list[int]:
+    """Send the notice signal (contract.NOTICE_SIGNAL) to every process under `root_pid` (the
+    command, torchrun, its workers, in whatever sessions they made) that catches it; returns
+    their pids. A process that does not catch it is left alone: its default action is to exit."""
+    import signal
+
+    signum = getattr(signal, contract.NOTICE_SIGNAL)
+    kids, todo, sent = _children(), [root_pid], []
+    while todo:
+        pid = todo.pop()
+        todo.extend(kids.get(pid, []))
+        if catches(pid, signum):
+            try:
+                os.kill(pid, signum)
+                sent.append(pid)
+            except OSError:
+                continue
+    return sorted(sent)

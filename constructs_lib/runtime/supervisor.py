@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, TypeVar, Union
 
-from . import contract, notice, rendezvous, sharded_store
+from . import contract, framework_checkpoints, notice, rendezvous, sharded_store
 from .agent import NodeAgent, delivered, pushed_step, write_health
 from .cluster import ClusterState, Liveness, Member, Plan, choose_members, unaccounted
 from .errors import RuntimeUserError
@@ -61,13 +61,15 @@ class SupervisorConfig:
     stop_timeout: float = 20.0    # SIGTERM, then SIGKILL, for a run that must stop
     flush_timeout: float = 600.0  # how long to wait for the last save's upload before moving on
     retry_base: float = 1.0       # first backoff of S3 retries
+    settle: float = 10.0          # a checkpoint_dir file without a framework marker is whole once unchanged this long
 
     @classmethod
     def from_env(cls, **kw) -> "SupervisorConfig":
         env = os.environ
         num = {"poll": "DL_POLL_SECONDS", "liveness_poll": "DL_LIVENESS_POLL_SECONDS",
                "member_grace": "DL_MEMBER_GRACE_SECONDS", "stop_timeout": "DL_STOP_TIMEOUT_SECONDS",
-               "flush_timeout": "DL_FLUSH_TIMEOUT_SECONDS", "retry_base": "DL_RETRY_BASE_SECONDS"}
+               "flush_timeout": "DL_FLUSH_TIMEOUT_SECONDS", "retry_base": "DL_RETRY_BASE_SECONDS",
+               "settle": "DL_CHECKPOINT_SETTLE_SECONDS"}
         for name, var in num.items():
             if var in env and name not in kw:
                 kw[name] = float(env[var])
@@ -409,8 +411,9 @@ class Supervisor:
         set_phase("restoring")
         try:
             rank, n = plan.rank_of(self.me.node) or 0, self.cfg.nproc_per_node
-            restore(self.store, self.local_dir, plan.resume_step, log=self.log, retry_base=self.cfg.retry_base,
-                    ranks=range(rank * n, (rank + 1) * n), world_size=len(plan.members) * n)
+            restored = restore(self.store, self.local_dir, plan.resume_step, log=self.log,
+                               retry_base=self.cfg.retry_base, ranks=range(rank * n, (rank + 1) * n),
+                               world_size=len(plan.members) * n)
         except Exception as e:  # the cluster cannot run this plan here: a failed run, counted
             return "failed", f"restore: {type(e).__name__}: {e}"
         try:
@@ -418,7 +421,7 @@ class Supervisor:
         except ValueError as e:
             return "failed", f"the plan's job revision: {e}"
         extra: dict[str, str] = {}
-        prepared = None
+        prepared, collector = None, None
         if rev is not None:
             assert self.job is not None
             try:
@@ -429,6 +432,15 @@ class Supervisor:
                                              prepared.workdir)
             except JobError as e:
                 return ("job-error" if e.final else "failed"), str(e)
+            if prepared.definition.checkpoint_dir:
+                try:
+                    collector = framework_checkpoints.before_run(
+                        prepared.workdir, prepared.definition.checkpoint_dir, restored, self.local_dir,
+                        collects=rank == 0, local_ranks=range(n), floor=plan.resume_step, settle=self.cfg.settle,
+                        log=self.log)
+                except OSError as e:
+                    return "failed", f"checkpoint_dir: {type(e).__name__}: {e}"
+                extra["DL_FRAMEWORK_CHECKPOINT_DIR"] = os.path.join(prepared.workdir, prepared.definition.checkpoint_dir)
         env_vars = rendezvous.write(plan, self.me.node, self.cfg.nproc_per_node, self.cfg.cluster)
         for f in glob.glob(os.path.join(contract.path("outcome_dir"), f"gen-{plan.generation}-rank-*")):
             os.unlink(f)
@@ -439,6 +451,7 @@ class Supervisor:
         pypath = os.path.join(contract.lib_dir(), "python")
         env["PYTHONPATH"] = pypath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["DL_CHECKPOINT_DIR"] = self.local_dir
+        env["DL_NOTICE_FILE"], env["DL_NOTICE_SIGNAL"] = contract.path("notice"), contract.NOTICE_SIGNAL
         if prepared is not None:
             assert self.job is not None
             workdir = prepared.workdir
@@ -458,12 +471,15 @@ class Supervisor:
         set_phase("training", proc.pid)
         others = [n for n in plan.nodes() if n != self.me.node]
         reason = ""
+        stamp = notice.mtime()
         while True:
             try:
                 proc.wait(timeout=self.cfg.poll)
                 break
             except subprocess.TimeoutExpired:
                 pass
+            stamp = self._pass_notice(proc.pid, stamp)
+            self._collect(collector)
             try:
                 if self.cluster.activity(plan.generation + 1):
                     reason = f"a node joined or left generation {plan.generation + 1}"
@@ -484,6 +500,8 @@ class Supervisor:
             pump.join(timeout=10)  # the last lines, before the outcome is logged after them
         rc = proc.returncode
         outcomes = _outcomes(plan.generation)
+        if rc == 0 or "interrupted" in outcomes:
+            self._collect(collector, exited=True)  # its last save, before flush() pushes the newest
         if "interrupted" in outcomes:
             return "interrupted", f"termination notice; saved step {outcomes['interrupted']}"
         if rc == 0:
@@ -513,6 +531,24 @@ class Supervisor:
                 settle += self.cfg.poll  # the look that failed does not count toward the settling time
             time.sleep(jittered(self.cfg.poll))
         return "failed", f"exit {rc}"
+
+    def _pass_notice(self, pid: int, stamp: float) -> float:
+        """A new notice (termination or rebalance) reaches the command's processes as a signal."""
+        now = notice.mtime()
+        if now != stamp and now:
+            sent = notice.deliver(pid)
+            self.log(f"notice passed to the command: {contract.NOTICE_SIGNAL} to "
+                     + (f"{len(sent)} process(es) that handle it" if sent else "no process (none handles it; "
+                        "DL_NOTICE_FILE has it)"))
+        return now
+
+    def _collect(self, collector: Optional[framework_checkpoints.Collector], *, exited: bool = False) -> None:
+        if collector is None:
+            return
+        try:
+            collector.poll(exited=exited)
+        except OSError as e:  # a full disk or a vanished directory: the next look tries again
+            self.said("collect", f"checkpoint_dir: cannot collect ({type(e).__name__}: {e})")
 
     def _stop(self, proc: subprocess.Popen) -> None:
         for sig, wait in ((signal.SIGTERM, self.cfg.stop_timeout), (signal.SIGKILL, 10.0)):

@@ -189,7 +189,8 @@ class Node:
 class Drill:
     def __init__(self, root: Path, endpoint: str, *, steps: int, every: int = 10, sleep: float = 0.05,
                  pad_mb: int = 0, nodes: int = 2, nproc: int = 2, job: str = "drill",
-                 command: Optional[str] = None, script: str = TRAIN.name, args: Optional[str] = None) -> None:
+                 command: Optional[str] = None, script: str = TRAIN.name, args: Optional[str] = None,
+                 code: Path = PROJECT, context: Optional[dict] = None, job_command: Optional[str] = None) -> None:
         self.root = root
         self.nodes = nodes
         self.nproc = nproc
@@ -219,9 +220,10 @@ class Drill:
         self.job_env: dict[str, str] = {}
         if command is None:
             extra = f"--pad-mb {pad_mb}" if args is None else args
-            command = (f"dl-torchrun {script} --steps {steps} --every {every} --sleep {sleep} {extra} "
-                       f"--events {self.events} --final {self.final}")
-            self.job_env = deployed_job(root / "cdk.out", endpoint, job=job, nodes=nodes, code=PROJECT, command=command)
+            command = job_command or (f"dl-torchrun {script} --steps {steps} --every {every} --sleep {sleep} {extra} "
+                                      f"--events {self.events} --final {self.final}")
+            self.job_env = deployed_job(root / "cdk.out", endpoint, job=job, nodes=nodes, code=code, command=command,
+                                        context=context)
             command = ""
         self.command = command
         self.s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
@@ -339,7 +341,8 @@ def _port_range(root: Path):
     raise RuntimeError("40 drills at once on this machine: no rendezvous port range left")
 
 
-def deployed_job(out: Path, endpoint: str, *, job: str, nodes: int, code: Path, command: str) -> dict[str, str]:
+def deployed_job(out: Path, endpoint: str, *, job: str, nodes: int, code: Path, command: str,
+                 context: Optional[dict] = None) -> dict[str, str]:
     """The app synthesizes the job (-c code, -c command) and its assets and parameter go into
     moto as a deploy leaves them; returns the DL_JOB_ settings of node.env, as its user data
     carries them."""
@@ -347,7 +350,7 @@ def deployed_job(out: Path, endpoint: str, *, job: str, nodes: int, code: Path, 
     from tests.job.deployed import deploy
 
     d = deploy({"profile": "multi-node-training", "job": job, "nodes": str(nodes), "code": str(code),
-                "command": command, "observability": "false"}, out, endpoint)
+                "command": command, "observability": "false", **(context or {})}, out, endpoint)
     node_env = d.user_data.split('dl_put "$DL_NODE_ENV_FILE" <<' + f"'{HEREDOC}'\n", 1)[1].split(f"\n{HEREDOC}\n", 1)[0]
     return {k: v for k, v in contract.parse_env(node_env).items() if k.startswith("DL_JOB_")}
 

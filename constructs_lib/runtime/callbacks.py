@@ -1,0 +1,113 @@
+"""One line in a Hugging Face or Lightning script makes a spot notice cost no steps.
+
+    from constructs_lib.runtime.callbacks import HFNoticeCallback          # Hugging Face Trainer
+    trainer = Trainer(..., callbacks=[HFNoticeCallback()])
+
+    from constructs_lib.runtime.callbacks import LightningNoticeCallback   # PyTorch Lightning
+    trainer = L.Trainer(..., callbacks=[LightningNoticeCallback()])
+
+After every optimizer step (HF) or batch (Lightning) every rank looks at the node's notice
+(DL_NOTICE_FILE: one stat) and the ranks agree with one all-reduce over a gloo group, as
+`Checkpointer.should_checkpoint` does: a termination notice on any node makes every rank save
+that same step into the framework's own checkpoint directory and stop; a rebalance
+recommendation makes them save once and carry on. The supervisor then uploads that save (with
+`-c checkpoint_dir=` naming the directory) before AWS takes the node, and the next generation
+resumes from it. Outside a dl-launcher node they do nothing, and say so once.
+
+Neither framework is imported until one of the two names is used.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Optional
+
+_warned: set[str] = set()
+
+
+class _Notices:
+    """The agreed notice flags of every rank (a Checkpointer's), or nothing off a node."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.managed = os.environ.get("DL_GENERATION") is not None
+        self._ckpt: Any = None
+        if not self.managed and what not in _warned:
+            _warned.add(what)
+            print(f"dl-launcher: {what} does nothing here: not a dl-launcher node (no DL_GENERATION)",
+                  file=sys.stderr, flush=True)
+
+    def check(self, step: int) -> Optional[str]:
+        """Collective: "termination", "rebalance" or None, the same on every rank."""
+        if not self.managed:
+            return None
+        if self._ckpt is None:
+            from .checkpointer import Checkpointer
+
+            self._ckpt = Checkpointer()
+        return self._ckpt.reason if self._ckpt.should_checkpoint(step, every=0) else None
+
+
+def _hf_callback() -> type:
+    from transformers import TrainerCallback
+
+    class HFNoticeCallback(TrainerCallback):
+        """Saves at the next step and stops on a termination notice (on any node); saves once on
+        a rebalance recommendation. The Trainer writes checkpoint-N into its output_dir."""
+
+        def __init__(self) -> None:
+            self._notices = _Notices("HFNoticeCallback")
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            reason = self._notices.check(state.global_step)
+            if reason:
+                control.should_save = True
+                if reason == "termination":
+                    control.should_training_stop = True
+            return control
+
+    return HFNoticeCallback
+
+
+def _lightning_callback() -> type:
+    try:
+        from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+    except ImportError:  # the standalone package
+        from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+
+    class LightningNoticeCallback(Callback):
+        """Saves `epoch=E-step=S.ckpt` into the first ModelCheckpoint's dirpath at the next batch
+        and stops on a termination notice (on any node); saves once on a rebalance recommendation."""
+
+        def __init__(self) -> None:
+            self._notices = _Notices("LightningNoticeCallback")
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            reason = self._notices.check(trainer.global_step)
+            if not reason:
+                return
+            cb = next((c for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c.dirpath), None)
+            if cb is None:
+                raise RuntimeError("LightningNoticeCallback needs a ModelCheckpoint(dirpath=...): the directory "
+                                   "-c checkpoint_dir names")
+            # Collective under DDP: every rank calls it, global rank 0 writes.
+            trainer.save_checkpoint(os.path.join(cb.dirpath, f"epoch={trainer.current_epoch}-step={trainer.global_step}.ckpt"))
+            if reason == "termination":
+                trainer.should_stop = True
+
+    return LightningNoticeCallback
+
+
+_MAKERS = {"HFNoticeCallback": _hf_callback, "LightningNoticeCallback": _lightning_callback}
+_made: dict[str, type] = {}
+
+
+def __getattr__(name: str) -> type:
+    if name not in _MAKERS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _made:
+        _made[name] = _MAKERS[name]()
+    return _made[name]
+
+
+
