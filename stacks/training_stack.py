@@ -60,6 +60,10 @@ class TrainingStack(cdk.Stack):
                 self, "Job", cluster=cluster_id, command=settings.command or None, code=job.code, setup=job.setup,
                 env=dict(job.env), secrets=dict(job.secrets), secrets_kms=job.secrets_kms, image=job.image,
                 data=job.data if job.data_mode == "stage" else ())
+        from constructs_lib.job_rules import one_job_problem
+        self.one_job_warning = one_job_problem(settings.command, settings.nodes, job.code)
+        if self.one_job_warning:
+            cdk.Annotations.of(self).add_warning_v2("dl-launcher:not-one-job", self.one_job_warning)
         self.data_file_system = None
         if job.data and job.data_mode == "fsx":
             sel = self.cluster.subnets  # the nodes' one AZ
@@ -180,8 +184,9 @@ class TrainingStack(cdk.Stack):
 
     def summary(self) -> str:
         """The synth summary: the pick, why, every option's price, the whole cost, the approval, the job."""
-        return summary(self.settings, self.selection, self.job_definition, notes=self.notes(),
+        text = summary(self.settings, self.selection, self.job_definition, notes=self.notes(),
                        cost=[*self.cost.describe(), f"  {self.plan.approval_line(self.settings.approval.approve_hourly)}"])
+        return text + (f"\n  warning: {self.one_job_warning}" if self.one_job_warning else "")
 
     def notes(self) -> list[str]:
         """Facts of the chosen types the summary says once (not warnings: nothing to fix)."""
