@@ -38,7 +38,10 @@ def main(context: Optional[Mapping[str, Any]] = None, outdir: Optional[str] = No
         else:
             settings = from_context(ctx)
             from stacks.training_stack import TrainingStack
-            stack = TrainingStack.for_settings(app, settings, synthesizer=_synthesizer(settings))
+            stack = TrainingStack.for_settings(app, settings, synthesizer=_synthesizer(settings), quiet=True)
+            from stacks.approval import check
+            check(stack.plan, settings.approval.approve_hourly)  # the price before the spend: before any synth
+            print(stack.summary(), file=sys.stderr)
             _preflight(settings, stack.selection.facts)
     except UserError as e:
         print(f"error: {one_line(str(e))}", file=sys.stderr)

@@ -54,7 +54,7 @@ def main() -> None:
     size = make_project(project)
     env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "NODE_NO_WARNINGS": "1",
            "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"}
-    base = ["-c", "profile=multi-node-training", "-c", "command=dl-torchrun train.py"]
+    base = ["-c", "profile=multi-node-training", "-c", "command=dl-torchrun train.py", "-c", "approve_hourly=1000"]
     with_code = [*base, "-c", f"code={project}"]
     without, withc = [], []
     synth([*with_code, "-o", str(work / "warm")], env)

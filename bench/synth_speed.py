@@ -34,7 +34,7 @@ def main() -> None:
            "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"}
     work = Path(tempfile.mkdtemp(prefix="dl-synth-bench-"))
     ours_out, minimal_out = work / "ours", work / "minimal"
-    ours = ["synth", "-c", "profile=multi-node-training", "--quiet", "-o", str(ours_out)]
+    ours = ["synth", "-c", "profile=multi-node-training", "-c", "approve_hourly=1000", "--quiet", "-o", str(ours_out)]
     run(ours, env)  # warm-up, and the template the minimal app declares
     template = ours_out / "dl-multi-node-training.template.json"
     frozen = work / "template.json"

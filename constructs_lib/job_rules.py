@@ -116,3 +116,96 @@ def shipped_overlap(checkpoint_dir: str, shipped: Sequence[str]) -> Optional[str
     return (f"checkpoint_dir={checkpoint_dir}: your code ships {len(inside)} file(s) there ({inside[0]}"
             f"{', ...' if len(inside) > 1 else ''}); the directory is the job's checkpoints on the nodes: "
             f"add '{d}/' to the code's .dlignore, or name a directory your code does not hold")
+
+
+# What forms one job from one command per node: a launcher that starts the node's ranks and joins
+# them with the other nodes' (MASTER_ADDR, NODE_RANK, NNODES: every node gets them).
+LAUNCHERS = ("dl-torchrun", "torchrun", "deepspeed", "mpirun", "mpiexec", "horovodrun", "srun", "composer")
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",
+                    "deepspeed.launcher.runner")
+_WRAPPERS = ("exec", "env", "time", "nohup", "stdbuf", "nice")
+_RUNNERS = (("uv", "run"), ("poetry", "run"), ("pipenv", "run"))
+# A framework that starts its ranks itself from those variables: `python train.py` is one job there.
+_SELF_LAUNCHING = re.compile(r"^\s*(?:import|from)\s+(?:lightning|pytorch_lightning)\b", re.MULTILINE)
+
+
+def _program(words: list[str]) -> list[str]:
+    """The words from the program on: leading VAR=value, exec/env/time and `uv run` left out."""
+    while words:
+        if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]) or words[0] in _WRAPPERS:
+            words = words[1:]
+        elif tuple(words[:2]) in _RUNNERS:
+            words = words[2:]
+        else:
+            break
+    return words
+
+
+def _kind(words: list[str], code: Optional[str], depth: int) -> tuple[str, Optional[str]]:
+    """('launcher' | 'python' | 'unknown', the script python runs)."""
+    import os
+
+    if not words:
+        return "unknown", None
+    prog = os.path.basename(words[0])
+    if prog in LAUNCHERS or (prog == "accelerate" and words[1:2] == ["launch"]):
+        return "launcher", None
+    if re.fullmatch(r"python[0-9.]*", prog):
+        args = words[1:]
+        if "-m" in args:
+            module = args[args.index("-m") + 1] if args.index("-m") + 1 < len(args) else ""
+            return ("launcher" if module in LAUNCHER_MODULES else "python"), None
+        script = next((a for a in args if not a.startswith("-")), None)
+        return "python", script
+    # A shell script in the code: what it runs decides (one level deep); one we cannot read, we cannot judge.
+    script = words[1] if prog in ("bash", "sh") and len(words) > 1 else words[0] if words[0].endswith(".sh") else None
+    if script and code and depth == 0:
+        path = os.path.join(code, script)
+        if os.path.isfile(path):
+            with open(path, errors="replace") as f:
+                return _judge(f.read(), code, depth + 1), None
+    return "unknown", None
+
+
+def _judge(text: str, code: Optional[str], depth: int = 0) -> str:
+    """'launcher' when any step starts one, 'python' when a step runs a plain script and none
+    does, else 'unknown'."""
+    import os
+    import shlex
+
+    kinds = []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        for segment in re.split(r"&&|\|\||;|\|", line):
+            try:
+                words = _program(shlex.split(segment, comments=True))
+            except ValueError:  # an open quote: shell the check cannot read
+                return "unknown"
+            kind, script = _kind(words, code, depth)
+            if kind == "python" and script and code:
+                path = os.path.join(code, script)
+                if os.path.isfile(path):
+                    with open(path, errors="replace") as f:
+                        if _SELF_LAUNCHING.search(f.read()):
+                            kind = "launcher"
+            kinds.append(kind)
+    if "launcher" in kinds:
+        return "launcher"
+    return "python" if "python" in kinds else "unknown"
+
+
+def one_job_problem(command: Optional[str], nodes: int, code: Optional[str] = None) -> Optional[str]:
+    """Why `command` on `nodes` nodes would run unrelated copies instead of one job, with the fix;
+    None when it forms one job or cannot be judged (a script in the image, or one not in the code).
+
+    A warning, never a refusal: a script that reads NODE_RANK and MASTER_ADDR (which every node
+    gets) and starts its ranks itself forms one job from plain `python`, and no string check can
+    tell it from one that does not; Lightning, the common case, is recognised from its import."""
+    if nodes < 2 or not command or _judge(command, code) != "python":
+        return None
+    return (f"command {command.strip().splitlines()[0][:80]!r} on {nodes} nodes runs a plain python process per "
+            f"node: {nodes} unrelated copies (each sees WORLD_SIZE, none a RANK), not one job. Fix: start it with a "
+            "launcher: -c command=\"dl-torchrun train.py\" (torchrun with this cluster's rendezvous; also torchrun, "
+            "python -m torch.distributed.run, accelerate launch, deepspeed); ignore this if the script starts its "
+            "ranks itself from NODE_RANK and MASTER_ADDR")

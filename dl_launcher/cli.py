@@ -3,7 +3,8 @@
 Examples:
   dl-launcher recommend --profile multi-node-training       rank every accelerated type
   dl-launcher preflight --profile multi-node-training       quotas, bootstrap, AMI, offerings
-  cdk deploy -c profile=multi-node-training                 deploy (the CDK CLI)
+  dl-launcher launch -c profile=multi-node-training -c command="dl-torchrun train.py"
+                                                            the plan and its price, a question, cdk deploy
   dl-launcher status multi-node-training                    the cluster, and why it waits
   dl-launcher logs multi-node-training --follow             every node's output
   dl-launcher shell multi-node-training --rank 0            a Session Manager shell on a node
@@ -51,6 +52,17 @@ def parser() -> argparse.ArgumentParser:
     pf.add_argument("--availability-zone", help="the AZ the cluster will use, if you pin one")
     pf.add_argument("--region")
     pf.add_argument("--json", action="store_true")
+    la = sub.add_parser("launch", help="the plan and what it costs per hour, a question, then cdk deploy",
+                        description="Example: dl-launcher launch -c profile=multi-node-training -c code=. "
+                                    "-c command=\"dl-torchrun train.py\"\n\n"
+                                    "Shows the types, nodes, market and $/h expected and at worst, asks, then runs "
+                                    "the pinned cdk deploy with the same -c keys and, where the worst case is above "
+                                    "the approval threshold, -c approve_hourly=<the worst case shown>. No: nothing "
+                                    "runs (exit 1).", formatter_class=argparse.RawDescriptionHelpFormatter)
+    la.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE",
+                    help="a context key, as cdk deploy -c takes it (docs/deploy.md lists them)")
+    la.add_argument("--yes", action="store_true", help="do not ask (nor let cdk ask about IAM changes)")
+    la.add_argument("--region", help="same as -c region=NAME")
     for verb, text in (("status", "the cluster's type, nodes, and why it waits"),
                        ("logs", "the job's output from every node"),
                        ("shell", "a Session Manager shell on one node of the job"),
@@ -117,6 +129,9 @@ def _with_region(argv: list[str]) -> list[str]:
 
 
 def _run(a: argparse.Namespace) -> int:
+    if a.verb == "launch":
+        from .launch import launch
+        return launch(a.context, yes=a.yes, region=a.region)
     region, source = _region(a)
     if a.verb == "preflight":
         return _preflight(a, region, source)

@@ -1,8 +1,10 @@
 """The main job, locally: `cdk deploy` a profile into moto_server on 127.0.0.1 with the real CDK
-CLI, with your own training project (examples/train_project: code, setup, env, a secret), the
+CLI, with a training project (yours with --code DIR --command ..., else examples/train_project:
+code, setup, env, a secret), the
 cluster launched by the capacity controller, its nodes booted from their real user data on this
 machine (scripts/simnode.py) and the job run there, its lines read back from CloudWatch Logs;
-then `dl-launcher destroy`, and show that the checkpoint bucket survived.
+then `dl-launcher destroy`, and show that the checkpoint bucket survived. With --keep, moto stays
+up instead, and the script says how to point `dl-launcher status/logs/destroy` at it.
 
 No AWS account is touched: fake credentials, every endpoint pointed at the local moto_server.
 What moto does not emulate is listed at the end of the run (and in the README).
@@ -18,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 from constructs_lib.runtime.contract import TAG_CLUSTER
 
@@ -298,21 +301,49 @@ def gang_launch_and_node_loss(stack: str, region: str):
 
 PROJECT = ROOT / "examples" / "train_project"
 SECRET_VALUE = "local-demo-not-a-real-key-0123456789"
+# The demo's own project, when no --code is given: what the README's job runs.
+EXAMPLE = {"command": "dl-torchrun train.py", "setup": "pip install -r requirements.txt", "env": "STEPS=60,LR=0.05",
+           "secrets": f"WANDB_API_KEY={SECRET_VALUE}"}
 
 
-def job_context(region: str) -> list[str]:
-    """Your own project on the nodes: its code, setup, env and a secret (made here in moto's
-    Secrets Manager, as you would make yours in your account)."""
+def secret_values(text: Optional[str]) -> list[tuple[str, str]]:
+    """--secrets NAME=VALUE,...: the values live only in this machine's moto."""
+    pairs = []
+    for item in (text or "").split(","):
+        name, eq, value = item.strip().partition("=")
+        if item.strip() and (not eq or not name or not value):
+            raise ValueError(f"--secrets {item.strip()!r}: expected NAME=VALUE (the value goes into moto's "
+                             "Secrets Manager on this machine, never to AWS)")
+        if item.strip():
+            pairs.append((name, value))
+    return pairs
+
+
+def job_context(region: str, a: argparse.Namespace) -> list[str]:
+    """The project on the nodes: its code, command, setup, env and secrets (each made here in
+    moto's Secrets Manager, as you would make yours in your account, and passed by ARN)."""
     import boto3
 
-    arn = boto3.client("secretsmanager", region_name=region).create_secret(
-        Name="demo/wandb-api-key", SecretString=SECRET_VALUE)["ARN"]
-    log(f"secret in Secrets Manager: {arn}")
-    return ["-c", f"code={PROJECT}", "-c", "setup=pip install -r requirements.txt", "-c", "env=STEPS=60,LR=0.05",
-            "-c", f"secrets=WANDB_API_KEY={arn}", "-c", "command=dl-torchrun train.py"]
+    ctx = ["-c", f"code={a.code}", "-c", f"command={a.command}"]
+    if a.setup:
+        ctx += ["-c", f"setup={a.setup}"]
+    if a.env:
+        ctx += ["-c", f"env={a.env}"]
+    arns = []
+    for name, value in secret_values(a.secrets):
+        arn = boto3.client("secretsmanager", region_name=region).create_secret(
+            Name=f"local/{name.lower()}", SecretString=value)["ARN"]
+        log(f"secret in Secrets Manager: {arn}")
+        arns.append(f"{name}={arn}")
+    if arns:
+        ctx += ["-c", f"secrets={','.join(arns)}"]
+    if a.nodes:
+        ctx += ["-c", f"nodes={a.nodes}"]
+    return ctx
 
 
-def job_on_nodes(stack: str, region: str, endpoint: str, instances: list[dict], spec) -> bool:
+def job_on_nodes(stack: str, region: str, endpoint: str, instances: list[dict], spec, code: Path,
+                 secrets: list[str], expect: Optional[str]) -> bool:
     """Boot every node of the cluster from its launch template's user data, run the job unit,
     and read the job's log back through the CLI verb."""
     import base64
@@ -352,7 +383,7 @@ def job_on_nodes(stack: str, region: str, endpoint: str, instances: list[dict], 
         work = (nodes[0].dirs["DL_SCRATCH"] / "work").resolve()
         shipped = sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file())
         log(f"code on {nodes[0].instance_id} in {work.name[:12]}...: {', '.join(shipped)} "
-            f"(examples/train_project less its .dlignore)")
+            f"({code} less its .dlignore)")
         log(f"\n== python -m constructs_lib.fleet logs --job {stack[3:]} --region {region}")
         env = {**os.environ}
         r = subprocess.run([sys.executable, "-m", "constructs_lib.fleet", "logs", "--job", stack[3:], "--region", region],
@@ -360,43 +391,92 @@ def job_on_nodes(stack: str, region: str, endpoint: str, instances: list[dict], 
         lines = r.stdout.splitlines()
         for line in lines:
             log("  " + line)
-        leaked = any(SECRET_VALUE in x for x in lines)
+        leaked = any(v in x for x in lines for v in secrets)
         log(f"secret value in the log: {'YES - this is a bug' if leaked else 'no'}")
-        return all(c == 0 for c in codes) and not leaked and any("WANDB_API_KEY is set" in x for x in lines)
+        return all(c == 0 for c in codes) and not leaked and (expect is None or any(expect in x for x in lines))
     finally:
         for node in nodes:
             node.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
+def keep(endpoint: str, job: str, ran: bool) -> int:
+    """Moto stays up (it lives in this process) until Ctrl-C or SIGTERM; what to run meanwhile."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    log(f"\n== --keep: moto keeps running on {endpoint} with the stack, its nodes and the job's log "
+        f"(the job {'finished' if ran else 'FAILED: its log says why'}). From another terminal:")
+    log(f"  unset AWS_PROFILE AWS_SESSION_TOKEN; export AWS_ENDPOINT_URL={endpoint} AWS_ACCESS_KEY_ID=local "
+        f"AWS_SECRET_ACCESS_KEY=local AWS_REGION={REGION} AWS_EC2_METADATA_DISABLED=true")
+    for verb in ("status", "logs", "destroy"):
+        log(f"  dl-launcher {verb} {job}")
+    log("  (destroy deletes the stack; locally the nodes stay in moto: the stack's teardown is off with -c local=true)")
+    log(f"stop it: Ctrl-C here, or kill {os.getpid()}")
+    while not stop.wait(1):  # a signal lands between waits
+        pass
+    log("moto stopped: everything it held is gone")
+    return 0 if ran else 1
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", default="multi-node-training")
-    p.add_argument("--keep", action="store_true", help="skip cdk destroy")
+    p.add_argument("--job", help="the job name (-c job) [the profile]")
+    p.add_argument("--code", type=Path, help="your project directory, anywhere [examples/train_project]")
+    p.add_argument("--command", help=f"what each node runs in it [with --code: required; else {EXAMPLE['command']}]")
+    p.add_argument("--setup", help="bash run once per node before the job (-c setup)")
+    p.add_argument("--env", help="KEY=VALUE,... for every rank (-c env)")
+    p.add_argument("--secrets", help="NAME=VALUE,...: made in moto's Secrets Manager, passed by ARN (-c secrets)")
+    p.add_argument("--nodes", type=int, help="nodes in the cluster [the profile's]")
+    p.add_argument("--keep", action="store_true",
+                   help="leave moto running after the job (Ctrl-C stops it): dl-launcher status/logs/destroy against it")
     a = p.parse_args(argv)
+    if a.code is None:
+        if a.command or a.setup or a.env or a.secrets:
+            p.error("--command, --setup, --env and --secrets go with --code DIR (without it: examples/train_project)")
+        a.code, expect = PROJECT, "WANDB_API_KEY is set"
+        for key, value in EXAMPLE.items():
+            setattr(a, key, value)
+    else:
+        expect = None
+        a.code = a.code.expanduser().resolve()
+        if not a.code.is_dir():
+            p.error(f"--code {a.code}: not a directory")
+        if not a.command:
+            p.error("--code needs --command: what each node runs in it, e.g. --command \"dl-torchrun train.py\"")
+    try:
+        secrets = [v for _, v in secret_values(a.secrets)]
+    except ValueError as e:
+        p.error(str(e))
+    job = a.job or a.profile
 
     server, port = start_moto()
     endpoint, env = local_env(port, REGION)
     out = Path(tempfile.mkdtemp(prefix="dl-local-"))
-    stack = f"dl-{a.profile}"
+    stack = f"dl-{job}"
     try:
         log(f"moto_server on {endpoint} (in-process); account {ACCOUNT}, region {REGION}")
-        synth_into_moto(["-c", f"profile={a.profile}", *job_context(REGION)], stack=stack, out=out, env=env)
+        synth_into_moto(["-c", f"profile={a.profile}", "-c", f"job={job}", *job_context(REGION, a)], stack=stack,
+                        out=out, env=env)
         started = time.monotonic()
         cdk("deploy", "--app", str(out), "--require-approval", "never", "--method=direct",
             "--no-previous-parameters", "--progress", "events", stack, env=env)
         log(f"deployed in {time.monotonic() - started:.0f} s")
         ctl, instances = gang_launch_and_node_loss(stack, REGION)
-        ran = job_on_nodes(stack, REGION, endpoint, instances, ctl.spec)
+        ran = job_on_nodes(stack, REGION, endpoint, instances, ctl.spec, a.code, secrets, expect)
         state = show(stack, REGION)
         bundle = show_bundle(stack, REGION)
         if a.keep:
-            return 0
+            return keep(endpoint, job, ran)
         import boto3
         log("\n== teardown (what the stack's custom resource does on delete)")
         ctl.teardown()
         log("\n== dl-launcher destroy (CloudFormation deletes the stack; the checkpoints stay)")
-        gone = subprocess.run([sys.executable, "-m", "dl_launcher", "destroy", a.profile, "--region", REGION],
+        gone = subprocess.run([sys.executable, "-m", "dl_launcher", "destroy", job, "--region", REGION],
                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
         log(gone.stdout.rstrip() + gone.stderr.rstrip())
         left = [b["Name"] for b in boto3.client("s3", region_name=REGION).list_buckets()["Buckets"]]

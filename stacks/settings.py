@@ -55,6 +55,10 @@ from selector.errors import UserError, closest
 from selector.interchange import DEFAULT_RULE, RULES
 from selector.profiles import Profile, get_profile, load_profiles
 
+from .approval import EXAMPLES as APPROVAL_EXAMPLES
+from .approval import KEYS as APPROVAL_KEYS
+from .approval import NUMBER_KEYS as APPROVAL_NUMBER_KEYS
+from .approval import ApprovalSettings, approval_from_context
 from .job_settings import EXAMPLES as JOB_EXAMPLES
 from .job_settings import KEYS as JOB_KEYS
 from .job_settings import LONG_KEYS as JOB_LONG_KEYS
@@ -69,7 +73,7 @@ from .observability_settings import ObservabilitySettings, observability_from_co
 DEFAULT_PROFILE = "dev-prototyping"  # cheap (one T4-class GPU) and safe to deploy by mistake
 KEYS = ("profile", "instance_type", "nodes", "spot", "market", "region", "vpc_id", "subnet_ids", "availability_zone",
         "command", "command_file", "job", "max_price", "interchange", "capacity_reservation", "profiles_file", "local",
-        "bench", "portfolio", "product", "snapshots", "preflight", "budget", *JOB_KEYS, *OBS_KEYS)
+        "bench", "portfolio", "product", "snapshots", "preflight", "budget", *JOB_KEYS, *OBS_KEYS, *APPROVAL_KEYS)
 MARKETS = ("spot", "on-demand", "capacity-block")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 _RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
@@ -85,7 +89,7 @@ COMMAND_LIMIT = 8 * 1024
 NODES = (1, 64)
 MAX_PRICE = 1000.0  # USD per hour per node: above any instance or Capacity Block on record
 _BOOL_KEYS = ("spot", "local", "preflight", *OBS_BOOL_KEYS)
-_NUMBER_KEYS = ("nodes", "max_price", "budget", *OBS_NUMBER_KEYS)
+_NUMBER_KEYS = ("nodes", "max_price", "budget", *OBS_NUMBER_KEYS, *APPROVAL_NUMBER_KEYS)
 BUDGET = (1, 1_000_000)  # USD per month: an AWS Budgets cost budget on the job's tag
 _PATH_KEYS = ("profiles_file", "command_file", "bench", "snapshots", *JOB_PATH_KEYS)
 _NAME_LIMIT, _PATH_LIMIT = 256, 4096
@@ -96,7 +100,7 @@ EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "
             "interchange": "same-accelerator", "capacity_reservation": "cr-0123456789abcdef0",
             "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json", "portfolio": "platform",
             "product": "dev-prototyping", "snapshots": "product-stack-snapshots", "preflight": "false",
-            "budget": "5000", **JOB_EXAMPLES, **OBS_EXAMPLES}
+            "budget": "5000", **JOB_EXAMPLES, **OBS_EXAMPLES, **APPROVAL_EXAMPLES}
 # Look-alikes a copy from a document or chat brings in; NFKC handles full-width forms and the like.
 _LOOKALIKES = str.maketrans({
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
@@ -132,6 +136,7 @@ class Settings:
     region_source: str = "context region"  # where the region came from (resolve_region)
     preflight: bool = True  # dl-launcher preflight's checks at synth, when the CDK CLI found an account
     budget: Optional[int] = None  # USD per month (-c budget=): an AWS Budgets budget on the job's cost tag
+    approval: ApprovalSettings = ApprovalSettings()  # -c approve_hourly, approval_threshold (stacks/approval.py)
 
     def __post_init__(self) -> None:
         if self.market is None:
@@ -192,7 +197,8 @@ def _check_type(key: str, value: Any) -> None:
         wanted = {"nodes": "a whole number from 1 to 64", "max_price": f"USD per hour per node, above 0 and at most "
                   f"{MAX_PRICE:g}", "idle_minutes": "a whole number of minutes",
                   "idle_threshold": "a percentage", "idle_warning": "a whole number of minutes",
-                  "budget": "a whole number of USD per month"}[key]
+                  "budget": "a whole number of USD per month", "approve_hourly": "USD per hour",
+                  "approval_threshold": "USD per hour"}[key]
     else:
         ok, wanted = isinstance(value, str), "a string"
     if ok:
@@ -552,4 +558,5 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                     observability=observability_from_context(ctx, profile, region, has_command=bool(command)),
                     job_settings=job_from_context(ctx, region, read_script, job), region_source=region_source,
                     preflight=_bool("preflight", ctx.get("preflight", True)),
-                    budget=_int("budget", ctx["budget"], *BUDGET) if "budget" in ctx else None)
+                    budget=_int("budget", ctx["budget"], *BUDGET) if "budget" in ctx else None,
+                    approval=approval_from_context(ctx))

@@ -60,6 +60,10 @@ class TrainingStack(cdk.Stack):
                 self, "Job", cluster=cluster_id, command=settings.command or None, code=job.code, setup=job.setup,
                 env=dict(job.env), secrets=dict(job.secrets), secrets_kms=job.secrets_kms, image=job.image,
                 data=job.data if job.data_mode == "stage" else (), checkpoint_dir=job.checkpoint_dir)
+        from constructs_lib.job_rules import one_job_problem
+        self.one_job_warning = one_job_problem(settings.command, settings.nodes, job.code)
+        if self.one_job_warning:
+            cdk.Annotations.of(self).add_warning_v2("dl-launcher:not-one-job", self.one_job_warning)
         self.data_file_system = None
         if job.data and job.data_mode == "fsx":
             sel = self.cluster.subnets  # the nodes' one AZ
@@ -148,6 +152,8 @@ class TrainingStack(cdk.Stack):
             "dl-launcher status gives the cost so far")[:1000])
         cdk.CfnOutput(self, "CostModel", value=self.cost.model(),
                       description="what dl-launcher status prices a running cluster with (USD per hour)")
+        from .approval import plan_for
+        self.plan = plan_for(self)  # what app.py holds against -c approve_hourly before any synth
 
     def _budget(self, usd: int):
         """An AWS Budgets budget on the job's tag, told at 80%/100% actual and 100% forecast."""
@@ -176,6 +182,12 @@ class TrainingStack(cdk.Stack):
             f"allocation tag {contract.TAG_JOB} once per account (Billing, Cost allocation tags), or it sees $0"))
         return budget
 
+    def summary(self) -> str:
+        """The synth summary: the pick, why, every option's price, the whole cost, the approval, the job."""
+        text = summary(self.settings, self.selection, self.job_definition, notes=self.notes(),
+                       cost=[*self.cost.describe(), f"  {self.plan.approval_line(self.settings.approval.approve_hourly)}"])
+        return text + (f"\n  warning: {self.one_job_warning}" if self.one_job_warning else "")
+
     def notes(self) -> list[str]:
         """Facts of the chosen types the summary says once (not warnings: nothing to fix)."""
         return _notes(self.cluster.templates)
@@ -191,8 +203,7 @@ class TrainingStack(cdk.Stack):
                     env=cdk.Environment(account=account, region=settings.region),
                     description=f"dl-launcher {settings.profile.name}: {settings.nodes} x {selection.pick.instance_type}")
         if not quiet:
-            print(summary(settings, selection, stack.job_definition, notes=stack.notes(), cost=stack.cost.describe()),
-                  file=sys.stderr)
+            print(stack.summary(), file=sys.stderr)
         return stack
 
 

@@ -114,7 +114,7 @@ def test_real_cli_synth_without_credentials_or_network(tmp_path):
 
 def test_real_cli_synth_with_only_aws_region_targets_and_prices_that_region(tmp_path):
     """Issue 24: AWS_REGION=eu-central-1 used to deploy to us-east-1, and eu-central-1 had no prices."""
-    r = cli("synth", "-c", "profile=multi-node-training", "--quiet", "-o", str(tmp_path),
+    r = cli("synth", "-c", "profile=multi-node-training", "-c", "approve_hourly=1000", "--quiet", "-o", str(tmp_path),
             env_extra={"AWS_REGION": "eu-central-1"})
     assert r.returncode == 0, r.stderr[-3000:]
     first = r.stderr[r.stderr.index("dl-launcher: profile"):].splitlines()[0]
@@ -226,6 +226,7 @@ def test_the_deployer_policy_covers_every_resource_type_a_training_stack_declare
 
     assert OUT.read_text() == render(), "stale: python scripts/deployer_policy.py --write"
     ctx = {"profile": "multi-node-training", "job": "full", "command": "dl-torchrun train.py", "budget": "1000",
+           "approve_hourly": "1000",
            **{k: EXAMPLES[k] for k in ("code", "image", "env", "secrets", "secrets_kms", "data", "data_mode")}}
     assert app.main(ctx, outdir=str(tmp_path)) == 0
     templates = [t.to_json() for _s, t in all_profiles.values()]

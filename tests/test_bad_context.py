@@ -252,7 +252,8 @@ def test_a_command_at_the_settings_limit_synthesizes_a_multi_node_stack(tmp_path
     from stacks.settings import COMMAND_LIMIT
     command = "python train.py " + "x" * (COMMAND_LIMIT - 16)
     out = tmp_path / "cdk.out"
-    assert app.main({"profile": "multi-node-training", "command": command}, outdir=str(out)) == 0
+    assert app.main({"profile": "multi-node-training", "command": command, "approve_hourly": "1000"},
+                    outdir=str(out)) == 0
     assert _definition(out, "dl-multi-node-training")["command"] == command
 
 

@@ -117,15 +117,15 @@ def test_synth_runs_the_checks_when_the_cdk_cli_found_an_account(aws, tmp_path, 
     import app
 
     monkeypatch.setenv("CDK_DEFAULT_ACCOUNT", "123456789012")
-    assert app.main({"profile": "multi-node-training", "job": "pf"}, outdir=str(tmp_path / "a")) == 0
+    assert app.main({"profile": "multi-node-training", "job": "pf", "approve_hourly": "1000"}, outdir=str(tmp_path / "a")) == 0
     err = capsys.readouterr().err
     assert "preflight (7 checks; -c preflight=false skips them):" in err
     assert "  fail cdk bootstrap: us-east-1 is not bootstrapped for the CDK" in err  # moto: nothing bootstrapped
     assert "failed: the cluster may never launch until they are fixed" in err
-    assert app.main({"profile": "multi-node-training", "job": "pf", "preflight": "false"}, outdir=str(tmp_path / "b")) == 0
+    assert app.main({"profile": "multi-node-training", "job": "pf", "approve_hourly": "1000", "preflight": "false"}, outdir=str(tmp_path / "b")) == 0
     assert "preflight" not in capsys.readouterr().err
     monkeypatch.delenv("CDK_DEFAULT_ACCOUNT")
-    assert app.main({"profile": "multi-node-training", "job": "pf"}, outdir=str(tmp_path / "c")) == 0
+    assert app.main({"profile": "multi-node-training", "job": "pf", "approve_hourly": "1000"}, outdir=str(tmp_path / "c")) == 0
     assert "preflight: skipped (no AWS account from the CDK CLI: offline or no credentials)" in capsys.readouterr().err
 
 

@@ -15,7 +15,7 @@ from tests.cdk_checks import cfn_lint, checkov
 
 CTX = {"profile": "multi-node-training", "job": "llm", "command": "dl-torchrun train.py",
        "data": "s3://team-datasets/imagenet/train, s3://team-datasets/imagenet/val", "data_mode": "fsx",
-       "fsx_gib": "4800", "fsx_throughput": "250"}
+       "fsx_gib": "4800", "fsx_throughput": "250", "approve_hourly": "1000"}
 
 
 @pytest.fixture(scope="module")

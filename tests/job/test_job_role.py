@@ -29,7 +29,7 @@ def synthesized(tmp_path_factory):
     out = tmp / "cdk.out"
     assert app.main({"profile": "multi-node-training", "job": "role", "code": str(tmp / "proj"), "image": ECR,
                      "secrets": f"HF_TOKEN={FULL},WANDB_API_KEY={PARTIAL},DB_PASSWORD={PARAM}", "secrets_kms": KEY,
-                     "env": "EPOCHS=3", "command": "dl-torchrun train.py"}, outdir=str(out)) == 0
+                     "env": "EPOCHS=3", "command": "dl-torchrun train.py", "approve_hourly": "1000"}, outdir=str(out)) == 0
     template = json.loads((out / "dl-role.template.json").read_text())
     manifest = json.loads((out / "dl-role.assets.json").read_text())
     return out, template, manifest
