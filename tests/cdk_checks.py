@@ -62,7 +62,7 @@ def role_statements(template: dict, role_logical_id: str) -> list[dict]:
 def training_template(out: Path, job: str) -> dict:
     """The synthesized template of a multi-node-training stack for `job`, through app.main."""
     import app
-    assert app.main({"profile": "multi-node-training", "job": job, "command": "dl-torchrun train.py"},
+    assert app.main({"profile": "multi-node-training", "job": job, "command": "dl-torchrun train.py", "approve_hourly": "1000"},
                     outdir=str(out)) == 0
     return json.loads((out / f"dl-{job}.template.json").read_text())
 

@@ -49,6 +49,9 @@ class Deployed:
 
 
 def deploy(context: dict, out: Path, endpoint: str) -> Deployed:
+    # Into moto on loopback, but not as -c local=true (the stack's real shape is under test): the
+    # price approval (tests/test_approval.py) is given here, as a deployer would.
+    context = {"approve_hourly": "1000", **context}
     assert app.main(context, outdir=str(out)) == 0
     (stack,) = [p.name[:-len(".template.json")] for p in out.glob("*.template.json")]
     template = json.loads((out / f"{stack}.template.json").read_text())
