@@ -59,6 +59,8 @@ def _hf_callback() -> type:
             self._notices = _Notices("HFNoticeCallback")
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if not self._notices.managed:
+                return control
             reason = self._notices.check(state.global_step)
             if reason:
                 control.should_save = True
@@ -83,6 +85,8 @@ def _lightning_callback() -> type:
             self._notices = _Notices("LightningNoticeCallback")
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            if not self._notices.managed:
+                return
             reason = self._notices.check(trainer.global_step)
             if not reason:
                 return

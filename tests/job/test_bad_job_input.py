@@ -26,6 +26,17 @@ ROWS = [
     ({"code": "{tmp}/dirlink"}, "'data' is a link to a directory"),
     ({"code": "{tmp}/big"}, "over the limit for code shipped with each deploy (256 MiB, 20,000 files); largest: "
                             "weights/ 257 MiB. Keep data, checkpoints and environments out"),
+    # ---- checkpoint_dir: the framework's own checkpoints, relative to the working directory ----
+    ({"checkpoint_dir": "/scratch/outputs"}, "context checkpoint_dir=/scratch/outputs is absolute: use a relative "
+                                             "path inside the working directory, e.g. outputs"),
+    ({"checkpoint_dir": "../outputs"}, "context checkpoint_dir=../outputs leaves the working directory"),
+    ({"checkpoint_dir": "a/../../b"}, "context checkpoint_dir=a/../../b leaves the working directory"),
+    ({"checkpoint_dir": "./"}, "context checkpoint_dir=./ is the working directory itself (your code is there)"),
+    ({"checkpoint_dir": "my outputs"}, "context checkpoint_dir=my outputs: each segment may hold letters, digits"),
+    ({"checkpoint_dir": ".dl-set-aside"}, "(not .dl-, the runtime's)"),
+    ({"code": "{tmp}/shipped-ckpt", "checkpoint_dir": "outputs/"}, "context checkpoint_dir=outputs/: your code ships "
+     "2 file(s) there (outputs/checkpoint-10/model.safetensors, ...); the directory is the job's checkpoints on the "
+     "nodes: add 'outputs/' to the code's .dlignore"),
     # ---- env -----------------------------------------------------------------------------------
     ({"env": "1X=2"}, "context env: '1X' is not a shell variable name"),
     ({"env": "MY-VAR=2"}, "context env: 'MY-VAR' is not a shell variable name"),
@@ -107,6 +118,11 @@ def tmp(tmp_path: Path) -> Path:
     (big.parent / "train.py").write_text("x\n")
     with open(big / "model.bin", "wb") as f:  # sparse: the size counts, the disk does not
         f.truncate(codescan.MAX_BYTES + 1024 * 1024)
+    shipped = tmp_path / "shipped-ckpt"
+    (shipped / "outputs" / "checkpoint-10").mkdir(parents=True)
+    (shipped / "train.py").write_text("x\n")
+    (shipped / "outputs" / "checkpoint-10" / "model.safetensors").write_text("m\n")
+    (shipped / "outputs" / "checkpoint-10" / "trainer_state.json").write_text("{}\n")
     (tmp_path / "setup.sh").write_text("pip install x\n")
     (tmp_path / "empty.sh").write_text("\n")
     return tmp_path
@@ -118,6 +134,17 @@ def test_bad_job_input(ctx, expected, tmp, capsys):
     filled = {k: v.replace("{tmp}", str(tmp)) for k, v in ctx.items()}
     code = app.main({"command": "python train.py", **filled}, outdir=str(out))
     _one_line_and_no_template(code, capsys.readouterr().err, out, expected.replace("{tmp}", str(tmp)))
+
+
+def test_checkpoint_dir_needs_a_command_and_ignored_outputs_are_fine(tmp, capsys):
+    out = tmp / "cdk.out"
+    code = app.main({"checkpoint_dir": "outputs"}, outdir=str(out))
+    _one_line_and_no_template(code, capsys.readouterr().err, out, "context checkpoint_dir names where a command's "
+                              "framework saves: pass command= with it")
+    (tmp / "shipped-ckpt" / ".dlignore").write_text("outputs/\n")
+    ctx = {"code": str(tmp / "shipped-ckpt"), "checkpoint_dir": "outputs", "command": "dl-torchrun train.py",
+           "approve_hourly": "1000"}
+    assert app.main(ctx, outdir=str(out)) == 0
 
 
 def test_many_files_are_refused_too(tmp_path, capsys):
