@@ -83,10 +83,14 @@ def _lightning_callback() -> type:
 
         def __init__(self) -> None:
             self._notices = _Notices("LightningNoticeCallback")
+            self._step = -1
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-            if not self._notices.managed:
+            # Only where an optimizer step ended (gradient accumulation: not every batch); the step
+            # advances alike on every rank, so every rank takes part in the same agreements.
+            if not self._notices.managed or trainer.global_step == self._step:
                 return
+            self._step = trainer.global_step
             reason = self._notices.check(trainer.global_step)
             if not reason:
                 return
