@@ -144,6 +144,7 @@ class JobDefinition(Construct):
                 raise ConfigurationError(f"{label}: a bash script body known at synth (not empty, not a token)")
         self.code = code if isinstance(code, CodeAsset) or code is None else CodeAsset(self, "Code", path=code)
         self.cluster = cluster
+        self.command = command  # None: nodes that wait for you (the job never ends by itself)
         self.image, self.env_names, self.secrets, self.secrets_kms = image, sorted(env), secrets, tuple(secrets_kms)
         body = definition_bytes(command=command, setup=setup, env=env, secrets=secrets, image=image,
                                 code=({"sha256": self.code.digest.sha256, "files": self.code.digest.files,

@@ -32,6 +32,9 @@ What the job runs:
   runs) is read at synth and written to the nodes verbatim; missing, unreadable, binary, empty,
   or given together with `command` is an error. Neither may contain DL_LAUNCHER_EOF, the marker
   that ends the job file in the user data.
+- `on_end`: what happens to the cluster when a job with a command finishes or fails for good:
+  `stop` (default) terminates its nodes (checkpoints stay), `keep` keeps them for debugging.
+  Nothing is launched again either way; a job without a command never ends.
 
 Every bad value is one line (app.py prints it and exits 2 before any stack exists): what was
 wrong, what is allowed, and the closest valid value where there is one. Values must have the
@@ -55,6 +58,8 @@ from selector.errors import UserError, closest
 from selector.interchange import DEFAULT_RULE, RULES
 from selector.profiles import Profile, get_profile, load_profiles
 
+from constructs_lib.fleet.job_end import ON_END
+
 from .job_settings import EXAMPLES as JOB_EXAMPLES
 from .job_settings import KEYS as JOB_KEYS
 from .job_settings import LONG_KEYS as JOB_LONG_KEYS
@@ -69,7 +74,7 @@ from .observability_settings import ObservabilitySettings, observability_from_co
 DEFAULT_PROFILE = "dev-prototyping"  # cheap (one T4-class GPU) and safe to deploy by mistake
 KEYS = ("profile", "instance_type", "nodes", "spot", "market", "region", "vpc_id", "subnet_ids", "availability_zone",
         "command", "command_file", "job", "max_price", "interchange", "capacity_reservation", "profiles_file", "local",
-        "bench", "portfolio", "product", "snapshots", "preflight", "budget", *JOB_KEYS, *OBS_KEYS)
+        "bench", "portfolio", "product", "snapshots", "preflight", "budget", "on_end", *JOB_KEYS, *OBS_KEYS)
 MARKETS = ("spot", "on-demand", "capacity-block")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 _RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
@@ -96,7 +101,7 @@ EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "
             "interchange": "same-accelerator", "capacity_reservation": "cr-0123456789abcdef0",
             "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json", "portfolio": "platform",
             "product": "dev-prototyping", "snapshots": "product-stack-snapshots", "preflight": "false",
-            "budget": "5000", **JOB_EXAMPLES, **OBS_EXAMPLES}
+            "budget": "5000", "on_end": "keep", **JOB_EXAMPLES, **OBS_EXAMPLES}
 # Look-alikes a copy from a document or chat brings in; NFKC handles full-width forms and the like.
 _LOOKALIKES = str.maketrans({
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
@@ -132,6 +137,7 @@ class Settings:
     region_source: str = "context region"  # where the region came from (resolve_region)
     preflight: bool = True  # dl-launcher preflight's checks at synth, when the CDK CLI found an account
     budget: Optional[int] = None  # USD per month (-c budget=): an AWS Budgets budget on the job's cost tag
+    on_end: str = "stop"  # when a job with a command finishes or fails for good: stop its cluster, or keep it
 
     def __post_init__(self) -> None:
         if self.market is None:
@@ -552,4 +558,5 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                     observability=observability_from_context(ctx, profile, region, has_command=bool(command)),
                     job_settings=job_from_context(ctx, region, read_script, job), region_source=region_source,
                     preflight=_bool("preflight", ctx.get("preflight", True)),
-                    budget=_int("budget", ctx["budget"], *BUDGET) if "budget" in ctx else None)
+                    budget=_int("budget", ctx["budget"], *BUDGET) if "budget" in ctx else None,
+                    on_end=_choice("on_end", ctx.get("on_end", "stop"), ON_END))
