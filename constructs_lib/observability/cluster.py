@@ -75,13 +75,13 @@ class ClusterObservability(Construct):
                                            alarms=alarms if alarm_status else ())
         self.guard = None
         job_logs = getattr(capacity, "job_logs", None)  # set by configure_job, if it ran
-        neuron = all(f.sdk == "neuron" for f in facts)
-        if idle_guard and (cuda or neuron):
+        neuron = [f.instance_type for f in facts if f.sdk == "neuron"]
+        if idle_guard and all(f.sdk in ("cuda", "neuron") for f in facts):
             self.guard = IdleGuard(
                 self, "IdleGuard", cluster=capacity.cluster, spec=capacity.spec_json, state_bucket=capacity.state_bucket,
-                state_key=capacity.state_key, accelerator="neuron" if neuron else "cuda",
+                state_key=capacity.state_key, neuron_types=neuron,
                 # A Neuron node reports one series (its busiest NeuronCore), judged as one GPU.
-                expected_gpus={f.instance_type: 1 if neuron else f.accelerator_count for f in facts},
+                expected_gpus={f.instance_type: 1 if f.sdk == "neuron" else f.accelerator_count for f in facts},
                 topic=topic, log_group=log_group, checkpoints=checkpoints, checkpoint_prefix=checkpoint_prefix,
                 threshold_pct=idle_threshold, idle_minutes=idle_minutes, action=idle_action, interactive=interactive,
                 warning_minutes=idle_warning, job_log_group=job_logs.log_group if job_logs is not None else None)
@@ -89,6 +89,6 @@ class ClusterObservability(Construct):
             cdk.Annotations.of(self).add_warning_v2(
                 "dl-launcher:idle-guard-unsupported", "the idle guard is off: it reads NVIDIA utilisation (the "
                 "CloudWatch agent) or Neuron utilisation (neuron-monitor), and "
-                f"{', '.join(sorted({f.instance_type for f in facts}))} report neither. Fix: stop an idle cluster "
+                f"{', '.join(sorted({f.instance_type for f in facts if f.sdk not in ('cuda', 'neuron')}))} report neither. Fix: stop an idle cluster "
                 "yourself (dl-launcher destroy JOB, or terminate the provisioned product); idle_guard=False "
                 "(-c idle_guard=false) says you know")

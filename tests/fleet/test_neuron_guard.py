@@ -11,7 +11,9 @@ from constructs_lib.runtime import contract
 from .conftest import CLUSTER, live_instances
 from .test_idle_watch import Metrics, _run, _setup
 
-NEURON = {"accelerator": "neuron", "expected_gpus": {"p5.48xlarge": 1, "p5en.48xlarge": 1, "p4d.24xlarge": 1}}
+# The fleet tests' cloud launches p5s; here they stand for Trainium nodes (the guard goes by type).
+NEURON = {"neuron_types": ["p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"],
+          "expected_gpus": {"p5.48xlarge": 1, "p5en.48xlarge": 1, "p4d.24xlarge": 1}}
 
 
 def _neuron_node(m: Metrics, instance: str, now: float, util=lambda t: 0.0, training=0.0, minutes=40) -> None:
@@ -59,4 +61,14 @@ def test_nvidia_metrics_are_not_read_for_a_neuron_cluster(cloud, topic):
     m = Metrics()
     for i in ids:
         m.node(i, now, gpu=lambda g, t: 0.0)  # the NVIDIA series (which a Neuron node never has) say idle
+    assert _run(cloud, ctl, topic, kw, now)["state"] == "no-data"
+
+
+def test_a_type_not_listed_as_neuron_is_judged_by_its_nvidia_gpus_only(cloud, topic):
+    """A product whose launcher may choose a Trainium or an NVIDIA type lists the Neuron ones: a
+    node of any other type is read from the agent's GPUs, never from a Neuron series."""
+    ctl, ids, now, kw = _setup(cloud, {"neuron_types": ["trn1.32xlarge"]})
+    m = Metrics()
+    for i in ids:
+        _neuron_node(m, i, now)  # only Neuron series, which an NVIDIA node never has
     assert _run(cloud, ctl, topic, kw, now)["state"] == "no-data"

@@ -186,7 +186,7 @@ def test_neuron_clusters_get_a_guard_on_their_busiest_neuroncore_and_no_warning(
     stack = TrainingStack.for_settings(app, from_context({"profile": profile}), quiet=True)
     t = Template.from_stack(stack)
     settings = _resolved_env(stack, _guard_function(t))
-    assert settings.accelerator == "neuron"
+    assert settings.neuron_types and set(settings.neuron_types) == set(settings.expected_gpus)
     assert set(settings.expected_gpus.values()) == {1}, "one series per node: its busiest NeuronCore"
     warnings = [m for m in app.synth().get_stack_by_name(stack.stack_name).messages
                 if "idle guard is off" in str(m.entry.data)]
