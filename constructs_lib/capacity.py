@@ -192,12 +192,17 @@ class ClusterCapacity(Construct):
             t.add_tag(key, value)
 
     def configure_job(self, *, command: str = "", definition: Optional["JobDefinition"] = None,
-                      logs: Optional["JobLogs"] = None) -> None:
+                      logs: Optional["JobLogs"] = None, on_end: str = "stop") -> None:
         """Rendezvous and the job unit on every node type (see GpuLaunchTemplate.enable_job): a
         `command` written at boot, or a `definition` (code, setup, env, secrets, image), and the
-        job's output to `logs`."""
+        job's output to `logs`. A job with a command ends when it finishes or fails for good:
+        `on_end` "stop" terminates the cluster then (checkpoints stay), "keep" keeps its nodes for
+        debugging; either way nothing is launched again (needs enable_checkpoints, before or after)."""
         if command and definition is not None:
             raise ConfigurationError("configure_job: pass the command inside the JobDefinition, not beside it")
+        has_command = bool(command) or (definition is not None and definition.command is not None)
+        self._job_end = on_end if has_command else None
+        self._end_with_job()
         self.job_logs = logs
         for t in self.templates:
             t.enable_job(cluster=self.cluster, command=command, grant=t is self.primary)
@@ -240,6 +245,16 @@ class ClusterCapacity(Construct):
         """Checkpoints in `bucket` under `prefix` on every node type (see GpuLaunchTemplate)."""
         for t in self.templates:
             t.enable_checkpoints(bucket, prefix, grant=t is self.primary)
+        self._checkpoints = (bucket, prefix)
+        self._end_with_job()
+
+    def _end_with_job(self) -> None:
+        """The controller acts on the job's end once both the job and its checkpoints are known."""
+        on_end, where = getattr(self, "_job_end", None), getattr(self, "_checkpoints", None)
+        if on_end is None or where is None or getattr(self, "_ends_with_job", False):
+            return
+        self._ends_with_job = True
+        self.controller.end_with_job(bucket=where[0].bucket, prefix=where[1], on_end=on_end)
 
 
 def usable_options(scope: Construct, options: Sequence[InstanceOption], *, market: str, max_price: Optional[float],

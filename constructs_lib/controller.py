@@ -20,6 +20,7 @@ from constructs import Construct, IConstruct
 from .bundle import PACKAGE, SELECTOR, _copy, staged
 from .nag import nag_arn, resource_of
 from .runtime import contract
+from .validation import ConfigurationError
 
 HANDLER = "constructs_lib.fleet.handler.handle"
 # EC2 states after which a node no longer counts, and the launch that may fill a gap.
@@ -93,6 +94,31 @@ class CapacityController(Construct):
             # instances go before what they run on.
             for c in (self.role, *protect):
                 cr.node.add_dependency(c)
+
+    def end_with_job(self, *, bucket: s3.IBucket, prefix: str, on_end: str = "stop") -> None:
+        """Act on the job's end: once the nodes record that the job finished or failed for good
+        (s3://bucket/prefix/_cluster/finished.json or failed.json), terminate the cluster
+        (on_end "stop", checkpoints stay) or keep its nodes ("keep"), and launch nothing more.
+        Only for a job with a command: one without never ends."""
+        from .fleet.job_end import JOB_END_ENV, ON_END, RECORDS, JobEndWatch
+
+        if on_end not in ON_END:
+            raise ConfigurationError(f"on_end {on_end!r}: allowed {', '.join(ON_END)}")
+        stack = cdk.Stack.of(self)
+        watch = {"bucket": bucket.bucket_name, "prefix": prefix, "on_end": on_end}
+        if not cdk.Token.is_unresolved(prefix):
+            try:
+                JobEndWatch(**{**watch, "bucket": "stand-in-bucket"})
+            except ValueError as e:
+                raise ConfigurationError(f"end_with_job: {e}") from None
+        self.function.add_environment(JOB_END_ENV, stack.to_json_string(watch))
+        keys = [f"{prefix.rstrip('/')}/{contract.CLUSTER_DIR}/{name}" for _kind, name in RECORDS]
+        # The two records only (never a checkpoint); ListBucket on exactly those keys makes S3
+        # answer a record not written yet with 404 instead of 403.
+        self.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:GetObject"], resources=[bucket.arn_for_objects(k) for k in keys]))
+        self.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:ListBucket"], resources=[bucket.bucket_arn], conditions={"StringEquals": {"s3:prefix": keys}}))
 
     def confine_launches(self, *, launch_templates: Sequence[ec2.LaunchTemplate], subnet_ids: Sequence[str],
                          security_groups: Sequence[ec2.ISecurityGroup] = ()) -> None:

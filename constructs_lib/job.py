@@ -157,6 +157,7 @@ class JobDefinition(Construct):
             raise ConfigurationError(problem)
         self.checkpoint_dir = normalized(checkpoint_dir) if checkpoint_dir else None
         self.cluster = cluster
+        self.command = command  # None: nodes that wait for you (the job never ends by itself)
         self.image, self.env_names, self.secrets, self.secrets_kms = image, sorted(env), secrets, tuple(secrets_kms)
         body = definition_bytes(command=command, setup=setup, env=env, secrets=secrets, image=image,
                                 code=({"sha256": self.code.digest.sha256, "files": self.code.digest.files,

@@ -252,6 +252,7 @@ def controller(stack: str, region: str):
 
     from constructs_lib.fleet.controller import Controller
     from constructs_lib.fleet.handler import SPEC_ENV
+    from constructs_lib.fleet.job_end import JOB_END_ENV, JobEndWatch
     from constructs_lib.fleet.spec import ClusterSpec
     from constructs_lib.fleet.state import StateStore
 
@@ -265,7 +266,8 @@ def controller(stack: str, region: str):
                 + " then ".join(f"{o.instance_type} (${o.price:.2f}/h)" if o.price else o.instance_type
                                 for o in spec.options) + f", {spec.market}, ceiling ${spec.max_price:.2f}/h per node")
             store = StateStore(boto3.client("s3", region_name=region), spec.state_bucket, spec.state_key)
-            return Controller(boto3.client("ec2", region_name=region), spec, store,
+            watch = JobEndWatch.from_json(env[JOB_END_ENV]) if JOB_END_ENV in env else None
+            return Controller(boto3.client("ec2", region_name=region), spec, store, job_end=watch,
                               log=lambda line: log(f"  controller: {line}")), spec
     raise RuntimeError(f"no capacity controller function in {stack}")
 

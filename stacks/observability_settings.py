@@ -1,17 +1,20 @@
 """The training stack's observability context keys, validated into one value object.
 
     observability   true|false   the CloudWatch agent, the node monitor, the dashboard and the
-                                 alarms (default: true for training profiles)
+                                 alarms (default: true, every profile)
     idle_guard      true|false   stop the cluster when every GPU idles (default: as observability)
-    idle_minutes    10..1440     how long every GPU must stay idle (default 30)
-    idle_threshold  0.5..50      GPU utilisation in percent under which a GPU counts as idle (default 5)
+    idle_minutes    10..1440     how long every GPU must stay idle (default: the profile's workload,
+                                 GUARD_DEFAULTS: 30 training, 60 development and inference)
+    idle_threshold  0.5..50      GPU utilisation in percent under which a GPU counts as idle (default:
+                                 5 training and development, 2 inference)
     idle_action     stop|notify  stop: push checkpoints, release the nodes (resumable), tell the topic;
                                  notify: only tell (default stop)
     interactive     true|false   a development cluster: the idle guard counts an open Session Manager
                                  session or a process on a GPU as work (default: true when there is
                                  no command)
     idle_warning    0..240       minutes between the guard's warning (topic and job log) and its
-                                 action (default 15 for interactive clusters, 0 otherwise)
+                                 action (default 15 for interactive clusters and inference, 0 for
+                                 training)
     alarm_topic     an SNS topic ARN in the stack's region for the guard and the alarms (default:
                                  a new encrypted topic; subscribe to it)
 """
@@ -35,6 +38,13 @@ IDLE_MINUTES = (10, 1440)
 IDLE_THRESHOLD = (0.5, 50.0)
 IDLE_WARNING = (0, 240)
 INTERACTIVE_WARNING = 15  # minutes: time to save a notebook and say so
+# What "idle" means for each workload: (idle_minutes, idle_threshold %, idle_warning minutes).
+# Training: its GPUs are busy while it runs, and the guard also needs it to make no progress.
+# Development: someone thinks between runs (the guard also counts sessions and GPU processes).
+# Inference: a server with no requests keeps its model loaded at ~0%, and traffic comes in bursts:
+# a longer window, a lower threshold (one request lifts it), and a warning before the stop.
+GUARD_DEFAULTS = {"training": (30, 5.0, 0), "development": (60, 5.0, INTERACTIVE_WARNING),
+                  "inference": (60, 2.0, INTERACTIVE_WARNING)}
 ACTIONS = ("stop", "notify")
 _TOPIC = re.compile(r"arn:aws(?:-cn|-us-gov)?:sns:(?P<region>[a-z0-9-]+):\d{12}:[A-Za-z0-9_-]{1,256}(?:\.fifo)?", re.ASCII)
 
@@ -56,14 +66,14 @@ def observability_from_context(ctx: Mapping[str, Any], profile: Profile, region:
     """Keys already passed the shared type and text checks (settings.py)."""
     from .settings import _bool, _choice, _float, _int, show
 
-    default = profile.workload == "training"
-    enabled = _bool("observability", ctx.get("observability", default))
+    enabled = _bool("observability", ctx.get("observability", True))
+    minutes_default, threshold_default, warning_default = GUARD_DEFAULTS.get(profile.workload, GUARD_DEFAULTS["training"])
     guard = _bool("idle_guard", ctx.get("idle_guard", enabled))
     if guard and not enabled:
         raise UserError("context idle_guard=true needs observability=true: the guard reads the GPU metrics "
                         "the CloudWatch agent sends; closest: idle_guard=false")
-    minutes = _int("idle_minutes", ctx.get("idle_minutes", 30), *IDLE_MINUTES)
-    threshold = _float(ctx.get("idle_threshold", 5.0))
+    minutes = _int("idle_minutes", ctx.get("idle_minutes", minutes_default), *IDLE_MINUTES)
+    threshold = _float(ctx.get("idle_threshold", threshold_default))
     lo, hi = IDLE_THRESHOLD
     if threshold is None or not lo <= threshold <= hi:
         near = None if threshold is None or threshold != threshold else min(max(threshold, lo), hi)
@@ -71,7 +81,8 @@ def observability_from_context(ctx: Mapping[str, Any], profile: Profile, region:
                         f"allowed {lo:g} to {hi:g}" + (f"; closest: {near:g}" if near is not None else "; e.g. idle_threshold=5"))
     action = _choice("idle_action", ctx.get("idle_action", "stop"), ACTIONS)
     interactive = _bool("interactive", ctx.get("interactive", not has_command))
-    warning = _int("idle_warning", ctx.get("idle_warning", INTERACTIVE_WARNING if interactive else 0), *IDLE_WARNING)
+    warning = _int("idle_warning", ctx.get("idle_warning", max(warning_default, INTERACTIVE_WARNING if interactive else 0)),
+                   *IDLE_WARNING)
     topic = None
     if "alarm_topic" in ctx:
         topic = str(ctx["alarm_topic"]).strip()

@@ -32,6 +32,9 @@ What the job runs:
   runs) is read at synth and written to the nodes verbatim; missing, unreadable, binary, empty,
   or given together with `command` is an error. Neither may contain DL_LAUNCHER_EOF, the marker
   that ends the job file in the user data.
+- `on_end`: what happens to the cluster when a job with a command finishes or fails for good:
+  `stop` (default) terminates its nodes (checkpoints stay), `keep` keeps them for debugging.
+  Nothing is launched again either way; a job without a command never ends.
 
 Every bad value is one line (app.py prints it and exits 2 before any stack exists): what was
 wrong, what is allowed, and the closest valid value where there is one. Values must have the
@@ -54,6 +57,7 @@ from selector.catalog import load_catalog
 from selector.errors import UserError, closest
 from selector.interchange import DEFAULT_RULE, RULES
 from selector.profiles import Profile, get_profile, load_profiles
+from constructs_lib.fleet.job_end import ON_END
 
 from .approval import EXAMPLES as APPROVAL_EXAMPLES
 from .approval import KEYS as APPROVAL_KEYS
@@ -73,7 +77,7 @@ from .observability_settings import ObservabilitySettings, observability_from_co
 DEFAULT_PROFILE = "dev-prototyping"  # cheap (one T4-class GPU) and safe to deploy by mistake
 KEYS = ("profile", "instance_type", "nodes", "spot", "market", "region", "vpc_id", "subnet_ids", "availability_zone",
         "command", "command_file", "job", "max_price", "interchange", "capacity_reservation", "profiles_file", "local",
-        "bench", "portfolio", "product", "snapshots", "preflight", "budget", *JOB_KEYS, *OBS_KEYS, *APPROVAL_KEYS)
+        "bench", "portfolio", "product", "snapshots", "preflight", "budget", "on_end", *JOB_KEYS, *OBS_KEYS, *APPROVAL_KEYS)
 MARKETS = ("spot", "on-demand", "capacity-block")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 _RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
@@ -100,7 +104,7 @@ EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "
             "interchange": "same-accelerator", "capacity_reservation": "cr-0123456789abcdef0",
             "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json", "portfolio": "platform",
             "product": "dev-prototyping", "snapshots": "product-stack-snapshots", "preflight": "false",
-            "budget": "5000", **JOB_EXAMPLES, **OBS_EXAMPLES, **APPROVAL_EXAMPLES}
+            "budget": "5000", "on_end": "keep", **JOB_EXAMPLES, **OBS_EXAMPLES, **APPROVAL_EXAMPLES}
 # Look-alikes a copy from a document or chat brings in; NFKC handles full-width forms and the like.
 _LOOKALIKES = str.maketrans({
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
@@ -137,6 +141,7 @@ class Settings:
     preflight: bool = True  # dl-launcher preflight's checks at synth, when the CDK CLI found an account
     budget: Optional[int] = None  # USD per month (-c budget=): an AWS Budgets budget on the job's cost tag
     approval: ApprovalSettings = ApprovalSettings()  # -c approve_hourly, approval_threshold (stacks/approval.py)
+    on_end: str = "stop"  # when a job with a command finishes or fails for good: stop its cluster, or keep it
 
     def __post_init__(self) -> None:
         if self.market is None:
@@ -559,4 +564,5 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                     job_settings=job_from_context(ctx, region, read_script, job), region_source=region_source,
                     preflight=_bool("preflight", ctx.get("preflight", True)),
                     budget=_int("budget", ctx["budget"], *BUDGET) if "budget" in ctx else None,
-                    approval=approval_from_context(ctx))
+                    approval=approval_from_context(ctx),
+                    on_end=_choice("on_end", ctx.get("on_end", "stop"), ON_END))

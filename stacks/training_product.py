@@ -19,6 +19,7 @@ from constructs_lib.observability.cluster import ClusterObservability
 from constructs_lib.runtime.contract import TAG_CLUSTER, TAG_PRODUCT, capacity_state_key
 
 from .network import existing_subnets, training_vpc
+from .observability_settings import GUARD_DEFAULTS
 from .product_plan import Choice, ProductPlan
 from .selection import money
 from constructs_lib.userdata import TOKEN_BYTES
@@ -89,10 +90,13 @@ class TrainingProduct(Construct):
         self.capacity.enable_checkpoints(self.checkpoints, prefix)
         self.capacity.configure_job(command=self.parameters["Command"].value_as_string)
         limits = plan.limits
+        # The minutes are the administrator's (portfolio limits); what counts as idle is the workload's.
+        self.idle_threshold = GUARD_DEFAULTS.get(p.workload, GUARD_DEFAULTS["training"])[1]
         self.observability = ClusterObservability(
             self, "Observability", capacity=self.capacity, log_group=self.alerts.log_group,
             checkpoints=self.checkpoints.bucket, checkpoint_prefix=prefix, idle_guard=limits.idle_guard,
-            idle_minutes=limits.idle_minutes, idle_action=limits.idle_action, alarm_status=not local)
+            idle_minutes=limits.idle_minutes, idle_action=limits.idle_action, alarm_status=not local,
+            idle_threshold=self.idle_threshold)
         # Not on the agent's SSM parameter: a standard parameter costs nothing, and moto's CloudFormation
         # reads that type's tag map as a list. Nor, locally, on KMS keys, whose tags moto's
         # CloudFormation passes to its KMS in the wrong shape (both would fail the local deploy).
@@ -170,7 +174,7 @@ class TrainingProduct(Construct):
             obs.dashboard.dashboard.dashboard_name]),
             description="GPU utilisation, the loader-bound pattern, samples/s and per dollar, cost so far, GPU health")
         cdk.CfnOutput(stack, "IdleGuard", value=(
-            f"{limits.idle_action} after {limits.idle_minutes} min under 5% GPU utilisation with no progress"
+            f"{limits.idle_action} after {limits.idle_minutes} min under {self.idle_threshold:g}% GPU utilisation with no progress"
             if obs.guard else "off"), description="a stopped cluster starts again with ResumeCommand")
         cap = self.capacity
         cdk.CfnOutput(stack, "NodeCostPerHour", value=cdk.Fn.join("", [

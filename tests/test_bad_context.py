@@ -21,6 +21,13 @@ OWN_SUBNETS = {"vpc_id": VPC, "subnet_ids": SUBNET}
 # (class, context, what the one line must say). "{tmp}" in a value is the test's file folder
 # (see files()). Every row is a distinct bad input.
 ROWS = [
+    # ---- on_end: what a finished or failed job's cluster does ------------------------------------
+    ("text", {"on_end": "kep"}, "context on_end='kep': allowed stop, keep; closest: keep"),
+    ("text", {"on_end": "terminate"}, "context on_end='terminate': allowed stop, keep"),
+    ("case", {"on_end": "STOP"}, "context on_end='STOP': names are case-sensitive and lower-case; closest: stop"),
+    ("json type", {"on_end": True}, "context on_end=true (JSON true): expected a string; e.g. on_end=keep"),
+    ("text", {"on_end": ""}, "context on_end is empty: give a value or leave the key out for its default"),
+    ("key", {"on-end": "keep"}, "unknown context key 'on-end'; closest: on_end"),
     # ---- numbers: non-finite, out of range, not plain decimals ----------------------------------
     ("number", {"max_price": "nan"}, "context max_price='nan': not a number; expected USD per hour per node"),
     ("number", {"max_price": "inf"}, "context max_price='inf': not a finite number;"),

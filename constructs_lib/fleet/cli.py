@@ -2,7 +2,7 @@
 
   status --bucket B --key K [--json] [--last N]   the current type, the running instances and
                                                    the last transitions with their reasons
-  reconcile --spec FILE                            one reconcile of the cluster in a spec (JSON)
+  reconcile --spec FILE [--job-end JSON]           one reconcile of the cluster in a spec (JSON)
   logs (--job NAME | --cluster ID) [--since 1h] [--follow]
                                                    the job's output, setup's and the supervisor's
                                                    lines from every node, oldest first
@@ -45,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
     rc.add_argument("--spec", required=True, help="a ClusterSpec as JSON (what DL_CLUSTER_SPEC holds)")
     rc.add_argument("--resume", action="store_true",
                     help="start a cluster that teardown or the idle guard stopped (it resumes from its newest checkpoint)")
+    rc.add_argument("--job-end", help="where the job records its end and what to do then (what DL_JOB_END holds)")
     rc.add_argument("--region")
     lg = sub.add_parser("logs", help="the job's log: every node's output, setup and the supervisor's decisions")
     who = lg.add_mutually_exclusive_group(required=True)
@@ -82,7 +83,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if a.command == "logs":
             return _logs(a, boto3.client("logs", region_name=a.region))
         ec2, s3 = boto3.client("ec2", region_name=a.region), boto3.client("s3", region_name=a.region)
-        return _status(a, ec2, s3) if a.command == "status" else _reconcile(a, ec2, s3)
+        if a.command == "status":
+            return _status(a, ec2, s3, boto3.client("cloudwatch", region_name=a.region))
+        return _reconcile(a, ec2, s3)
     except (UsageError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -150,7 +153,10 @@ def _reconcile(a: argparse.Namespace, ec2: Any, s3: Any) -> int:
 
     with open(a.spec) as f:
         spec = ClusterSpec.from_json(f.read())
-    Controller(ec2, spec, StateStore(s3, spec.state_bucket, spec.state_key)).reconcile(resume=a.resume)
+    from .job_end import JobEndWatch
+
+    watch = JobEndWatch.from_json(a.job_end) if a.job_end else None
+    Controller(ec2, spec, StateStore(s3, spec.state_bucket, spec.state_key), job_end=watch).reconcile(resume=a.resume)
     return 0
 
 
@@ -158,11 +164,12 @@ def _when(t: Optional[float]) -> str:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if t is not None else "-"
 
 
-def _status(a: argparse.Namespace, ec2: Any, s3: Any) -> int:
+def _status(a: argparse.Namespace, ec2: Any, s3: Any, cw: Any = None) -> int:
     import dataclasses
+    import time
 
     from ..runtime import contract
-    from . import idle_notice, shortfall
+    from . import idle_notice, job_status, shortfall
     from .instances import list_cluster
     from .state import StateStore
 
@@ -172,13 +179,17 @@ def _status(a: argparse.Namespace, ec2: Any, s3: Any) -> int:
     nodes = sorted(list_cluster(ec2, state.cluster), key=lambda n: (n.launched, n.id))
     last = state.history[-a.last:] if a.last else []
     guard = idle_notice.load(s3, a.bucket, contract.guard_state_key(state.cluster))
+    job_lines, job = job_status.describe(state, s3, cw, nodes, time.time())
     if a.json:
-        print(json.dumps({"cluster": state.cluster, "instance_type": state.instance_type, "stopped": state.stopped,
+        print(json.dumps({"job": job, "cluster": state.cluster, "instance_type": state.instance_type, "stopped": state.stopped,
                           "short_since": state.loss_since, "short": state.short, "updated_at": state.updated_at,
                           "instances": [n.__dict__ for n in nodes], "transitions": last,
                           "idle_guard": dataclasses.asdict(guard) if guard.checked_at else None}, indent=1))
         return 0
-    what = "torn down" if state.stopped else f"current type {state.instance_type or 'none (nothing launched)'}"
+    for line in job_lines:
+        print(line)
+    what = ("torn down" if state.stopped else "stopped with the job" if state.ended and job.get("on_end") == "stop"
+            else f"current type {state.instance_type or 'none (nothing launched)'}")
     print(f"cluster {state.cluster}: {what}; {len(nodes)} running; state of {_when(state.updated_at)}")
     if state.short is not None and not state.stopped:
         print(f"{shortfall.describe(state.short)} (since {_when(state.short['since'])})")

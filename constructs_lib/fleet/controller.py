@@ -14,6 +14,8 @@ Each reconcile, under the lease (see state.py):
      cluster has been short for replace_within_seconds, terminate the survivors and gang-launch
      the next options (after the last, from the top again).
 Options with no known price, or above the ceiling, are never launched.
+Once the job's nodes record its end (job_end.py; a job without a command never ends), none of
+the above runs again: the cluster is terminated (on_end "stop") or left as it is ("keep").
 Instances with a spot interruption warning count as lost at once (their replacement starts two
 minutes earlier) but are left for AWS to take: the node pushes its last checkpoint meanwhile.
 """
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence, Mapping
 
 from ..runtime.contract import HEALTH_REPLACE
-from . import shortfall
+from . import job_end, shortfall
 from .errors import error_code
 from .instances import (LIVE_STATES, Launched, Node, fleet_request, launch, list_cluster, states, tag_volumes,
                         terminate)
@@ -34,7 +36,8 @@ from .spec import CapacityOption, ClusterSpec
 from .state import ControllerState, Lease, LeaseLost, StateStore
 
 KINDS = ("launched", "launch-failed", "replaced", "moved", "wrapped", "adopted", "terminated-stray",
-         "terminated-extra", "terminated-unhealthy", "skipped-price", "waiting", "torn-down", "resumed")
+         "terminated-extra", "terminated-unhealthy", "skipped-price", "waiting", "torn-down", "resumed", "job-ended",
+         "terminated-ended")
 # How long a launch EC2 does not list yet still counts as running (DescribeInstances lags launches).
 RECENT_SECONDS = 60.0
 # No EC2 change starts this close to the end of the lease, so that it never outlives the lease.
@@ -66,9 +69,12 @@ class Controller:
 
     def __init__(self, ec2: Any, spec: ClusterSpec, store: StateStore, *, clock: Callable[[], float] = time.time,
                  log: Callable[[str], Any] = print,
-                 cost_tags: Optional[Callable[[], Mapping[str, str]]] = None) -> None:
+                 cost_tags: Optional[Callable[[], Mapping[str, str]]] = None,
+                 job_end: Optional[job_end.JobEndWatch] = None) -> None:
         """cost_tags: what every node and its volumes carry besides the cluster tag (the stack's
-        tags, read once per run); failing to read them is logged and never stops a launch."""
+        tags, read once per run); failing to read them is logged and never stops a launch.
+        job_end: where the job's end is recorded and what to do then; None: the job never ends."""
+        self.job_end = job_end
         self.ec2 = ec2
         self._cost_tags = cost_tags
         self._tags: Optional[Mapping[str, str]] = None
@@ -97,10 +103,14 @@ class Controller:
             if resume and self._state.stopped:
                 self._state.stopped = False
                 self._add("resumed", "", "CloudFormation created or updated the stack: keeping the cluster running again")
+            if resume and self._state.ended is not None:
+                self._state.ended = None  # the nodes' records are read again: a job deleted from them runs
+            self._state.job = json.loads(self.job_end.to_json()) if self.job_end else None
             if self._state.stopped:
                 return [self._say("waiting", "", "torn down: nothing is launched until the stack is created again")]
             try:
-                self._decide(set(noticed))
+                if not self._job_over():
+                    self._decide(set(noticed))
             except _OutOfLease as e:
                 self._add("waiting", "", f"lease about to end before {e}: the next event goes on from here")
             if self._state.short is not None:  # each run short says so: the CapacityShort alarm counts these
@@ -179,6 +189,55 @@ class Controller:
             st.loss_since = None
         elif now - st.loss_since >= spec.replace_within_seconds:
             self._move(current, mine, len(live))
+
+    def _job_over(self) -> bool:
+        """Whether the job has ended; if so, its cluster is stopped (on_end "stop") or kept, and
+        nothing is launched or replaced. Until the end is seen it is looked for on every run."""
+        watch, st = self.job_end, self._state
+        if watch is None:
+            return False
+        if st.ended is None:
+            try:
+                end, problems = job_end.read(self.store.s3, watch)
+            except Exception as e:  # noqa: BLE001 - a record that cannot be read is no end; the next run looks again
+                self._say("waiting", "", f"the job's end could not be read ({' '.join(str(e).split())[:300]}): "
+                                         "the cluster is kept as it is; the next run looks again")
+                return False
+            for problem in problems:
+                self._say("job-record-set-aside", "", problem)
+            if end is None:
+                return False
+            st.ended = end.to_dict()
+            st.loss_since, st.short, st.noticed = None, None, {}
+            self._add("job-ended", st.instance_type or "", f"the job {end.line()}: " + (
+                f"terminating the cluster (on_end=stop); checkpoints stay in s3://{watch.bucket}/{watch.prefix}/"
+                if watch.on_end == "stop" else "keeping the nodes for debugging (on_end=keep); nothing is "
+                "replaced; dl-launcher destroy ends the bill"))
+            self._save()  # before any termination: the runs its events wake must find the job over
+        st.ended["on_end"] = watch.on_end  # a redeploy may change it: the deployed one holds
+        if watch.on_end != "stop":
+            return True
+        nodes = self._nodes(self.clock())
+        if not nodes:
+            return True
+        self._guard("terminating the nodes of a job that ended")
+        ids = [n.id for n in nodes]
+        try:
+            terminate(self.ec2, ids)
+        except Exception as e:
+            if not error_code(e):
+                raise
+            # Throttled or refused: the end is stored, so nothing is launched meanwhile; every
+            # run (the 1-minute schedule) tries the termination again.
+            self._add("waiting", "", f"TerminateInstances answered {error_code(e)} for the ended job's {len(ids)} "
+                      "node(s): the next run tries again", ids)
+            return True
+        self._forget(ids)
+        st.instance_type = None
+        self._add("terminated-ended", ",".join(sorted({n.instance_type for n in nodes})),
+                  f"{len(ids)} node(s): the job {st.ended['kind']}; on_end=stop, checkpoints kept in "
+                  f"s3://{watch.bucket}/{watch.prefix}/", ids)
+        return True
 
     def _current(self, nodes: Sequence[Node]) -> Optional[str]:
         """The cluster's type: the state's while any of it runs, else the option most nodes run

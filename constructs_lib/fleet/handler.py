@@ -8,6 +8,9 @@ cluster's controller); without a state yet, after one DescribeInstances.
 {"dl-launcher": "resume"} (aws lambda invoke): reconcile with resume, starting a cluster the idle
 guard or a teardown stopped; it comes back from its newest checkpoint.
 
+The job's end (JOB_END_ENV, see job_end.py): every reconcile of a job with a command looks for
+its nodes' finished/failed record and, once there is one, stops the cluster or keeps it.
+
 CloudFormation custom resource: Create/Update reconcile (clearing a teardown), Delete tears the
 cluster down; the answer goes to the ResponseURL whatever happens, FAILED with the reason on an
 exception and, just before the Lambda would time out, FAILED for the timeout: CloudFormation is
@@ -26,6 +29,7 @@ from ..runtime.contract import TAG_CLUSTER
 from .controller import Controller
 from .errors import error_code
 from .instances import list_cluster, terminate
+from .job_end import JOB_END_ENV, JobEndWatch
 from .spec import ClusterSpec
 from .state import StateStore
 
@@ -74,7 +78,15 @@ def _controller(spec: ClusterSpec, ec2: Any, s3: Any) -> Controller:
 
         from .instances import stack_tags
         tags = lambda: stack_tags(boto3.client("cloudformation"), spec.stack)  # noqa: E731
-    return Controller(ec2, spec, StateStore(s3, spec.state_bucket, spec.state_key), cost_tags=tags)
+    return Controller(ec2, spec, StateStore(s3, spec.state_bucket, spec.state_key), cost_tags=tags,
+                      job_end=load_job_end())
+
+
+def load_job_end() -> Optional[JobEndWatch]:
+    """Where the job records its end (JOB_END_ENV, set by the construct for a job with a command);
+    None: the job never ends by itself."""
+    text = os.environ.get(JOB_END_ENV)
+    return JobEndWatch.from_json(text) if text else None
 
 
 # ---- EventBridge ---------------------------------------------------------------------------------

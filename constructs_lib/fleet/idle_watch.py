@@ -2,7 +2,9 @@
 from CloudWatch, EC2 and S3, decide, and act through `idle_action.stop_idle`.
 
 - GPUs: the CloudWatch agent's per-GPU utilisation (contract.NS_NODE), one series per node and
-  GPU, found with ListMetrics by the job's dimension (instance ids are not known at synth);
+  GPU, found with ListMetrics by the job's dimension (instance ids are not known at synth); for a
+  node of one of `neuron_types` (Trainium/Inferentia) the node monitor's M_NEURON_UTIL instead,
+  one series per node (its busiest NeuronCore), judged like one GPU;
 - boot: each node's LaunchTime (EC2); restores and the training process: the node monitor's
   M_RESTORING and M_TRAINING (contract.NS_JOB);
 - progress: when the newest complete checkpoint's manifest was written (S3).
@@ -53,8 +55,13 @@ class GuardSettings:
     warning_minutes: float = 0.0  # warn this long before acting (0: act on the first idle verdict)
     state_bucket: str = ""  # where the guard's record lives (contract.guard_state_key(job))
     job_log_group: str = ""  # where notices go beside the nodes' output ("" : the topic only)
+    # Types whose nodes report Neuron utilisation (the monitor's); every other type: the agent's NVIDIA
+    # metric. Per type, as expected_gpus is: a product may let its launcher choose either kind.
+    neuron_types: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.neuron_types, list) or not all(isinstance(t, str) for t in self.neuron_types):
+            raise ValueError(f"idle guard neuron_types {self.neuron_types!r}: a list of instance types")
         if self.action not in ACTIONS:
             raise ValueError(f"idle guard action {self.action!r}: allowed {', '.join(ACTIONS)}")
         if not 0 <= self.warning_minutes <= 24 * 60:
@@ -135,8 +142,11 @@ def gather(cw: Any, nodes: Sequence[Node], settings: GuardSettings, now: float, 
         wanted.append((qid, ns, dims, name))
         keys[qid] = (dims[contract.DIM_INSTANCE], what, gpu)
 
+    neuron = {n.id for n in nodes if n.instance_type in settings.neuron_types}
     series = [(contract.NS_NODE, contract.M_GPU_UTIL, "gpu"), (contract.NS_NODE, contract.M_CPU_ACTIVE, "cpu"),
               (contract.NS_JOB, contract.M_RESTORING, "restoring"), (contract.NS_JOB, contract.M_TRAINING, "training")]
+    if neuron:
+        series.append((contract.NS_JOB, contract.M_NEURON_UTIL, "gpu"))
     if settings.interactive:
         series += [(contract.NS_JOB, contract.M_SESSIONS, "sessions"),
                    (contract.NS_JOB, contract.M_GPU_PROCESSES, "gpu_processes")]
@@ -144,7 +154,9 @@ def gather(cw: Any, nodes: Sequence[Node], settings: GuardSettings, now: float, 
         for dims in _metrics(cw, ns, name, job):
             if dims.get(contract.DIM_INSTANCE) not in ids:
                 continue
-            gpu = dims.get(contract.DIM_GPU)
+            if what == "gpu" and (dims[contract.DIM_INSTANCE] in neuron) != (name == contract.M_NEURON_UTIL):
+                continue  # each node's own kind of utilisation only
+            gpu = dims.get(contract.DIM_GPU, "0" if name == contract.M_NEURON_UTIL else None)
             if what == "gpu" and (gpu is None or not gpu.isdigit()):
                 continue
             want(ns, name, dims, what, int(gpu) if what == "gpu" else None)

@@ -53,6 +53,12 @@ class ControllerState:
     # The cluster's instances at the last reconcile: an EC2 event naming any other instance is
     # dropped before any EC2 call (the region's every state change wakes every controller).
     members: list[str] = field(default_factory=list)
+    # Where the job's end is read and what is done then (job_end.JobEndWatch's fields), as the
+    # controller last had it; None: a job without a command, which never ends (status says so).
+    job: Optional[dict[str, Any]] = None
+    # How the job ended (job_end.JobEnd.to_dict() and the on_end acted on): nothing is launched
+    # or replaced while it is set; a resume clears it and looks at the nodes' records again.
+    ended: Optional[dict[str, Any]] = None
 
     def record(self, transition: dict[str, Any]) -> None:
         self.history.append(transition)
@@ -102,6 +108,10 @@ def _schema_problem(s: ControllerState) -> Optional[str]:
         ("members", isinstance(s.members, list) and all(isinstance(m, str) for m in s.members)),
         ("short", s.short is None or (isinstance(s.short, dict) and _number(s.short.get("since")) and all(
             isinstance(s.short.get(k), str) for k in ("what", "kind", "error", "next")))),
+        ("job", s.job is None or (isinstance(s.job, dict) and all(isinstance(s.job.get(k), str)
+                                                                   for k in ("bucket", "prefix", "on_end")))),
+        ("ended", s.ended is None or (isinstance(s.ended, dict) and s.ended.get("kind") in ("finished", "failed")
+                                      and _number(s.ended.get("at")))),
     ]
     bad = [name for name, ok in checks if not ok]
     return f"fields of the wrong type or shape: {', '.join(bad)}" if bad else None

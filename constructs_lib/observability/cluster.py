@@ -26,8 +26,8 @@ class ClusterObservability(Construct):
       log_group: where the guard logs each decision (the stack's alerts log group).
       topic [None]: where the guard and the alarms tell; None: a new NotificationTopic.
       checkpoints [None], checkpoint_prefix [""]: the job's checkpoints (the guard's progress signal).
-      idle_guard [True]: stop the cluster when every GPU idles (NVIDIA types only: Neuron devices
-        have no utilisation metric here, and a guard that sees nothing never fires anyway).
+      idle_guard [True]: stop the cluster when every GPU idles (on Trainium/Inferentia: every
+        node's busiest NeuronCore, which the node monitor reads from neuron-monitor).
       idle_minutes [30], idle_threshold [5.0], idle_action ["stop"]: see IdleGuard.
       interactive [False], idle_warning [0]: a development cluster, and minutes of warning before
         the guard acts (see IdleGuard); warnings also go to the cluster's job log group if it has one.
@@ -75,16 +75,20 @@ class ClusterObservability(Construct):
                                            alarms=alarms if alarm_status else ())
         self.guard = None
         job_logs = getattr(capacity, "job_logs", None)  # set by configure_job, if it ran
-        if idle_guard and cuda:
+        neuron = [f.instance_type for f in facts if f.sdk == "neuron"]
+        if idle_guard and all(f.sdk in ("cuda", "neuron") for f in facts):
             self.guard = IdleGuard(
                 self, "IdleGuard", cluster=capacity.cluster, spec=capacity.spec_json, state_bucket=capacity.state_bucket,
-                state_key=capacity.state_key, expected_gpus={f.instance_type: f.accelerator_count for f in facts},
+                state_key=capacity.state_key, neuron_types=neuron,
+                # A Neuron node reports one series (its busiest NeuronCore), judged as one GPU.
+                expected_gpus={f.instance_type: 1 if f.sdk == "neuron" else f.accelerator_count for f in facts},
                 topic=topic, log_group=log_group, checkpoints=checkpoints, checkpoint_prefix=checkpoint_prefix,
                 threshold_pct=idle_threshold, idle_minutes=idle_minutes, action=idle_action, interactive=interactive,
                 warning_minutes=idle_warning, job_log_group=job_logs.log_group if job_logs is not None else None)
         elif idle_guard:
             cdk.Annotations.of(self).add_warning_v2(
-                "dl-launcher:idle-guard-neuron", "the idle guard is off: it reads NVIDIA GPU utilisation, which "
-                f"{', '.join(f.instance_type for f in facts if f.sdk != 'cuda')} do not report. Fix: stop an idle "
-                "cluster yourself (dl-launcher destroy JOB, or terminate the provisioned product); idle_guard=False "
+                "dl-launcher:idle-guard-unsupported", "the idle guard is off: it reads NVIDIA utilisation (the "
+                "CloudWatch agent) or Neuron utilisation (neuron-monitor), and "
+                f"{', '.join(sorted({f.instance_type for f in facts if f.sdk not in ('cuda', 'neuron')}))} report neither. Fix: stop an idle cluster "
+                "yourself (dl-launcher destroy JOB, or terminate the provisioned product); idle_guard=False "
                 "(-c idle_guard=false) says you know")

@@ -4,7 +4,7 @@ cluster's nodes only, tear the cluster down through the capacity controller's st
 one topic)."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import aws_cdk as cdk
 import aws_cdk.aws_events as events
@@ -52,6 +52,8 @@ class IdleGuard(Construct):
         GPU or a busy GPU is work (a training cluster's progress test does not apply).
       warning_minutes [0]: warn (topic, and `job_log_group`) this long before acting; 0 acts at once.
       job_log_group [None]: the job's log group (JobLogs.log_group), where warnings go too.
+      neuron_types [()]: types whose nodes are judged by the node monitor's busiest NeuronCore
+        (contract.M_NEURON_UTIL, one series per node) instead of the agent's per-GPU NVIDIA utilisation.
     The guard keeps its last judgement at contract.guard_state_key(cluster) in `state_bucket`
     (`dl-launcher status` shows it).
     Attributes: function, role, schedule.
@@ -62,7 +64,8 @@ class IdleGuard(Construct):
                  log_group: logs.ILogGroup, checkpoints: Optional[s3.IBucket] = None, checkpoint_prefix: str = "",
                  threshold_pct: float = 5.0, idle_minutes: float = 30.0, grace_minutes: float = 20.0,
                  action: str = "stop", every: cdk.Duration = cdk.Duration.minutes(5), interactive: bool = False,
-                 warning_minutes: float = 0.0, job_log_group: Optional[logs.ILogGroup] = None) -> None:
+                 warning_minutes: float = 0.0, job_log_group: Optional[logs.ILogGroup] = None,
+                 neuron_types: Sequence[str] = ()) -> None:
         super().__init__(scope, construct_id)
         if checkpoints is not None and not checkpoint_prefix:
             raise ConfigurationError("IdleGuard: checkpoints needs checkpoint_prefix (where the job's steps land)")
@@ -76,7 +79,7 @@ class IdleGuard(Construct):
                 checkpoint_bucket=checkpoints.bucket_name if checkpoints is not None else "",
                 checkpoint_prefix=checkpoint_prefix, action=action, stack=cdk.Stack.of(self).stack_id,
                 interactive=interactive, warning_minutes=warning_minutes, state_bucket=state_bucket.bucket_name,
-                job_log_group=job_log_group.log_group_name if job_log_group is not None else "",
+                job_log_group=job_log_group.log_group_name if job_log_group is not None else "", neuron_types=list(neuron_types),
                 config={"threshold_pct": threshold_pct, "idle_minutes": idle_minutes, "grace_minutes": grace_minutes})
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"IdleGuard: {e}") from None

@@ -62,6 +62,9 @@ M_TRAINING = "TrainingRunning"   # 1 while the training command runs on this nod
 M_RESTORING = "Restoring"        # 1 while the supervisor restores a checkpoint or stages data, else 0
 M_GPUS = "GpusVisible"           # GPUs the driver lists (compare with the catalog's count)
 M_XID = "XidErrors"              # hardware XID errors the kernel logged this minute
+# Trainium/Inferentia: the busiest NeuronCore that minute (neuron-monitor; runtime/neuron.py), percent,
+# one series per node: what the idle guard reads there instead of the agent's NVIDIA utilisation.
+M_NEURON_UTIL = "NeuronCoreUtilization"
 # What an interactive cluster's idle guard counts as someone at work (fleet/idle_guard.py):
 M_SESSIONS = "OpenSessions"      # Session Manager sessions open on this node (shells and port forwards)
 M_GPU_PROCESSES = "GpuProcesses"  # processes holding a CUDA context on this node's GPUs

@@ -6,11 +6,16 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections import deque
 from typing import IO, Callable, Optional
 
 from . import contract
 
 SUPERVISOR = "[dl-launcher]"
+# The last lines of the command's (and setup's) output kept in memory: a failed job's record
+# carries them (ClusterState.mark_failed), so that `dl-launcher status` can say what went wrong.
+TAIL_LINES = 20
+TAIL_WIDTH = 300
 
 
 class JobLog:
@@ -23,6 +28,7 @@ class JobLog:
         self._lock = threading.Lock()
         self._file: Optional[IO[bytes]] = None
         self._broken = False
+        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
 
     def _open(self) -> Optional[IO[bytes]]:
         if self._file is None and not self._broken:
@@ -38,6 +44,8 @@ class JobLog:
     def line(self, text: str) -> None:
         data = (text.rstrip("\n") + "\n")
         with self._lock:
+            if not text.startswith(SUPERVISOR):
+                self._tail.append(text.rstrip("\n")[:TAIL_WIDTH])
             f = self._open()
             if f is not None:
                 try:
@@ -49,6 +57,11 @@ class JobLog:
                 self.echo.flush()
             except (OSError, ValueError):
                 pass
+
+    def last_lines(self) -> list[str]:
+        """The newest lines of the job's own output (not the supervisor's), oldest first."""
+        with self._lock:
+            return list(self._tail)
 
     def supervisor(self) -> Callable[[str], None]:
         """The supervisor's log function: its decisions, marked as its own."""

@@ -8,6 +8,8 @@ the job alone (what the alarms watch: alarms cannot search).
 - M_TRAINING / M_RESTORING: 1/0 from the supervisor's phase file (the training command's pid
   alive; a checkpoint restore under way). The idle guard reads both.
 - M_GPUS: GPUs `nvidia-smi -L` lists; M_XID: hardware XID errors the kernel logged.
+- M_NEURON_UTIL (Trainium/Inferentia): the busiest NeuronCore that minute, from `neuron-monitor`'s
+  reports (runtime/neuron.py); nothing when it reported nothing. The idle guard reads it there.
 - M_SESSIONS: Session Manager sessions open on the node (the SSM agent runs one
   `ssm-session-worker` process per session, shell or port forward); M_GPU_PROCESSES: processes
   holding a CUDA context (`nvidia-smi --query-compute-apps`). An interactive cluster's idle guard
@@ -27,7 +29,7 @@ each line once. nvidia-smi failing outright (the driver down on every GPU) is he
 known to be short of any.
 
 Hooks (tests): DL_MONITOR_PROC (the /proc to scan), DL_MONITOR_JOB_LOG, DL_MONITOR_KERNEL_LOG (commands whose output is followed),
-DL_MONITOR_NVIDIA_SMI, DL_EXPECTED_GPUS, DL_SDK, DL_CLUSTER, DL_MONITOR_PERIOD.
+DL_MONITOR_NVIDIA_SMI, DL_MONITOR_NEURON, DL_EXPECTED_GPUS, DL_SDK, DL_CLUSTER, DL_MONITOR_PERIOD.
 """
 from __future__ import annotations
 
@@ -72,7 +74,17 @@ class Minute:
     samples: list[float] = field(default_factory=list)
     xids: list[tuple[int, str, bool]] = field(default_factory=list)
     published: int = 0
+    neuron: list[float] = field(default_factory=list)  # each neuron-monitor report's busiest NeuronCore
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add_neuron(self, value: float) -> None:
+        with self.lock:
+            self.neuron.append(value)
+
+    def take_neuron(self) -> list[float]:
+        with self.lock:
+            out, self.neuron = self.neuron, []
+            return out
 
     def take(self) -> tuple[list[float], list[tuple[int, str, bool]], int]:
         """This period's samples and XIDs, and `published` as of them (together, under the lock)."""
@@ -238,8 +250,9 @@ def broken(expected: int, listed: Optional[int], xids: list[tuple[int, str, bool
 
 class Monitor:
     def __init__(self, *, cloudwatch: Any, ec2: Any, instance_id: str, job: str, expected_gpus: int, gpu: bool,
-                 nvidia_smi: str = "nvidia-smi", log: Log = print) -> None:
+                 nvidia_smi: str = "nvidia-smi", log: Log = print, neuron: bool = False) -> None:
         self.cw, self.ec2 = cloudwatch, ec2
+        self.neuron = neuron
         self.instance_id, self.job = instance_id, job
         self.expected, self.gpu = expected_gpus, gpu
         self.nvidia_smi = nvidia_smi
@@ -298,6 +311,10 @@ class Monitor:
         data += self.datum(contract.M_RESTORING, 1.0 if restoring else 0.0, now)
         seen["sessions"] = sessions_open(os.environ.get("DL_MONITOR_PROC", "/proc"))
         data += self.datum(contract.M_SESSIONS, float(seen["sessions"]), now, "Count")
+        busiest = self.minute.take_neuron()
+        if self.neuron and busiest:  # no report this minute: no datum (a gap the guard never takes for idle)
+            seen["neuron_util"] = max(busiest)
+            data += self.datum(contract.M_NEURON_UTIL, seen["neuron_util"], now, "Percent")
         listed = None
         if self.gpu:
             procs = gpu_processes(self.nvidia_smi)
@@ -357,6 +374,9 @@ def run(*, period: float = contract.METRIC_PERIOD, stop: Optional[threading.Even
     follow(os.environ.get("DL_MONITOR_JOB_LOG", JOB_LOG), on_job_line(monitor.minute), stop, log)
     if monitor.gpu:
         follow(os.environ.get("DL_MONITOR_KERNEL_LOG", KERNEL_LOG), on_kernel_line(monitor.minute), stop, log)
+    if monitor.neuron:
+        from .neuron import NEURON_MONITOR, on_report_line
+        follow(os.environ.get("DL_MONITOR_NEURON", NEURON_MONITOR), on_report_line(monitor.minute.add_neuron), stop, log)
     done = 0
     try:
         while not stop.wait(period):
@@ -403,4 +423,5 @@ def _from_node(log: Log) -> Monitor:
     sdk = os.environ.get("DL_SDK", "cuda")
     return Monitor(cloudwatch=boto3.client("cloudwatch", region_name=region), ec2=boto3.client("ec2", region_name=region),
                    instance_id=instance_id, job=job, expected_gpus=expected,
-                   gpu=sdk == "cuda", nvidia_smi=os.environ.get("DL_MONITOR_NVIDIA_SMI", "nvidia-smi"), log=log)
+                   gpu=sdk == "cuda", nvidia_smi=os.environ.get("DL_MONITOR_NVIDIA_SMI", "nvidia-smi"), log=log,
+                   neuron=sdk == "neuron")

@@ -213,7 +213,8 @@ class Supervisor:
                 return contract.EXIT_FINISHED
             if outcome == "failed" and self.state.failures >= self.cfg.max_failures:
                 reason = f"the command failed {self.state.failures} times in a row without a newer checkpoint ({detail})"
-                self.cluster.mark_failed(generation=plan.generation, node=self.me.node, reason=reason)
+                self.cluster.mark_failed(generation=plan.generation, node=self.me.node, reason=reason,
+                                         attempts=self.state.failures, last_lines=self._last_lines())
                 # A leave in the next generation stops the others' runs now (what they watch anyway),
                 # instead of at their collectives' timeout; they then find the job failed.
                 self.cluster.leave(plan.generation + 1, self.me.node, reason=f"the job failed: {reason}",
@@ -243,9 +244,13 @@ class Supervisor:
         write_health("setup", "failed" if e.final else "degraded", str(e))
         if not e.final:
             return 1
-        self.cluster.mark_failed(generation=generation, node=self.me.node, reason=reason)
+        self.cluster.mark_failed(generation=generation, node=self.me.node, reason=reason, last_lines=self._last_lines())
         write_health("job", "failed", reason)
         return contract.EXIT_FAILED
+
+    def _last_lines(self) -> list[str]:
+        """What the command (or setup) printed last, for the failure record (dl-launcher status)."""
+        return self.joblog.last_lines() if self.joblog else []
 
     def _revision_for_plan(self) -> Optional[dict]:
         rev = self.job.current_revision() if self.job else None

@@ -25,7 +25,7 @@ def test_status_by_job_name_shows_the_quota_shortfall_after_one_run(aws, capsys)
     capsys.readouterr()
     assert main(["status", "t"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("cluster dl-t: current type none (nothing launched); 0 running")
+    assert out.splitlines()[1].startswith("cluster dl-t: current type none (nothing launched); 0 running")
     (short,) = [line for line in out.splitlines() if line.startswith("short: ")]
     assert short.startswith("short: 4 x p4d.24xlarge (spot): quota: VcpuLimitExceeded")
     assert main(["status", "t", "--json"]) == 0

@@ -14,7 +14,7 @@ import json
 
 from constructs_lib import CheckpointBucket, ClusterCapacity, ConfigurationError, InstanceOption, InterruptionAlerts
 from tests.cdk_checks import cfn_lint, synth_with_nag
-from tests.constructs.userdata_text import user_data_text
+from tests.constructs.userdata_text import evaluate, user_data_text
 
 COMMAND = "dl-torchrun train.py --epochs 10"
 
@@ -75,8 +75,8 @@ def test_grant_is_scoped_to_the_job_prefix(cluster):
     s3 = [s for s in statements if any(str(a).startswith("s3:") for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
     bundle = [s for s in s3 if s["Action"] == "s3:GetObject" and "cdk-hnb659fds-assets" in str(s["Resource"])]
     assert len(bundle) == 1, "the node bundle, granted once to the shared role"
-    s3 = [s for s in s3 if s not in bundle and "state.json" not in json.dumps(s)]
-    assert len(s3) == 2, "the nodes: the job prefix (the controller: its state object, tested below)"
+    s3 = [s for s in s3 if s not in bundle and "state.json" not in json.dumps(s) and "_cluster/f" not in json.dumps(s)]
+    assert len(s3) == 2, "the nodes: the job prefix (the controller: its state object and the job's end, tested below)"
     listing = next(s for s in s3 if s["Action"] == "s3:ListBucket")
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["jobs/llm/*", "jobs/llm/"]}}
     objects = next(s for s in s3 if s is not listing)
@@ -142,11 +142,61 @@ def test_the_controller_may_launch_and_terminate_only_its_cluster(cluster):
     assert "Role" in json.dumps(passrole["Resource"]) and "*" not in json.dumps(passrole["Resource"])
     s3 = [a for a in by_action if a.startswith("s3:")]
     assert sorted(s3) == ["s3:GetObject", "s3:ListBucket", "s3:PutObject"]
-    assert all(json.dumps(s["Resource"]).endswith('/_control/dl-llm/capacity-state.json"]]}')
-               for a in ("s3:GetObject", "s3:PutObject") for s in by_action[a])
-    (listing,) = by_action["s3:ListBucket"]
-    assert listing["Condition"] == {"StringEquals": {"s3:prefix": "_control/dl-llm/capacity-state.json"}}
+    (put,) = by_action["s3:PutObject"]
+    state, records = sorted(by_action["s3:GetObject"], key=lambda s: "_cluster" in json.dumps(s["Resource"]))
+    for st in (put, state):
+        assert json.dumps(st["Resource"]).endswith('/_control/dl-llm/capacity-state.json"]]}')
+    # The job's end: the two records its nodes write, read only, never a checkpoint.
+    assert sorted(evaluate(r).split(">", 1)[1] for r in records["Resource"]) == [
+        "/jobs/llm/_cluster/failed.json", "/jobs/llm/_cluster/finished.json"]
+    assert all(evaluate(r).startswith("<CkptBucket") for r in records["Resource"]), "the job's own bucket"
+    listings = sorted((s["Condition"]["StringEquals"]["s3:prefix"] for s in by_action["s3:ListBucket"]), key=str)
+    assert listings == [["jobs/llm/_cluster/finished.json", "jobs/llm/_cluster/failed.json"],
+                        "_control/dl-llm/capacity-state.json"] or listings == [
+        "_control/dl-llm/capacity-state.json", ["jobs/llm/_cluster/finished.json", "jobs/llm/_cluster/failed.json"]]
     assert "ec2:*" not in by_action and "*" not in by_action
+
+
+def test_the_controller_learns_where_the_job_ends_and_stops_the_cluster_by_default(cluster):
+    _, t = cluster
+    (fn,) = [f for f in t.find_resources("AWS::Lambda::Function").values()
+             if "DL_CLUSTER_SPEC" in f["Properties"]["Environment"]["Variables"]
+             and f["Properties"]["Handler"] == "constructs_lib.fleet.handler.handle"]
+    watch = json.loads(evaluate(fn["Properties"]["Environment"]["Variables"]["DL_JOB_END"]))
+    assert watch["bucket"].startswith("<CkptBucket") and watch["prefix"] == "jobs/llm" and watch["on_end"] == "stop"
+
+
+@pytest.mark.parametrize("order", ["job first", "checkpoints first"])
+@pytest.mark.parametrize("command,on_end,expected", [
+    (COMMAND, "keep", "keep"), ("", "stop", None),
+])
+def test_the_job_end_is_wired_in_either_order_and_only_for_a_job_with_a_command(order, command, on_end, expected):
+    app = cdk.App()
+    stack = cdk.Stack(app, "S", env=cdk.Environment(region="us-east-1"))
+    bucket = CheckpointBucket(stack, "B")
+    cap = ClusterCapacity(stack, "Cap", vpc=_vpc(stack), cluster="c", state_bucket=bucket.bucket,
+                          state_key="_control/c/capacity-state.json", log_group=InterruptionAlerts(stack, "A").log_group,
+                          options=_options(("p4d.24xlarge", 10)))
+    steps = [lambda: cap.configure_job(command=command, on_end=on_end), lambda: cap.enable_checkpoints(bucket, "jobs/c")]
+    for step in (steps if order == "job first" else steps[::-1]):
+        step()
+    (fn,) = [f for f in Template.from_stack(stack).find_resources("AWS::Lambda::Function").values()
+             if f["Properties"]["Handler"] == "constructs_lib.fleet.handler.handle"]
+    env = fn["Properties"]["Environment"]["Variables"]
+    got = json.loads(evaluate(env["DL_JOB_END"]))["on_end"] if "DL_JOB_END" in env else None
+    assert got == expected
+
+
+def test_a_bad_on_end_is_refused_at_synth():
+    app = cdk.App()
+    stack = cdk.Stack(app, "S", env=cdk.Environment(region="us-east-1"))
+    bucket = CheckpointBucket(stack, "B")
+    cap = ClusterCapacity(stack, "Cap", vpc=_vpc(stack), cluster="c", state_bucket=bucket.bucket,
+                          state_key="_control/c/capacity-state.json", log_group=InterruptionAlerts(stack, "A").log_group,
+                          options=_options(("p4d.24xlarge", 10)))
+    cap.enable_checkpoints(bucket, "jobs/c")
+    with pytest.raises(ConfigurationError, match="on_end 'kep': allowed stop, keep"):
+        cap.configure_job(command=COMMAND, on_end="kep")
 
 
 def test_the_cluster_is_terminated_before_what_it_runs_on_is_deleted(cluster):

@@ -14,7 +14,7 @@ import aws_cdk.aws_ec2 as ec2
 import pytest
 from aws_cdk.assertions import Annotations, Match
 
-from constructs_lib import (ClusterCapacity, ClusterObservability, CodeAsset, GpuLaunchTemplate, InstanceOption,
+from constructs_lib import (ClusterCapacity, NodeOptions, ClusterObservability, CodeAsset, GpuLaunchTemplate, InstanceOption,
                             InterruptionAlerts, JobDefinition)
 from selector.errors import UserError
 
@@ -63,11 +63,12 @@ def _capacity(options, *, nodes: int = 1, **kw) -> tuple[str, str]:
     return "warning", _warnings(stack)
 
 
-def _idle_guard_on_neuron() -> tuple[str, str]:
+def _idle_guard_unsupported() -> tuple[str, str]:
     stack, vpc = _stack()
     alerts = InterruptionAlerts(stack, "Alerts")
     import aws_cdk.aws_s3 as s3
-    cap = ClusterCapacity(stack, "Cap", vpc=vpc, cluster="c", options=[InstanceOption("trn1.32xlarge", 20.0)],
+    cap = ClusterCapacity(stack, "Cap", vpc=vpc, cluster="c", options=[InstanceOption("g4ad.xlarge", 0.4)],
+                          node_options=NodeOptions(machine_image=ec2.MachineImage.latest_amazon_linux2023()),
                           state_bucket=s3.Bucket(stack, "State"), state_key="_control/c/capacity.json",
                           log_group=alerts.log_group)
     ClusterObservability(stack, "Obs", capacity=cap, log_group=alerts.log_group)
@@ -124,7 +125,7 @@ CASES: dict[str, Callable[[Path], tuple[str, str]]] = {
         [InstanceOption("g5.8xlarge", 3.0), InstanceOption("g5.4xlarge", 2.0)], nodes=2, interchange="same-count"),
     "option-unused": lambda tmp: _capacity(
         [InstanceOption("p5.48xlarge", 40.0), InstanceOption("p5.48xlarge", None)], max_price=50.0),
-    "idle-guard-neuron": lambda tmp: _idle_guard_on_neuron(),
+    "idle-guard-unsupported": lambda tmp: _idle_guard_unsupported(),
     "user-data-too-large": lambda tmp: _user_data_too_large(),
     "code-too-large": _code_too_large,
     "code-link-out-of-directory": _code_link_out,
@@ -138,7 +139,7 @@ SAYS = {
     "ami-architecture-mismatch": "arm64", "unknown-instance-type": "p5.48xlarge",
     "raid-without-instance-store": "RaidNeedsInstanceStore", "retired-type": "retired",
     "alternate-not-interchangeable": "cannot replace p5.48xlarge", "multi-node-alternate-without-efa": "g5.4xlarge",
-    "option-unused": "will not be used", "idle-guard-neuron": "idle guard is off",
+    "option-unused": "will not be used", "idle-guard-unsupported": "report neither",
     "user-data-too-large": "16384-byte limit", "code-too-large": "files",
     "code-link-out-of-directory": "host", "reserved-env-name": "RANK", "image-with-setup": "image and setup",
 }

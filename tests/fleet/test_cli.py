@@ -24,7 +24,9 @@ def test_status_shows_the_type_the_instances_and_why(cloud, capsys):
     capsys.readouterr()
     assert _status(spec) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"cluster {CLUSTER}: current type p5en.48xlarge; 4 running; state of 20")
+    job, cluster = out.splitlines()[:2]
+    assert job.startswith("job: none (no command): the nodes wait for you"), "the job's state comes first"
+    assert cluster.startswith(f"cluster {CLUSTER}: current type p5en.48xlarge; 4 running; state of 20")
     for i in live_instances(cloud.raw):
         assert f"  {i['InstanceId']}  p5en.48xlarge  {i['SubnetId']}  launched 20" in out
     assert "last 2 transitions:" in out

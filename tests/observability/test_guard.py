@@ -160,8 +160,9 @@ def test_the_dangerous_calls_are_held_to_the_cluster(multi_node):
 @pytest.mark.parametrize("ctx, topic, guard", [
     ({"profile": "multi-node-training", "idle_guard": "false"}, True, False),
     ({"profile": "multi-node-training", "observability": "false", "idle_guard": "false"}, False, False),
-    ({"profile": "dev-prototyping"}, False, False),  # not a training profile: off unless asked
-    ({"profile": "dev-prototyping", "observability": "true"}, True, True),
+    ({"profile": "dev-prototyping"}, True, True),  # every profile gets a guard (issue 34): an interactive one here
+    ({"profile": "inference"}, True, True),
+    ({"profile": "dev-prototyping", "observability": "false", "idle_guard": "false"}, False, False),
 ])
 def test_context_switches(ctx, topic, guard):
     _, t = _stack(ctx)
@@ -179,15 +180,17 @@ def test_a_given_topic_is_used_and_none_is_made():
     assert _resolved_env(stack, _guard_function(t)).topic_arn == arn
 
 
-def test_neuron_clusters_get_no_guard_and_a_warning():
+@pytest.mark.parametrize("profile", ["neuron-training", "neuron-inference"])
+def test_neuron_clusters_get_a_guard_on_their_busiest_neuroncore_and_no_warning(profile):
     app = cdk.App()
-    stack = TrainingStack.for_settings(app, from_context({"profile": "neuron-training"}), quiet=True)
+    stack = TrainingStack.for_settings(app, from_context({"profile": profile}), quiet=True)
     t = Template.from_stack(stack)
-    handlers = [r["Properties"]["Handler"] for r in t.find_resources("AWS::Lambda::Function").values()]
-    assert "constructs_lib.fleet.idle_watch.handle" not in handlers
+    settings = _resolved_env(stack, _guard_function(t))
+    assert settings.neuron_types and set(settings.neuron_types) == set(settings.expected_gpus)
+    assert set(settings.expected_gpus.values()) == {1}, "one series per node: its busiest NeuronCore"
     warnings = [m for m in app.synth().get_stack_by_name(stack.stack_name).messages
                 if "idle guard is off" in str(m.entry.data)]
-    assert warnings
+    assert not warnings
 
 
 def test_every_node_type_runs_the_agent_and_the_monitor(multi_node, monkeypatch, tmp_path):
@@ -225,3 +228,15 @@ def test_the_stack_carries_the_agent_configuration_and_only_its_nodes_read_it(mu
              for st in pol["Properties"]["PolicyDocument"]["Statement"]
              if "ssm:GetParameter" in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])]
     assert reads and all(json.dumps({"Ref": param_id}) in json.dumps(st["Resource"]) for st in reads)
+
+
+@pytest.mark.parametrize("profile, command, minutes, threshold, warning, interactive", [
+    ("multi-node-training", "dl-torchrun train.py", 30, 5.0, 0, False),
+    ("dev-prototyping", None, 60, 5.0, 15, True),   # no command: an interactive cluster, sessions count as work
+    ("inference", "python serve.py", 60, 2.0, 15, False),  # a server's idle GPUs sit near 0%; traffic comes in bursts
+])
+def test_each_workload_gets_thresholds_that_fit_it(profile, command, minutes, threshold, warning, interactive):
+    obs = from_context({"profile": profile, **({"command": command} if command else {})}).observability
+    assert (obs.enabled, obs.idle_guard, obs.idle_minutes, obs.idle_threshold, obs.idle_warning, obs.interactive) == (
+        True, True, minutes, threshold, warning, interactive)
+    assert from_context({"profile": profile, "idle_minutes": "45"}).observability.idle_minutes == 45, "the key wins"
