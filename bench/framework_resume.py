@@ -9,7 +9,7 @@ For each framework (Hugging Face Trainer, Lightning) and each way (with --callba
   in that generation that the next one does again.
 The save interval is --every steps; a step takes about --sleep seconds plus the model's time.
 
-    python bench/framework_resume.py [--every 8] [--sleep 0.25] [--only hf]
+    python bench/framework_resume.py [--every 8] [--sleep 0.25] [--only hf] [--ways without]
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _next_gen(d: Drill, after: str) -> str:
 def run(framework: str, callback: bool, every: int, sleep: float, root: Path, endpoint: str) -> dict:
     ckdir, script = COMMANDS[framework]
     root.mkdir()
-    steps = 10 * every
+    steps = 100 * every  # never done before the notice's deadline: the job must still be training then
     d = Drill(root, endpoint, steps=steps, code=PROJECT, job=f"{framework[:3]}-{int(callback)}",
               context={"checkpoint_dir": ckdir},
               job_command=f"dl-torchrun {script} --max-steps {steps} --save-steps {every} --sleep {sleep} "
@@ -82,13 +82,14 @@ def main() -> None:
     p.add_argument("--every", type=int, default=8, help="the framework's save interval, in steps")
     p.add_argument("--sleep", type=float, default=0.25, help="seconds each step sleeps")
     p.add_argument("--only", choices=sorted(COMMANDS), default=None)
+    p.add_argument("--ways", choices=("both", "with", "without"), default="both", help="with or without the callback")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp())
     server, endpoint = start_moto_server(work / "moto.log")
     try:
         print(f"save every {args.every} steps, {args.sleep} s/step slept; steps done again after:")
         for fw in [args.only] if args.only else sorted(COMMANDS):
-            for cb in (True, False):
+            for cb in {"both": (True, False), "with": (True,), "without": (False,)}[args.ways]:
                 got = run(fw, cb, args.every, args.sleep, work / f"{fw}-{int(cb)}", endpoint)
                 print(f"  {fw:<9} {'with' if cb else 'without':<7} callback: hard kill of rank 0's node "
                       f"{got['kill']:>3}, notice {got['notice']:>3}", flush=True)

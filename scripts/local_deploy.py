@@ -331,6 +331,8 @@ def job_context(region: str, a: argparse.Namespace) -> list[str]:
         ctx += ["-c", f"setup={a.setup}"]
     if a.env:
         ctx += ["-c", f"env={a.env}"]
+    if a.checkpoint_dir:
+        ctx += ["-c", f"checkpoint_dir={a.checkpoint_dir}"]
     arns = []
     for name, value in secret_values(a.secrets):
         arn = boto3.client("secretsmanager", region_name=region).create_secret(
@@ -434,12 +436,15 @@ def main(argv=None) -> int:
     p.add_argument("--env", help="KEY=VALUE,... for every rank (-c env)")
     p.add_argument("--secrets", help="NAME=VALUE,...: made in moto's Secrets Manager, passed by ARN (-c secrets)")
     p.add_argument("--nodes", type=int, help="nodes in the cluster [the profile's]")
+    p.add_argument("--checkpoint-dir", help="where your framework saves its checkpoints, relative to the code "
+                                            "(-c checkpoint_dir; docs/frameworks.md)")
     p.add_argument("--keep", action="store_true",
                    help="leave moto running after the job (Ctrl-C stops it): dl-launcher status/logs/destroy against it")
     a = p.parse_args(argv)
     if a.code is None:
-        if a.command or a.setup or a.env or a.secrets:
-            p.error("--command, --setup, --env and --secrets go with --code DIR (without it: examples/train_project)")
+        if a.command or a.setup or a.env or a.secrets or a.checkpoint_dir:
+            p.error("--command, --setup, --env, --secrets and --checkpoint-dir go with --code DIR (without it: "
+                    "examples/train_project)")
         a.code, expect = PROJECT, "WANDB_API_KEY is set"
         for key, value in EXAMPLE.items():
             setattr(a, key, value)
