@@ -23,32 +23,13 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from constructs_lib.runtime import contract
+from constructs_lib.runtime.notice import descendants
 
 VENV_BIN = Path(sys.executable).parent
 SHIM = """#!/bin/sh
 # {name}, recorded: the simulated node has no systemd and never powers off.
 echo "{name} $*" >> "$SIM_CALLS"
 """
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process under `pid`, from /proc's parent links."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 class SimNode:
@@ -136,7 +117,7 @@ class SimNode:
             return
         # A cgroup holds children that started sessions of their own (the transfer tool, setup),
         # which a process-group kill would miss: collect the whole tree first.
-        tree = _descendants(proc.pid)
+        tree = descendants(proc.pid)
         for pid in [proc.pid, *tree]:
             try:
                 os.kill(pid, signal.SIGKILL)

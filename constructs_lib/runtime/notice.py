@@ -65,7 +65,8 @@ def seconds_left(n: Notices, now: Optional[float] = None) -> Optional[float]:
     return max(0.0, t.timestamp() - (time.time() if now is None else now))
 
 
-def _children() -> dict[int, list[int]]:
+def descendants(pid: int) -> list[int]:
+    """Every process under `pid`, from /proc's parent links (whatever sessions they made)."""
     kids: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -76,7 +77,12 @@ def _children() -> dict[int, list[int]]:
         except (OSError, ValueError, IndexError):
             continue
         kids.setdefault(ppid, []).append(int(entry))
-    return kids
+    out, todo = [], [pid]
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def catches(pid: int, signum: int) -> bool:
@@ -98,10 +104,8 @@ def deliver(root_pid: int) -> list[int]:
     import signal
 
     signum = getattr(signal, contract.NOTICE_SIGNAL)
-    kids, todo, sent = _children(), [root_pid], []
-    while todo:
-        pid = todo.pop()
-        todo.extend(kids.get(pid, []))
+    sent = []
+    for pid in [root_pid, *descendants(root_pid)]:
         if catches(pid, signum):
             try:
                 os.kill(pid, signum)
