@@ -170,9 +170,10 @@ def _data_mode(ctx: Mapping[str, Any], data: tuple[str, ...]) -> tuple[str, int,
 def job_from_context(ctx: Mapping[str, Any], region: str,
                      read_script: Callable[[str, str, int], str], job: str = "") -> JobSettings:
     """The job keys of `ctx`, each checked (types and text were checked by the caller)."""
-    code = None
+    code, shipped = None, ()
     if "code" in ctx:
-        scan(ctx["code"].strip(), what="context code")  # missing, a file, empty, links out, over the limit
+        # missing, a file, empty, links out, over the limit
+        shipped = tuple(rel for rel, _ in scan(ctx["code"].strip(), what="context code").files)
         code = os.path.abspath(ctx["code"].strip())
     image = ctx["image"].strip() if "image" in ctx else None
     if image is not None and image_problem(image):
@@ -205,10 +206,11 @@ def job_from_context(ctx: Mapping[str, Any], region: str,
     mode, gib, throughput = _data_mode(ctx, data)
     return JobSettings(code=code, image=image, setup=setup, env=tuple(env), secrets=tuple(secrets), secrets_kms=kms,
                        data=data, data_mode=mode, fsx_gib=gib, fsx_throughput=throughput,
-                       checkpoint_dir=_checkpoint_dir(ctx, code))
+                       checkpoint_dir=_checkpoint_dir(ctx, shipped))
 
 
-def _checkpoint_dir(ctx: Mapping[str, Any], code: Optional[str]) -> Optional[str]:
+def _checkpoint_dir(ctx: Mapping[str, Any], shipped: tuple[str, ...]) -> Optional[str]:
+    """shipped: the code's files as it ships them (after .dlignore)."""
     if "checkpoint_dir" not in ctx:
         return None
     value = ctx["checkpoint_dir"]
@@ -218,8 +220,7 @@ def _checkpoint_dir(ctx: Mapping[str, Any], code: Optional[str]) -> Optional[str
     if "command" not in ctx and "command_file" not in ctx:
         raise UserError("context checkpoint_dir names where a command's framework saves: pass command= with it "
                         "(e.g. command=\"dl-torchrun train.py\")")
-    if code:
-        overlap = shipped_overlap(value, [rel for rel, _ in scan(code, what="context code").files])
-        if overlap:
-            raise UserError(f"context {overlap}")
+    overlap = shipped_overlap(value, shipped)
+    if overlap:
+        raise UserError(f"context {overlap}")
     return normalized(value)

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from ..runtime.contract import CLUSTER_DIR
+from ..runtime.contract import CLUSTER_DIR, S3_BUCKET
+from ..runtime.layout import prefix_problem
 from .errors import error_code
 
 JOB_END_ENV = "DL_JOB_END"
@@ -39,8 +39,6 @@ MAX_RECORD = 64 * 1024   # bytes: the supervisor writes well under 10 KiB
 MAX_LINES = 20           # last lines of the command's output a failure record carries
 MAX_LINE = 300           # characters per line kept
 MAX_REASON = 500
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
-_PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()/-]{1,512}\Z")
 
 
 def clean(text: Any, limit: int) -> str:
@@ -59,9 +57,9 @@ class JobEndWatch:
     def __post_init__(self) -> None:
         if self.on_end not in ON_END:
             raise ValueError(f"on_end {self.on_end!r}: allowed {', '.join(ON_END)}")
-        if not isinstance(self.bucket, str) or not _BUCKET.match(self.bucket):
+        if not isinstance(self.bucket, str) or not S3_BUCKET.match(self.bucket):
             raise ValueError(f"job end bucket {self.bucket!r} is not an S3 bucket name")
-        if not isinstance(self.prefix, str) or not _PREFIX.match(self.prefix) or self.prefix.startswith("/"):
+        if not isinstance(self.prefix, str) or self.prefix.startswith("/") or prefix_problem(self.prefix):
             raise ValueError(f"job end prefix {self.prefix!r} is not a checkpoint prefix")
 
     def key(self, name: str) -> str:

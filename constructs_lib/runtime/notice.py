@@ -55,14 +55,14 @@ def mtime(path: Optional[str] = None) -> float:
         return 0
 
 
-def seconds_left(n: Notices, now: Optional[float] = None) -> Optional[float]:
-    """Seconds until AWS takes the node, from the notice's time; None without a termination."""
+def deadline(n: Notices) -> Optional[float]:
+    """When AWS takes the node (epoch seconds), from the notice's time; None without a valid one."""
     import datetime as dt
     try:
-        t = dt.datetime.strptime(n.termination["time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+        t = dt.datetime.strptime(n.termination["time"], "%Y-%m-%dT%H:%M:%SZ")
     except (TypeError, KeyError, ValueError):
         return None
-    return max(0.0, t.timestamp() - (time.time() if now is None else now))
+    return t.replace(tzinfo=dt.timezone.utc).timestamp()
 
 
 def descendants(pid: int) -> list[int]:

@@ -396,8 +396,8 @@ class Supervisor:
     def leave(self, g: int) -> int:
         """This node got a termination notice: its last save goes to S3, then it leaves for good."""
         n = notice.read()
-        deadline = _deadline(n.termination)
-        self.flush(until=deadline)
+        at = notice.deadline(n)
+        self.flush(until=None if at is None else at - 5)  # leave the last seconds to AWS
         self.cluster.leave(g, self.me.node, reason=f"termination notice {json.dumps(n.termination)}",
                            pushed=pushed_step())
         self.log(f"left the cluster before generation {g} (termination notice); pushed step {pushed_step()}")
@@ -624,15 +624,6 @@ def _outcomes(g: int) -> dict[str, int]:
         except (OSError, ValueError, KeyError):
             continue
     return out
-
-
-def _deadline(termination: Optional[dict]) -> Optional[float]:
-    import datetime as dt
-    try:
-        t = dt.datetime.strptime(termination["time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
-        return t.timestamp() - 5  # leave the last seconds to AWS
-    except (TypeError, KeyError, ValueError):
-        return None
 
 
 def _health() -> dict[str, str]:

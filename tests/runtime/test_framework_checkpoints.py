@@ -192,12 +192,12 @@ def test_the_notice_signal_reaches_only_processes_that_catch_it(tmp_path):
         subprocess.run(["pkill", "-f", str(tmp_path / "plain.py")], check=False)
 
 
-def test_seconds_left_from_the_notice():
-    n = notice.Notices(termination={"action": "terminate", "time": "2026-11-27T10:02:00Z"})
+def test_the_deadline_from_the_notice():
     import datetime as dt
-    t = dt.datetime(2026, 11, 27, 10, 0, 30, tzinfo=dt.timezone.utc).timestamp()
-    assert notice.seconds_left(n, now=t) == 90.0
-    assert notice.seconds_left(notice.Notices()) is None
+    n = notice.Notices(termination={"action": "terminate", "time": "2026-11-27T10:02:00Z"})
+    assert notice.deadline(n) == dt.datetime(2026, 11, 27, 10, 2, tzinfo=dt.timezone.utc).timestamp()
+    assert notice.deadline(notice.Notices()) is None
+    assert notice.deadline(notice.Notices(termination={"time": "soon"})) is None
 
 
 def test_callbacks_off_a_node_do_nothing_and_say_so_once(monkeypatch, capsys):

@@ -93,30 +93,22 @@ def _check(seen: dict) -> None:
     assert all(exits == [0] or exits == [] for exits in seen["units"].values()), seen["units"]
 
 
-def test_hugging_face_trainer_script_unchanged(tmp_path, moto_process):
-    (tmp_path / "run").mkdir()
-    events = tmp_path / "run" / "events.jsonl"
-    d = Drill(tmp_path / "run", moto_process, steps=STEPS, code=PROJECT, job="hf",
-              context={"checkpoint_dir": "outputs"},
-              job_command=f"dl-torchrun hf_train.py --output-dir outputs --max-steps {STEPS} --save-steps {EVERY} "
-                          f"--sleep 0.25 --events {events} --callback")
+def _unchanged_script(root, endpoint: str, job: str, checkpoint_dir: str, script: str) -> None:
+    """`script` (its own flag naming checkpoint_dir included) through _drive, then _check."""
+    root.mkdir()
+    d = Drill(root, endpoint, steps=STEPS, code=PROJECT, job=job, context={"checkpoint_dir": checkpoint_dir},
+              job_command=f"dl-torchrun {script} --max-steps {STEPS} --save-steps {EVERY} --sleep 0.25 "
+                          f"--events {root / 'events.jsonl'} --callback")
     try:
         seen = _drive(d)
     finally:
         d.stop()
     _check(seen)
+
+
+def test_hugging_face_trainer_script_unchanged(tmp_path, moto_process):
+    _unchanged_script(tmp_path / "run", moto_process, "hf", "outputs", "hf_train.py --output-dir outputs")
 
 
 def test_lightning_script_unchanged(tmp_path, moto_process):
-    (tmp_path / "run").mkdir()
-    events = tmp_path / "run" / "events.jsonl"
-    d = Drill(tmp_path / "run", moto_process, steps=STEPS, code=PROJECT, job="lit",
-              context={"checkpoint_dir": "checkpoints"},
-              job_command=f"dl-torchrun lightning_train.py --ckpt-dir checkpoints --max-steps {STEPS} "
-                          f"--save-steps {EVERY} --sleep 0.25 --events {events} --callback")
-    try:
-        seen = _drive(d)
-    finally:
-        d.stop()
-    _check(seen)
-
+    _unchanged_script(tmp_path / "run", moto_process, "lit", "checkpoints", "lightning_train.py --ckpt-dir checkpoints")
