@@ -37,8 +37,9 @@ class CodeAsset(Construct):
     working directory and checks it against `digest` before a run (runtime/jobdef.py).
 
     Keyword-only props (defaults in brackets):
-      path: the directory. Left out: .git, __pycache__, *.pyc, .venv and the patterns of its
-        .dlignore (codescan.py). Refused (ConfigurationError): missing, a file, empty, a link out
+      path: the directory. Left out: .git, __pycache__, *.pyc, .venv, secret-like files (.env*,
+        .netrc, .aws/, .ssh/, *.pem, id_rsa*, ...: codescan.SECRET_EXCLUDES, named in describe())
+        and the patterns of its .dlignore (codescan.py). Refused (ConfigurationError): missing, a file, empty, a link out
         of it, or over max_bytes / max_files.
       max_bytes [256 MiB], max_files [20,000].
 
@@ -65,5 +66,6 @@ class CodeAsset(Construct):
             resource_arns=[self.asset.bucket.arn_for_objects(self.asset.s3_object_key)])
 
     def describe(self) -> str:
+        secrets = self.files.secrets_line()
         return (f"{self.files.root}: {self.digest.files:,} files, {self.digest.bytes / 1e6:.1f} MB, "
-                f"digest {self.digest.sha256[:12]}")
+                f"digest {self.digest.sha256[:12]}" + (f"; {secrets}" if secrets else ""))

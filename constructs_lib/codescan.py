@@ -2,11 +2,15 @@
 why a directory cannot: missing, a file, empty, over the limit, or holding a link that leads out
 of it. Standard library only, so that the app's context check runs before any CDK import.
 
-What is left out: DEFAULT_EXCLUDES, then the patterns of DIR/.dlignore if there is one, in
+What is left out: DEFAULT_EXCLUDES and SECRET_EXCLUDES, then the patterns of DIR/.dlignore if there is one, in
 .gitignore's manner: one pattern a line, `#` comments, a pattern without `/` matches a name at
 any depth, one with `/` matches the path from DIR, a trailing `/` matches directories only, `!`
 takes a name back in (the last matching line wins), `*` and `?` and `[...]` as in fnmatch (a `*`
 also crosses `/`, as `**` does in git).
+
+Secret-like files (SECRET_EXCLUDES) never ship unless .dlignore takes them back with `!`: the code
+goes into the CDK asset bucket and onto every node, where any process of the job can read it.
+The files left out that way are named (CodeFiles.secrets) so the deployer sees it happen.
 """
 from __future__ import annotations
 
@@ -17,6 +21,12 @@ from dataclasses import dataclass
 from .validation import ConfigurationError
 
 DEFAULT_EXCLUDES = (".git/", "__pycache__/", "*.pyc", ".venv/")
+# Credentials and keys that a project directory often holds beside the code: dotenv files, the AWS
+# CLI's and SSH's directories, netrc, private keys and key stores, package-registry tokens.
+SECRET_EXCLUDES = (".env", ".env.*", "*.env", ".envrc", ".netrc", "_netrc", ".aws/", ".ssh/", ".gnupg/", ".docker/",
+                   ".kube/", "credentials", "credentials.json", ".git-credentials", ".pgpass", ".npmrc", ".pypirc",
+                   ".htpasswd", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "id_rsa*", "id_dsa*",
+                   "id_ecdsa*", "id_ed25519*")
 IGNORE_FILE = ".dlignore"
 # CDK zips and uploads the directory on every deploy that changes it, and every node downloads
 # and unpacks it before each new revision: code, not data (datasets go to S3 and are fetched).
@@ -31,6 +41,15 @@ class CodeFiles:
     files: tuple[tuple[str, str], ...]  # (relative POSIX path, path on disk, a link's target resolved)
     bytes: int
     patterns: tuple[str, ...]          # the excludes applied, in order
+    secrets: tuple[str, ...] = ()      # what SECRET_EXCLUDES left out (a directory as "name/"), sorted
+
+    def secrets_line(self) -> str:
+        """One line naming the secret-like files left out, or ''."""
+        if not self.secrets:
+            return ""
+        shown = ", ".join(self.secrets[:8]) + (f" and {len(self.secrets) - 8} more" if len(self.secrets) > 8 else "")
+        return (f"left out as secret-like (never shipped to the nodes): {shown}; to ship one on purpose, add "
+                f"!NAME to {IGNORE_FILE}")
 
 
 @dataclass(frozen=True)
@@ -85,7 +104,7 @@ def scan(directory: str, *, max_bytes: int = MAX_BYTES, max_files: int = MAX_FIL
         raise ConfigurationError(f"{where} is a file: expected the directory of your training project "
                                  "(its parent, if this is your script)")
     root = os.path.realpath(directory)
-    lines = list(DEFAULT_EXCLUDES)
+    lines = [*DEFAULT_EXCLUDES, *SECRET_EXCLUDES]
     ignore = os.path.join(root, IGNORE_FILE)
     if os.path.isfile(ignore):
         try:
@@ -94,6 +113,9 @@ def scan(directory: str, *, max_bytes: int = MAX_BYTES, max_files: int = MAX_FIL
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigurationError(f"{what} {_show(ignore)} cannot be read as text: {e}") from None
     rules = _rules(lines)
+    # The same rules without the secret ones: what they alone leave out is reported.
+    plain = _rules(lines[:len(DEFAULT_EXCLUDES)] + lines[len(DEFAULT_EXCLUDES) + len(SECRET_EXCLUDES):])
+    secrets: list[str] = []
     files: list[tuple[str, str]] = []
     total = 0
     sizes: dict[str, int] = {}
@@ -105,6 +127,8 @@ def scan(directory: str, *, max_bytes: int = MAX_BYTES, max_files: int = MAX_FIL
             rel = rel_dir + d
             full = os.path.join(dirpath, d)
             if _excluded(rules, rel, True):
+                if not _excluded(plain, rel, True):
+                    secrets.append(rel + "/")
                 continue
             if os.path.islink(full):
                 raise ConfigurationError(f"{where}: {_show(rel)} is a link to a directory "
@@ -116,6 +140,8 @@ def scan(directory: str, *, max_bytes: int = MAX_BYTES, max_files: int = MAX_FIL
             rel = rel_dir + name
             full = os.path.join(dirpath, name)
             if _excluded(rules, rel, False):
+                if not _excluded(plain, rel, False):
+                    secrets.append(rel)
                 continue
             real = os.path.realpath(full)
             if os.path.islink(full):
@@ -135,8 +161,9 @@ def scan(directory: str, *, max_bytes: int = MAX_BYTES, max_files: int = MAX_FIL
             sizes[top] = sizes.get(top, 0) + size
     if not files:
         raise ConfigurationError(f"{where} has no files to ship (after the excludes {', '.join(DEFAULT_EXCLUDES)}"
-                                 f"{' and ' + IGNORE_FILE if os.path.isfile(ignore) else ''}): point it at your "
-                                 "training project")
+                                 f"{' and ' + IGNORE_FILE if os.path.isfile(ignore) else ''}"
+                                 f"{'; ' + CodeFiles(root, (), 0, (), tuple(sorted(secrets))).secrets_line() if secrets else ''}"
+                                 "): point it at your training project")
     if total > max_bytes or len(files) > max_files:
         top = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
         largest = ", ".join(f"{k} {v / _MIB:.0f} MiB" for i, (k, v) in enumerate(top) if i == 0 or v >= _MIB)
@@ -145,4 +172,4 @@ def scan(directory: str, *, max_bytes: int = MAX_BYTES, max_files: int = MAX_FIL
             f"each deploy ({max_bytes // _MIB} MiB, {max_files:,} files); largest: {largest}. Keep data, "
             f"checkpoints and environments out (list them in {_show(os.path.join(directory, IGNORE_FILE))}), fetch data from S3 in setup, "
             "or put dependencies in an image (-c image=URI)")
-    return CodeFiles(root, tuple(files), total, tuple(lines))
+    return CodeFiles(root, tuple(files), total, tuple(lines), tuple(sorted(secrets)))

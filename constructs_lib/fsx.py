@@ -24,6 +24,10 @@ from .validation import ConfigurationError
 
 THROUGHPUTS = (125, 250, 500, 1000)  # MB/s per TiB, PERSISTENT_2 SSD
 MIN_GIB, STEP_GIB = 1200, 2400       # 1,200 GiB, 2,400 GiB, then steps of 2,400 GiB
+# FSx's default per-account quota for PERSISTENT_2 SSD storage in a region (98.4 TiB), which is
+# also SageMaker HyperPod's ceiling for a cluster's Lustre (FSxLustreConfig.SizeInGiB); a dataset
+# cache past it is a typo far more often than a raised quota.
+MAX_GIB = 100_800
 MAX_ASSOCIATIONS = 8                 # data repository associations per file system
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 
@@ -43,6 +47,9 @@ def associations_problem(prefixes: int) -> str | None:
 
 
 def capacity_problem(gib: int) -> str | None:
+    if gib > MAX_GIB:
+        return (f"{gib} GiB: above {MAX_GIB} GiB, FSx's default per-account quota for PERSISTENT_2 storage in a "
+                f"region; closest: {MAX_GIB}")
     if gib == MIN_GIB or (gib >= STEP_GIB and gib % STEP_GIB == 0):
         return None
     up = MIN_GIB if gib < MIN_GIB else max(STEP_GIB, -(-gib // STEP_GIB) * STEP_GIB)

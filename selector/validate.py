@@ -27,6 +27,24 @@ def clean(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+# A plain decimal as a person writes it. Python's float() alone also takes '1_000', ' 12 ',
+# full-width digits and 'nan'.
+PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def plain_number(value: Any) -> Optional[float]:
+    """A JSON number or a plain decimal string as a float (inf and nan included, for the caller to
+    refuse with its own range), or None for anything else."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    v = str(value).strip()
+    if PLAIN_NUMBER.fullmatch(v):
+        return float(v)
+    if v.lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        return float(v)
+    return None
+
+
 def finite_number(value: Any, what: str, lo: Optional[float] = None, hi: Optional[float] = None, *,
                   above: bool = False, integer: bool = False) -> float:
     """`value` (a number, or a string as read from CSV or the command line) as a float, or a UserError.
@@ -47,6 +65,10 @@ def finite_number(value: Any, what: str, lo: Optional[float] = None, hi: Optiona
         near = "".join(str(int(c)) if c.isdigit() else c for c in value.strip() if c.isascii() or c.isdigit())
         raise UserError(f"{what} = {clean(repr(value))[:80]} has characters that are not plain ASCII; allowed: "
                         f"{allowed}, in ASCII digits" + (f"; closest: {near}" if near else ""))
+    if isinstance(value, str) and plain_number(value) is None:
+        near = value.strip().replace("_", "").replace(",", "")
+        raise UserError(f"{what} = {clean(repr(value))[:80]} is not a number; allowed: {allowed}, in plain digits"
+                        + (f"; closest: {near}" if plain_number(near) is not None else ""))
     try:
         v = float(value)
     except OverflowError:  # an integer too large for a float (JSON and YAML allow them)

@@ -5,8 +5,9 @@
 - `image`: run the command in this container image instead of on the host.
 - `setup` / `setup_file`: bash run once per boot per code digest before the first generation
   (`setup_file` for several lines, as `command_file`); not with `image`.
-- `env`: KEY=VALUE,KEY=VALUE (a literal comma in a value as `\\,`); names are shell identifiers
-  and never the runtime's own (MASTER_ADDR, RANK, DL_...).
+- `env`: KEY=VALUE,KEY=VALUE (spaces after a comma are fine; a literal comma in a value as `\\,`);
+  names are shell identifiers and never the runtime's own (MASTER_ADDR, RANK, DL_...). A value
+  that holds " NAME=" is refused as two variables missing their comma.
 - `secrets`: NAME=ARN,... of Secrets Manager secrets or SSM (SecureString) parameters in the
   deployment's region, read on the node at each run.
 - `secrets_kms`: KMS key ARNs that encrypt those secrets, comma-separated.
@@ -50,7 +51,10 @@ EXAMPLES = {"code": "examples/train_project", "image": "123456789012.dkr.ecr.us-
             "checkpoint_dir": "outputs"}
 SETUP_LIMIT = 64 * 1024  # the setup text ships in the job definition (an S3 asset), not in user data
 VALUE_LIMIT = 4096       # one env value
-_SPLIT = re.compile(r"(?<!\\),(?=[^,=\s]+=)")
+PLAIN_INT = re.compile(r"[0-9]+", re.ASCII)
+_SPLIT = re.compile(r"(?<!\\),")
+# " NAME=" inside a value: two variables with a space where the comma belongs ("A=1 B=2").
+_GLUED = re.compile(r"\s([A-Za-z_][A-Za-z0-9_]*)=")
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,16 @@ def _pairs(key: str, text: str, split: Callable[[str], list[str]]) -> list[tuple
             continue
         name, eq, value = item.partition("=")
         if not eq:
-            problems.append(f"{item!r} has no '=' (expected NAME=VALUE)")
+            hint = " (a comma inside a value is written \\,)" if key == "env" and out else ""
+            if key == "secrets":  # a token is often identifier-like (hf_..., AKIA...): never shown
+                problems.append("an item has no '=' (expected NAME=ARN; not shown, in case it is a secret's value)")
+                continue
+            problems.append(f"{item!r} has no '=' (expected NAME=VALUE){hint}")
+            continue
+        glued = _GLUED.search(value) if key == "env" else None
+        if glued:
+            problems.append(f"{name.strip()}={value.strip()!r} holds {glued[1]}= after a space: separate variables "
+                            f"with commas ({name.strip()}=...,{glued[1]}=...)")
             continue
         out.append((name.strip(), value.replace("\\,", ",") if key == "env" else value.strip()))
     seen: set[str] = set()
@@ -153,9 +166,9 @@ def _data_mode(ctx: Mapping[str, Any], data: tuple[str, ...]) -> tuple[str, int,
 
     def number(key: str, default: int) -> int:
         text = str(ctx.get(key, default)).strip()
-        if not text.isdigit():
+        if not PLAIN_INT.fullmatch(text):  # not str.isdigit(): that takes '²' and other digits int() refuses
             raise UserError(f"context {key}={text}: a whole number, e.g. {key}={EXAMPLES[key]}")
-        return int(text)
+        return int(text[:19])  # past any limit below either way; int() refuses over 4300 digits
 
     gib, throughput = number("fsx_gib", MIN_GIB), number("fsx_throughput", 125)
     problem = capacity_problem(gib)
@@ -190,7 +203,9 @@ def job_from_context(ctx: Mapping[str, Any], region: str,
                             "put long settings in a file in your code")
     secrets = _pairs("secrets", ctx["secrets"], lambda t: t.split(",")) if "secrets" in ctx else []
     _names("secrets", secrets)
-    problems = [f"{n}={a}: {p}" for n, a in secrets for p in [secret_problem(a, region)] if p]
+    # The value is shown only when it is an ARN: a pasted secret value must not reach a terminal or a CI log.
+    problems = [f"{n}={a if a.startswith('arn:') else '<not an ARN, value hidden>'}: {p}"
+                for n, a in secrets for p in [secret_problem(a, region)] if p]
     if problems:
         raise UserError("context secrets: " + "; ".join(problems))
     both = sorted({n for n, _ in env} & {n for n, _ in secrets})
@@ -200,6 +215,10 @@ def job_from_context(ctx: Mapping[str, Any], region: str,
     bad = [k for k in kms if not KMS_ARN.match(k)]
     if bad:
         raise UserError(f"context secrets_kms: {bad[0]!r} is not a KMS key ARN; e.g. secrets_kms={EXAMPLES['secrets_kms']}")
+    foreign = [k for k in kms if k.split(":")[3] != region]
+    if foreign:
+        raise UserError(f"context secrets_kms: {foreign[0]} is a key in {foreign[0].split(':')[3]}, the nodes run in "
+                        f"{region}; name the key that encrypts the secrets in {region}")
     if kms and not secrets:
         raise UserError("context secrets_kms names keys but secrets names no secret: pass secrets=NAME=ARN with it")
     data = _data(ctx, job)

@@ -56,6 +56,7 @@ from typing import Any, Mapping, Optional
 from selector.catalog import load_catalog
 from selector.errors import UserError, closest
 from selector.interchange import DEFAULT_RULE, RULES
+from selector.validate import plain_number
 from selector.profiles import Profile, get_profile, load_profiles
 from constructs_lib.fleet.job_end import ON_END
 
@@ -226,7 +227,8 @@ def _check_text(key: str, value: str) -> None:
     if key in JOB_LONG_KEYS:
         bad = [c for c in value if (ord(c) < 32 or ord(c) == 127) and c != "\t"]
         if bad and not (key == "setup" and set(bad) <= {"\n", "\r"}):
-            raise UserError(f"context {key}={show(value)} has a control character ({ascii(bad[0])}): not allowed")
+            shown = "" if key == "secrets" else f"={show(value)}"  # a pasted value must not be echoed
+            raise UserError(f"context {key}{shown} has a control character ({ascii(bad[0])}): not allowed")
         if len(value) > 16 * 1024:
             raise UserError(f"context {key} is {len(value)} characters: at most {16 * 1024}")
         return
@@ -286,20 +288,8 @@ def _bool(key: str, value: Any) -> bool:
                     + (f"; closest: {'true' if near[0] in _TRUE else 'false'}" if near else ""))
 
 
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
 def _float(value: Any) -> Optional[float]:
-    """A plain decimal or JSON number, or None. Python's float() alone would take '1_0', ' 12 ',
-    full-width digits and 'nan'; those are refused (nan and inf below, as not finite)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    v = str(value).strip()
-    if _NUMBER.fullmatch(v):
-        return float(v)
-    if v.lower().lstrip("+-") in ("nan", "inf", "infinity"):
-        return float(v)
-    return None
+    return plain_number(value)
 
 
 def _int(key: str, value: Any, lo: int, hi: int) -> int:
@@ -439,7 +429,9 @@ def _command(ctx: Mapping[str, Any]) -> str:
 
 
 def _check_keys(ctx: Mapping[str, Any]) -> None:
-    """Unknown keys that look like ours (typos, case, - for _) are errors naming the closest."""
+    """Every key must be ours or the CDK's own: an unknown key is an error (with the closest of ours
+    where one is near), never ignored, or a user's safety setting (on_end, budget) could vanish
+    behind a typo or a key from another version."""
     by_form = {k.replace("-", "_"): k for k in KEYS}
     for key in ctx:
         if key in KEYS or ":" in key or key.startswith(("aws:", "@aws-cdk", "cli-", "acknowledged")):
@@ -448,8 +440,8 @@ def _check_keys(ctx: Mapping[str, Any]) -> None:
         near = [by_form[form]] if form in by_form else closest(key, KEYS, n=1) or closest(form, KEYS, n=1)
         if not near and len(form) >= 4:
             near = [k for k in KEYS if k.replace("_", "") == form.replace("_", "")]
-        if near:
-            raise UserError(f"unknown context key {show(key)}; closest: {near[0]}; allowed: {', '.join(KEYS)}")
+        raise UserError(f"unknown context key {show(key)}" + (f"; closest: {near[0]}" if near else "")
+                        + f"; allowed: {', '.join(KEYS)}")
 
 
 def check_only(ctx: Mapping[str, Any], allowed: tuple[str, ...], refuse) -> None:

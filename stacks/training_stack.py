@@ -295,7 +295,9 @@ def job_summary(settings: Settings, job: "JobDefinition | None") -> list[str]:
         lines.append(f"    code: {job.code.describe()} (staged in {job.code.stage_seconds:.1f} s); runs in "
                      f"{contract.DIR_DEFAULTS['DL_SCRATCH']}/work")
     if js.image:
-        lines.append(f"    image: {js.image}")
+        pinned = "@sha256:" in js.image
+        lines.append(f"    image: {js.image}" + ("" if pinned else " (a tag can move: a node that pulls later, a "
+                                                   "replacement, may run another image; pin it as IMAGE@sha256:DIGEST)"))
     if js.setup:
         first, more = js.setup.strip().splitlines()[0], len(js.setup.strip().splitlines()) > 1
         lines.append(f"    setup: {first[:80]}{' ...' if len(first) > 80 or more else ''}")

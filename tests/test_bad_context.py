@@ -28,6 +28,9 @@ ROWS = [
     ("json type", {"on_end": True}, "context on_end=true (JSON true): expected a string; e.g. on_end=keep"),
     ("text", {"on_end": ""}, "context on_end is empty: give a value or leave the key out for its default"),
     ("key", {"on-end": "keep"}, "unknown context key 'on-end'; closest: on_end"),
+    # a key like none of ours is refused too, never synthesized as if not given
+    ("key", {"max_hourly": "10"}, "unknown context key 'max_hourly'"),
+    ("key", {"wandb_project": "x"}, "unknown context key 'wandb_project'"),
     # ---- numbers: non-finite, out of range, not plain decimals ----------------------------------
     ("number", {"max_price": "nan"}, "context max_price='nan': not a number; expected USD per hour per node"),
     ("number", {"max_price": "inf"}, "context max_price='inf': not a finite number;"),

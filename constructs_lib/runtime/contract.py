@@ -177,6 +177,7 @@ FILES = {
     "rendezvous_env": ("DL_RUN_DIR", "rendezvous.env"),  # this generation's MASTER_ADDR, NODE_RANK, ...
     "hostfile": ("DL_RUN_DIR", "hostfile"),
     "resume_env": ("DL_RUN_DIR", "resume.env"),      # DL_RESUME_FROM / DL_RESUME_STEP of this generation
+    "container_secrets": ("DL_RUN_DIR", "container-secrets.env"),  # the job's secrets for its container (0600, removed at start)
     "notice": ("DL_RUN_DIR", "notice.json"),         # what the watcher saw (termination, rebalances)
     # One file per component (bootstrap, raid, restore, job...): "<level> <message>", level one of
     # HEALTH_LEVELS. Shell scripts write theirs with one echo; `status` reads them all.

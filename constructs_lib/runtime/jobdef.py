@@ -455,16 +455,44 @@ class NodeJob:
         script = self.command_file(d)
         if not d.image:
             return ["/bin/bash", script]
-        return docker_run(self.docker, d.image, script=script, workdir=workdir, names=sorted(pass_env),
-                          sdk=os.environ.get("DL_SDK", "cuda"))
+        # Secrets never go in docker's arguments or `--env` (docker stores the values in the
+        # container's config, where `docker inspect` shows them): a root-only file on the boot's
+        # tmpfs that the container's entry script reads into the command's environment and removes.
+        secret_names = sorted(set(d.secrets) & set(pass_env))
+        secrets_file = None
+        if secret_names:
+            secrets_file = contract.path("container_secrets")
+            write_private(secrets_file, "".join(f"export {n}={shell_quote(pass_env[n])}\n" for n in secret_names))
+        return docker_run(self.docker, d.image, script=script, workdir=workdir,
+                          names=sorted(set(pass_env) - set(secret_names)), sdk=os.environ.get("DL_SDK", "cuda"),
+                          secrets_file=secrets_file)
 
     def stop_container(self) -> None:
-        """Remove a container left by an earlier run (a restart of the supervisor, a kill)."""
+        """Remove a container left by an earlier run (a restart of the supervisor, a kill), and a
+        secrets file that a container which never started left behind."""
         if self.prepared and self.prepared.definition.image:
             subprocess.run([self.docker, "rm", "--force", CONTAINER], capture_output=True, timeout=120)
+        try:
+            os.unlink(contract.path("container_secrets"))
+        except FileNotFoundError:
+            pass
 
 
-def docker_run(docker: str, image: str, *, script: str, workdir: str, names: list[str], sdk: str) -> list[str]:
+def shell_quote(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def write_private(path: str, text: str) -> None:
+    """`text` at `path`, readable by its owner only from the first byte."""
+    tmp = f"{path}.new-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def docker_run(docker: str, image: str, *, script: str, workdir: str, names: list[str], sdk: str,
+               secrets_file: Optional[str] = None) -> list[str]:
     argv = [docker, "run", "--rm", "--name", CONTAINER, "--network", "host", "--ipc", "host",
             "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
     if sdk == "cuda":
@@ -481,7 +509,9 @@ def docker_run(docker: str, image: str, *, script: str, workdir: str, names: lis
     argv += ["--workdir", workdir]
     for name in names:
         argv += ["--env", name]
-    return argv + [image, "/bin/bash", os.path.join(contract.lib_dir(), "dl_container.sh"), script]
+    # The run directory is mounted at its own path, so the entry script finds the secrets file there.
+    return argv + [image, "/bin/bash", os.path.join(contract.lib_dir(), "dl_container.sh"), script,
+                   *([secrets_file] if secrets_file else [])]
 
 
 _ECR = re.compile(r"^(\d{12})\.dkr\.ecr(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/", re.ASCII)

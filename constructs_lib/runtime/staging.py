@@ -201,14 +201,17 @@ def mounted(target: str, mounts: str = "/proc/mounts") -> bool:
 def mount_lustre(dns: str, mount_name: str, target: str, *, emit: Log, attempts: int = 5, base: float = 5.0,
                  run: Callable[..., Any] = subprocess.run, mounts: str = "/proc/mounts") -> None:
     """FSx for Lustre at `target` (-c data_mode=fsx): once per boot, the Lustre client the Deep
-    Learning AMI carries; a file system still coming up is asked again with growing waits."""
+    Learning AMI carries; a file system still coming up is asked again with growing waits.
+    Read-only: the data repository associations would export a file the job creates or changes
+    into the user's dataset bucket (`lfs hsm_archive`); a read-only mount gives the job nothing to
+    export (docs/data-and-checkpoints.md says what a root process that remounts could still do)."""
     if mounted(target, mounts):
         return
     os.makedirs(target, exist_ok=True)
     source = f"{dns}@tcp:/{mount_name}"
     last = ""
     for attempt in range(attempts):
-        r = run(["mount", "-t", "lustre", "-o", "relatime,flock", source, target], capture_output=True, text=True,
+        r = run(["mount", "-t", "lustre", "-o", "ro,relatime,flock", source, target], capture_output=True, text=True,
                 timeout=300)
         if r.returncode == 0:
             emit(f"FSx for Lustre {source} mounted at {target}")

@@ -460,9 +460,9 @@ class Supervisor:
         if prepared is not None:
             assert self.job is not None
             workdir = prepared.workdir
+            self.job.stop_container()  # before argv, which writes the container's secrets file
             argv = self.job.argv(prepared.definition, workdir, pass_env=container_env(env, extra))
             what = f"job revision {prepared.revision.sha256[:12]} in {workdir}"
-            self.job.stop_container()
         else:
             workdir = contract.scratch_dir() if os.path.isdir(contract.scratch_dir()) else "/"
             argv = ["/bin/bash", self.command_file]

@@ -45,15 +45,21 @@ ROWS = [
     ({"env": "PYTHONPATH=/x"}, "PYTHONPATH is set by dl-launcher"),
     ({"env": "EPOCHS"}, "context env: 'EPOCHS' has no '=' (expected NAME=VALUE)"),
     ({"env": "A=1,A=2"}, "context env: A is given twice"),
+    ({"env": "A=1 B=2"}, "context env: A='1 B=2' holds B= after a space: separate variables with commas (A=...,B=...)"),
+    ({"env": "STEPS=2000 LR=0.05"}, "holds LR= after a space"),
+    ({"env": "A=1,B"}, "context env: 'B' has no '=' (expected NAME=VALUE) (a comma inside a value is written \\,)"),
     ({"env": "A=1", "secrets": f"A={SM}"}, "context env and secrets both name A"),
     # ---- secrets -------------------------------------------------------------------------------
     ({"secrets": "HF_TOKEN=arn:aws:s3:::bucket/key"}, "not a Secrets Manager secret"),
-    ({"secrets": "HF_TOKEN=hf-token"}, "HF_TOKEN=hf-token: not a Secrets Manager secret"),
+    # a pasted secret value instead of its ARN is never echoed (see test_a_pasted_secret_value_is_never_echoed)
+    ({"secrets": "HF_TOKEN=hf-token"}, "HF_TOKEN=<not an ARN, value hidden>: not a Secrets Manager secret"),
     ({"secrets": f"HF_TOKEN={SM.replace('us-east-1', 'eu-west-1')}"}, "it is in eu-west-1, the nodes run in us-east-1"),
     ({"secrets": f"HF_TOKEN={SM.replace('arn:aws:', 'arn:aws-cn:')}"}, "partition aws-cn, the nodes run in aws"),
     ({"secrets": "T=arn:aws:secretsmanager:us-east-1:123456789012:parameter/x"}, "a secretsmanager ARN names a parameter"),
     ({"secrets": f"RANK={SM}"}, "context secrets: RANK is set by dl-launcher"),
     ({"secrets_kms": "alias/mine", "secrets": f"T={SM}"}, "context secrets_kms: 'alias/mine' is not a KMS key ARN"),
+    ({"secrets_kms": "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+      "secrets": f"T={SM}"}, "is a key in eu-west-1, the nodes run in us-east-1"),
     ({"secrets_kms": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"},
      "secrets_kms names keys but secrets names no secret"),
     # ---- image ---------------------------------------------------------------------------------
@@ -66,6 +72,9 @@ ROWS = [
     ({"setup_file": "{tmp}/missing.sh"}, "context setup_file='{tmp}/missing.sh': no such file"),
     ({"setup_file": "{tmp}/empty.sh"}, "is empty: expected the script the nodes run"),
     ({"code": "{tmp}/proj", "coed": "x"}, "unknown context key 'coed'; closest: code"),
+    # a key like none of ours is refused too: a safety setting must not vanish behind a typo
+    ({"health_check": "thorough"}, "unknown context key 'health_check'; allowed: profile, "),
+    ({"max_hourly": "10"}, "unknown context key 'max_hourly'"),
     # ---- data (issue 23) -------------------------------------------------------------------------
     ({"data": "/mnt/datasets/imagenet"}, "context data=/mnt/datasets/imagenet: not an s3:// URI"),
     ({"data": "https://my-data.s3.amazonaws.com/train"}, "not an s3:// URI (e.g. s3://my-datasets/imagenet/train)"),
@@ -85,6 +94,10 @@ ROWS = [
     ({"data": "s3://my-data/train", "data_mode": "fsx", "fsx_gib": "3000"},
      "context fsx_gib=3000 GiB: FSx for Lustre (PERSISTENT_2) takes 1200, 2400 or a multiple of 2400 GiB; closest above: 4800"),
     ({"data": "s3://my-data/train", "data_mode": "fsx", "fsx_gib": "1.2TiB"}, "context fsx_gib=1.2TiB: a whole number"),
+    ({"data": "s3://my-data/train", "data_mode": "fsx", "fsx_gib": "24000000000"},
+     "context fsx_gib=24000000000 GiB: above 100800 GiB, FSx's default per-account quota"),
+    ({"data": "s3://my-data/train", "data_mode": "fsx", "fsx_gib": "2_400"}, "context fsx_gib=2_400: a whole number"),
+    ({"data": "s3://my-data/train", "data_mode": "fsx", "fsx_gib": "\u00b2"}, "has a character that is not plain ASCII"),
     ({"data": "s3://my-data/train", "data_mode": "fsx", "fsx_throughput": "200"},
      "context fsx_throughput=200: allowed 125, 250, 500, 1000 MB/s per TiB; closest: 250"),
     ({"data": ",".join(f"s3://my-data/part{i}" for i in range(9)), "data_mode": "fsx"},
@@ -145,6 +158,21 @@ def test_checkpoint_dir_needs_a_command_and_ignored_outputs_are_fine(tmp, capsys
     ctx = {"code": str(tmp / "shipped-ckpt"), "checkpoint_dir": "outputs", "command": "dl-torchrun train.py",
            "approve_hourly": "1000"}
     assert app.main(ctx, outdir=str(out)) == 0
+
+
+@pytest.mark.parametrize("value", ["hf_ZyXwVuTsRqPoNmLkJi", "HF_TOKEN=hf_ZyXwVuTsRqPoNmLkJi",
+                                   "HF_TOKEN=hf_ZyXwVuTsRqPoNmLkJi\x07"])
+def test_a_pasted_secret_value_is_never_echoed(value, tmp, capsys):
+    out = tmp / "cdk.out"
+    code = app.main({"command": "python train.py", "secrets": value}, outdir=str(out))
+    line = _one_line_and_no_template(code, capsys.readouterr().err, out, "context secrets")
+    assert "ZyXwVu" not in line, line
+
+
+def test_env_takes_spaces_after_commas_and_escaped_commas(tmp):
+    from stacks.job_settings import job_from_context
+    js = job_from_context({"env": "STEPS=2000, LR=0.05 ,GPUS=0\\,1,ARGS=--lr=3 --bs=4"}, "us-east-1", None)
+    assert js.env == (("STEPS", "2000"), ("LR", "0.05"), ("GPUS", "0,1"), ("ARGS", "--lr=3 --bs=4"))
 
 
 def test_many_files_are_refused_too(tmp_path, capsys):

@@ -43,6 +43,8 @@ def test_one_persistent_file_system_linked_to_each_prefix_in_the_nodes_subnet(sy
         assert link["FileSystemPath"] == "/" + path[len("s3://"):].rstrip("/")  # DL_DATA_DIR/bucket/prefix, as staged
         assert link["BatchImportMetaDataOnCreate"] is True
         assert sorted(link["S3"]["AutoImportPolicy"]["Events"]) == ["CHANGED", "DELETED", "NEW"]
+        # Import only: nothing on the file system is exported into the user's dataset bucket.
+        assert set(link["S3"]) == {"AutoImportPolicy"}, link["S3"]
     # The same one subnet (one AZ) the capacity controller launches the nodes into.
     (subnet,) = p["SubnetIds"]
     controllers = [r for k, r in _of(t, "AWS::Lambda::Function").items() if k.startswith("ClusterController")]
@@ -120,7 +122,7 @@ def test_the_node_mounts_once_and_asks_again_while_the_file_system_comes_up(tmp_
     staging.mount_lustre("fs-0123.fsx.us-east-1.amazonaws.com", "abcdefgh", target, emit=lines.append, base=0.01,
                          mounts=str(tmp_path / "mounts"))
     calls = Path(tmp_path / "calls").read_text().splitlines()
-    assert calls == [f"-t lustre -o relatime,flock fs-0123.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh {target}"] * 3
+    assert calls == [f"-t lustre -o ro,relatime,flock fs-0123.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh {target}"] * 3
     assert lines == [f"FSx for Lustre fs-0123.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh mounted at {target}"]
     # Mounted already (a job-unit restart): nothing is run.
     Path(tmp_path / "mounts").write_text(f"fs-0123@tcp:/abcdefgh {target} lustre rw 0 0\n")

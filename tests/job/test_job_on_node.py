@@ -47,12 +47,17 @@ def _project(root: Path) -> dict[str, bytes]:
     (root / "run.sh").chmod(0o755)
     (root / "link.py").symlink_to("lib/util.py")  # a link inside ships as the file it names
     ships["link.py"] = ships["lib/util.py"]
+    # secret-like files never ship (the code goes to the asset bucket and every node) unless
+    # .dlignore takes one back on purpose (.env.example below)
     for rel in (".git/config", "__pycache__/train.cpython-311.pyc", ".venv/bin/python", "data/shard-0.bin",
-                "lib/__pycache__/util.cpython-311.pyc"):
+                "lib/__pycache__/util.cpython-311.pyc", ".env", ".aws/credentials", ".ssh/id_rsa", ".netrc",
+                "certs/server.pem", "lib/credentials"):
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(b"not shipped")
-    (root / ".dlignore").write_text("# data comes from S3\ndata/\n")
+    (root / ".env.example").write_bytes(b"WANDB_PROJECT=\n")
+    ships[".env.example"] = b"WANDB_PROJECT=\n"
+    (root / ".dlignore").write_text("# data comes from S3\ndata/\n!.env.example\n")
     ships[".dlignore"] = (root / ".dlignore").read_bytes()
     return ships
 
@@ -67,7 +72,7 @@ def _wait(path: Path, node, unit: str, timeout: float = 120) -> None:
         time.sleep(0.1)
 
 
-def test_code_setup_env_secret_and_logs_arrive_on_a_booted_node(tmp_path, moto_endpoint, monkeypatch):
+def test_code_setup_env_secret_and_logs_arrive_on_a_booted_node(tmp_path, moto_endpoint, monkeypatch, capsys):
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
     sm = boto3.client("secretsmanager", endpoint_url=moto_endpoint, region_name=REGION)
     arn = sm.create_secret(Name="hf-token", SecretString=SECRET)["ARN"]
@@ -80,6 +85,9 @@ def test_code_setup_env_secret_and_logs_arrive_on_a_booted_node(tmp_path, moto_e
     d = deploy({"profile": "single-gpu-training", "job": "own", "code": str(project),
                 "setup_file": str(tmp_path / "setup.sh"), "command_file": str(tmp_path / "command.sh"),
                 "env": f"EPOCHS=3,SIM_OUT={sim_out}", "secrets": f"HF_TOKEN={arn}"}, tmp_path / "cdk.out", moto_endpoint)
+    # the synth summary names what was left out as secret-like, once
+    assert capsys.readouterr().err.count("left out as secret-like (never shipped to the nodes): .aws/, .env, .netrc, "
+                                         ".ssh/, certs/server.pem, lib/credentials; to ship one on purpose") == 1
     node = d.node(tmp_path / "node")
     try:
         boot = node.boot()
@@ -230,8 +238,13 @@ def test_the_command_runs_in_the_image_with_every_gpu_efa_and_the_host_network(t
     project.mkdir()
     (project / "train.py").write_text("import os\nprint('in', os.environ['IN_IMAGE'], 'lr', os.environ['LR'])\n")
     calls = tmp_path / "docker.calls"
+    sm = boto3.client("secretsmanager", endpoint_url=moto_endpoint, region_name=REGION)
+    arn = sm.create_secret(Name="hf-token", SecretString=SECRET + " 'quoted' $HOME")["ARN"]
+    seen = tmp_path / "seen-secret"
     d, node = _booted(tmp_path, moto_endpoint, {"code": str(project), "image": ECR_IMAGE, "env": "LR=0.1",
-                                               "command": "python3 train.py; echo \"rank env $NODE_RANK/$WORLD_SIZE\""},
+                                               "secrets": f"HF_TOKEN={arn}",
+                                               "command": f"python3 train.py; printf %s \"$HF_TOKEN\" > {seen}; "
+                                                          "echo \"rank env $NODE_RANK/$WORLD_SIZE\""},
                       path_prefix=[str(SHIMS)], extra_env={"DOCKER_CALLS": str(calls)})
     try:
         node.start("dl-job.service")
@@ -247,6 +260,11 @@ def test_the_command_runs_in_the_image_with_every_gpu_efa_and_the_host_network(t
         assert f"--workdir {work}" in run and f"--volume {node.dirs['DL_LIB_DIR']}:{node.dirs['DL_LIB_DIR']}:ro" in run
         lines = _lines(moto_endpoint, node)
         assert f"in {ECR_IMAGE} lr 0.1" in lines and "rank env 0/1" in lines
+        # the secret reached the command, byte for byte, but never docker's arguments or --env
+        # (docker keeps those in the container's config, for `docker inspect`); its file is gone
+        assert seen.read_text() == SECRET + " 'quoted' $HOME"
+        assert SECRET not in calls.read_text() and "--env HF_TOKEN" not in run
+        assert not (node.dirs["DL_RUN_DIR"] / "container-secrets.env").exists()
     finally:
         node.stop()
 

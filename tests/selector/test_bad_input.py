@@ -323,6 +323,8 @@ FILTERS: list[Row] = [
     ("min-gpu-memory-word", {}, REC + ["--min-gpu-memory", "lots"], "is not a number"),
     ("max-price-zero", {}, REC + ["--max-price", "0"], "--max-price must be above zero"),
     ("max-price-nan", {}, REC + ["--max-price", "nan"], "not a finite number"),
+    ("max-price-underscore", {}, REC + ["--max-price", "1_0"], "--max-price = '1_0' is not a number; allowed: "
+     "above zero and at most 1e+06, in plain digits; closest: 10"),
 ]
 
 CLASSES = {"numbers": NUMBERS, "malformed": MALFORMED, "ignored": IGNORED_SETTINGS, "case": CASE,
