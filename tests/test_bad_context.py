@@ -31,6 +31,15 @@ ROWS = [
     # a key like none of ours is refused too, never synthesized as if not given
     ("key", {"max_hourly": "10"}, "unknown context key 'max_hourly'"),
     ("key", {"wandb_project": "x"}, "unknown context key 'wandb_project'"),
+    # ---- budget (USD a month) and interactive nodes ------------------------------------------------
+    ("number", {"budget": "0"}, "context budget=0: allowed 1 to 1000000; closest: 1"),
+    ("number", {"budget": "1_000"}, "context budget='1_000': expected a whole number from 1 to 1000000"),
+    ("number", {"budget": "100.5"}, "context budget='100.5': expected a whole number from 1 to 1000000; closest: 101"),
+    ("number", {"budget": "100 USD"}, "context budget='100 USD': expected a whole number from 1 to 1000000"),
+    ("json type", {"budget": True}, "context budget=true (JSON true): expected a whole number of USD per month"),
+    ("text", {"interactive": "yes please"}, "context interactive='yes please': expected true or false"),
+    ("json type", {"interactive": 1}, "context interactive=1 (a JSON number): expected true or false"),
+    ("number", {"interactive": "true", "idle_warning": "99999"}, "context idle_warning=99999: allowed 0 to 240; closest: 240"),
     # ---- numbers: non-finite, out of range, not plain decimals ----------------------------------
     ("number", {"max_price": "nan"}, "context max_price='nan': not a number; expected USD per hour per node"),
     ("number", {"max_price": "inf"}, "context max_price='inf': not a finite number;"),
