@@ -131,6 +131,8 @@ class TrainingStack(cdk.Stack):
             self.cluster.controller.function.function_name,
             " --cli-binary-format raw-in-base64-out --payload '{\"dl-launcher\": \"resume\"}' /dev/stdout"]),
             description="start the cluster again after the idle guard or a teardown stopped it (newest checkpoint)")
+        cdk.CfnOutput(self, contract.OUTPUT_JOB, value=settings.job, description=(
+            "the job this stack runs: dl-launcher status, logs, shell and destroy act only on a stack that says so"))
         cdk.CfnOutput(self, "DestroyCommand", value=f"dl-launcher destroy {settings.job} --region {self.region}",
                       description="delete this stack (the cluster first); the checkpoint buckets stay unless "
                                   "--delete-checkpoints")
