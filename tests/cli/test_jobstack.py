@@ -8,7 +8,7 @@ import json
 import boto3
 import pytest
 
-from constructs_lib.runtime.contract import OUTPUT_JOB, TAG_JOB
+from constructs_lib.runtime.contract import OUTPUT_JOB, TAG_JOB, TAG_STACK
 from dl_launcher.cli import main
 from dl_launcher.jobstack import deployed_jobs, describe, job_of
 from tests.cli.conftest import job_stack
@@ -32,6 +32,9 @@ def test_the_training_stack_names_its_job_in_an_output_and_a_stack_tag(synthesiz
     template, props = synthesized
     assert template["Outputs"][OUTPUT_JOB]["Value"] == "mark"
     assert props["tags"][TAG_JOB] == "mark", "cdk deploy sets these on the stack (without --tags)"
+    # the shell command the stack prints picks a node of this stack, not any of the cluster's name
+    session = json.dumps(template["Outputs"]["SsmSessionCommand"]["Value"])
+    assert f"Name=tag:{TAG_STACK},Values=" in session and '{"Ref": "AWS::StackId"}' in session, session
 
 
 @pytest.mark.parametrize("deployed_with", ["cdk deploy", "cdk deploy --tags team=ml", "before the output existed"])
