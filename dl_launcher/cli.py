@@ -265,11 +265,12 @@ def _shell(a: argparse.Namespace, region: str) -> int:
 def _destroy(a: argparse.Namespace, region: str) -> int:
     from .destroy import destroy
 
+    if a.delete_checkpoints and not a.yes and not sys.stdin.isatty():  # said before any AWS call
+        raise CliError("--delete-checkpoints deletes every checkpoint for good: pass --yes when not at a terminal")
+
     def confirm(stack: str) -> bool:
         if a.yes:
             return True
-        if not sys.stdin.isatty():
-            raise CliError("--delete-checkpoints deletes every checkpoint for good: pass --yes when not at a terminal")
         return input(f"delete every checkpoint of {a.job} for good? type {a.job} to confirm: ").strip() == a.job
 
     return destroy(_client("cloudformation", region), _client("s3", region), a.job, region,

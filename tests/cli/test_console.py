@@ -3,11 +3,12 @@ verb with its --help, the selector's verbs unchanged, and every mistake one line
 from __future__ import annotations
 
 import json
+import subprocess
 
 import boto3
 import pytest
 
-from tests.cli.conftest import CONSOLE, job_stack, run
+from tests.cli.conftest import CONSOLE, ROOT, job_stack, run
 
 VERBS = ("recommend", "profiles", "catalog", "bench", "preflight", "status", "logs", "shell", "destroy")
 
@@ -51,6 +52,21 @@ def test_mistakes_are_one_line_exit_2(argv, expected):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
     assert expected in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_mistake_before_any_aws_call_is_one_line_without_jsii_banners():
+    """launch builds the stack in-process (jsii and Node); destroy's confirmation is asked for
+    before AWS is; the tests' own environment silences jsii, a user's does not."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"}
+    for argv, expected in ((["launch", "-c", "profile=training", "-c", "job=Bad_Name", "--yes"],
+                            "error: context job='Bad_Name': use 1-40 lower-case letters"),
+                           (["destroy", "llm", "--delete-checkpoints"],
+                            "error: --delete-checkpoints deletes every checkpoint for good: pass --yes")):
+        r = subprocess.run([str(CONSOLE), *argv], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith(expected), r.stderr[-2000:]
 
 
 def test_a_job_with_no_stack_names_the_deployed_ones_and_only_those(moto_endpoint):
