@@ -10,9 +10,10 @@ Examples:
   dl-launcher shell multi-node-training --rank 0            a Session Manager shell on a node
   dl-launcher destroy multi-node-training                   delete the stack, keep checkpoints
 
-A job is named by -c job=NAME at deploy (default: the profile); its stack is dl-NAME. The region
-is --region, else CDK_DEFAULT_REGION, AWS_REGION or AWS_DEFAULT_REGION, else us-east-1.
-Mistakes exit 2 with one line.
+A job is named by -c job=NAME at deploy (default: the profile); its stack is dl-NAME. status, logs,
+shell and destroy act only on a stack dl-launcher deployed (its DlLauncherJob output), never on
+another stack of that name. The region is --region, else CDK_DEFAULT_REGION, AWS_REGION or
+AWS_DEFAULT_REGION, else us-east-1. Mistakes exit 2 with one line.
 """
 from __future__ import annotations
 
@@ -74,10 +75,10 @@ def parser() -> argparse.ArgumentParser:
         if verb == "status":
             v.add_argument("--json", action="store_true")
         if verb == "logs":
-            v.add_argument("--since", default="1h", help="how far back, e.g. 30m, 6h, 2d [1h]")
+            v.add_argument("--since", type=_since, default=3600.0, help="how far back, e.g. 30m, 6h, 2d [1h]")
             v.add_argument("--follow", action="store_true")
         if verb == "shell":
-            v.add_argument("--rank", type=int, default=0, help="which node, in launch order [0]")
+            v.add_argument("--rank", type=_rank, default=0, help="which node, in launch order [0]")
         if verb == "destroy":
             v.add_argument("--delete-checkpoints", action="store_true",
                            help="also empty and delete the retained checkpoint and access-log buckets")
@@ -85,9 +86,29 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _since(text: str) -> float:
+    from constructs_lib.fleet.cli import duration  # the fleet's own rule; imported only when given
+    return duration(text)
+
+
+def _rank(text: str) -> int:
+    if not text.strip().isdecimal():
+        raise argparse.ArgumentTypeError(f"{text!r}: a node's rank is a whole number from 0, in launch order")
+    return int(text)
+
+
 def _region(a: argparse.Namespace) -> tuple[str, str]:
+    """The region, checked before any AWS call: a stack deploys only where the catalog knows."""
+    from selector.catalog import load_catalog
+    from selector.errors import UserError
     from stacks.settings import resolve_region
-    return resolve_region({"region": a.region} if a.region else {})
+
+    region, source = resolve_region({"region": a.region} if a.region is not None else {})
+    try:
+        load_catalog().check_region(region)
+    except UserError as e:
+        raise CliError(str(e) + ("" if a.region is not None else f" (from {source}; --region NAME sets it)")) from None
+    return region, source
 
 
 def _client(name: str, region: str) -> Any:
@@ -114,7 +135,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             print("error: no AWS credentials: set AWS_PROFILE (aws configure sso), or run where a role provides "
                   "them", file=sys.stderr)
             return 2
-        if name in ("EndpointConnectionError", "ClientError", "ConnectTimeoutError"):
+        if type(e).__module__.startswith("botocore."):  # AWS's answer, or a setup problem botocore names
             print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
             return 2
         raise
@@ -140,17 +161,12 @@ def _run(a: argparse.Namespace) -> int:
     if a.verb == "logs":
         from constructs_lib.fleet.cli import main as fleet_main
         from .jobstack import describe
-        describe(_client("cloudformation", region), a.job, region)  # one line naming the jobs if it is not there
-        return fleet_main(["logs", "--cluster", _cluster(a.job), "--since", a.since, "--region", region,
+        stack = describe(_client("cloudformation", region), a.job, region)  # one line if it is not a job's
+        return fleet_main(["logs", "--cluster", stack["StackName"], "--since", f"{a.since:.0f}s", "--region", region,
                            *(["--follow"] if a.follow else [])])
     if a.verb == "shell":
         return _shell(a, region)
     return _destroy(a, region)
-
-
-def _cluster(job: str) -> str:
-    from .jobstack import stack_name
-    return stack_name(job)
 
 
 def _preflight(a: argparse.Namespace, region: str, source: str) -> int:
@@ -203,13 +219,15 @@ def _status(a: argparse.Namespace, region: str) -> int:
     if not bucket:
         raise CliError(f"stack {stack['StackName']} has no CheckpointBucket output: is it a dl-launcher training "
                        f"stack (it is {stack['StackStatus']})?")
-    args = ["status", "--bucket", bucket, "--key", capacity_state_key(stack["StackName"]), "--region", region]
+    # Nodes are those tagged with this stack's id as well as its cluster name (contract.TAG_STACK).
+    args = ["status", "--bucket", bucket, "--key", capacity_state_key(stack["StackName"]), "--stack", stack["StackId"],
+            "--region", region]
     captured = io.StringIO()
     with contextlib.redirect_stdout(captured):
         rc = fleet_main([*args, *(["--json"] if a.json else [])])
     cost = None
     if rc == 0:
-        nodes = list_cluster(_client("ec2", region), stack["StackName"])
+        nodes = list_cluster(_client("ec2", region), stack["StackName"], stack["StackId"])
         cost = running_cost(output(stack, "CostModel"), stack["CreationTime"].timestamp(), nodes)
     if a.json and rc == 0:
         body = json.loads(captured.getvalue())
@@ -230,8 +248,9 @@ def _shell(a: argparse.Namespace, region: str) -> int:
 
     from .jobstack import describe
 
-    describe(_client("cloudformation", region), a.job, region)
-    nodes = sorted(list_cluster(_client("ec2", region), _cluster(a.job)), key=lambda n: (n.launched, n.id))
+    stack = describe(_client("cloudformation", region), a.job, region)
+    nodes = sorted(list_cluster(_client("ec2", region), stack["StackName"], stack["StackId"]),
+                   key=lambda n: (n.launched, n.id))
     if not nodes:
         raise CliError(f"job {a.job} has no running node in {region}: `dl-launcher status {a.job}` says why")
     if not 0 <= a.rank < len(nodes):
@@ -246,11 +265,12 @@ def _shell(a: argparse.Namespace, region: str) -> int:
 def _destroy(a: argparse.Namespace, region: str) -> int:
     from .destroy import destroy
 
+    if a.delete_checkpoints and not a.yes and not sys.stdin.isatty():  # said before any AWS call
+        raise CliError("--delete-checkpoints deletes every checkpoint for good: pass --yes when not at a terminal")
+
     def confirm(stack: str) -> bool:
         if a.yes:
             return True
-        if not sys.stdin.isatty():
-            raise CliError("--delete-checkpoints deletes every checkpoint for good: pass --yes when not at a terminal")
         return input(f"delete every checkpoint of {a.job} for good? type {a.job} to confirm: ").strip() == a.job
 
     return destroy(_client("cloudformation", region), _client("s3", region), a.job, region,

@@ -1,29 +1,76 @@
 """A deployed job's CloudFormation stack, found by the job name users deploy with (-c job=NAME,
-default the profile): the stack dl-NAME, its outputs and what it keeps when deleted."""
+default the profile): the stack dl-NAME, its outputs and what it keeps when deleted.
+
+A stack's name is not proof that dl-launcher made it: `dl-data-lake` may be another team's. Every
+verb acts only on a stack that names its job itself: the training stack's output
+contract.OUTPUT_JOB, or, on stacks deployed before that output existed, the stack tag
+contract.TAG_JOB that cdk deploy sets. Any other stack is neither listed, offered as the closest
+name, described, nor touched."""
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
+from constructs_lib.runtime.contract import OUTPUT_JOB, TAG_JOB
 from selector.errors import closest
 
 from .errors import CliError
 
 PREFIX = "dl-"
+# The job names -c job= takes (stacks/settings.py holds the same rule): the checkpoint prefix
+# jobs/NAME and the stack dl-NAME.
+JOB_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+# Every status but DELETE_COMPLETE: a stack that still exists in some form.
+LIVE = ("CREATE_IN_PROGRESS", "CREATE_FAILED", "CREATE_COMPLETE", "ROLLBACK_IN_PROGRESS", "ROLLBACK_FAILED",
+        "ROLLBACK_COMPLETE", "DELETE_IN_PROGRESS", "DELETE_FAILED", "UPDATE_IN_PROGRESS",
+        "UPDATE_COMPLETE_CLEANUP_IN_PROGRESS", "UPDATE_COMPLETE", "UPDATE_FAILED", "UPDATE_ROLLBACK_IN_PROGRESS",
+        "UPDATE_ROLLBACK_FAILED", "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS", "UPDATE_ROLLBACK_COMPLETE",
+        "REVIEW_IN_PROGRESS", "IMPORT_IN_PROGRESS", "IMPORT_COMPLETE", "IMPORT_ROLLBACK_IN_PROGRESS",
+        "IMPORT_ROLLBACK_FAILED", "IMPORT_ROLLBACK_COMPLETE")
 
 
 def stack_name(job: str) -> str:
     return job if job.startswith(PREFIX) else f"{PREFIX}{job}"
 
 
+def job_of(stack: dict[str, Any]) -> Optional[str]:
+    """The job a described stack says it runs, or None when dl-launcher did not make it (its name
+    must be dl-<that job> too: a copied output on another stack names no job)."""
+    tags = {t.get("Key"): t.get("Value") for t in stack.get("Tags") or []}
+    for job in (output(stack, OUTPUT_JOB), tags.get(TAG_JOB)):
+        if job and stack.get("StackName") == f"{PREFIX}{job}":
+            return job
+    return None
+
+
+def check_job(job: str) -> None:
+    """A job name as -c job= takes it (or its stack's name): one line otherwise, before any AWS call."""
+    bare = job[len(PREFIX):] if job.startswith(PREFIX) else job
+    if JOB_NAME.fullmatch(bare):
+        return
+    from stacks.settings import show
+
+    near = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", bare.lower())).strip("-")[:40].strip("-")
+    raise CliError(f"job {show(job)}: a job name is 1-40 lower-case letters, digits and dashes, the -c job= it was "
+                   "deployed with (default: the profile)" + (f"; closest: {near}" if near else ""))
+
+
 def describe(cfn: Any, job: str, region: str) -> dict[str, Any]:
-    """The job's stack; CliError naming the deployed jobs (closest first) when there is none."""
+    """The job's stack; CliError naming the deployed jobs (closest first) when there is none, and
+    refusing a stack of that name that dl-launcher did not make."""
+    check_job(job)
     name = stack_name(job)
     try:
         (stack,) = cfn.describe_stacks(StackName=name)["Stacks"]
-        return stack
     except Exception as e:  # botocore's ClientError "Stack with id ... does not exist"
         if "does not exist" not in str(e):
             raise
+    else:
+        if job_of(stack) is not None:
+            return stack
+        raise CliError(f"stack {name} in {region} was not made by dl-launcher (it has no output {OUTPUT_JOB} or "
+                       f"stack tag {TAG_JOB} naming job {name[len(PREFIX):]}): nothing was done to it; dl-launcher "
+                       "acts only on the stacks it deploys")
     jobs = deployed_jobs(cfn)
     near = closest(job, jobs, n=1)
     raise CliError(f"no stack {name} in {region} (job {job!r})"
@@ -33,14 +80,15 @@ def describe(cfn: Any, job: str, region: str) -> dict[str, Any]:
 
 
 def deployed_jobs(cfn: Any) -> list[str]:
-    """Job names of the dl- stacks that exist (not deleted) in the client's region."""
-    live = ("CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "ROLLBACK_COMPLETE",
-            "CREATE_IN_PROGRESS", "UPDATE_IN_PROGRESS", "DELETE_FAILED", "IMPORT_COMPLETE")
-    names: list[str] = []
-    for page in cfn.get_paginator("list_stacks").paginate(StackStatusFilter=list(live)):
-        names += [s["StackName"][len(PREFIX):] for s in page["StackSummaries"] if s["StackName"].startswith(PREFIX)]
-    return sorted(set(names))
+    """The jobs of the region's stacks that dl-launcher made and that still exist."""
+    jobs: set[str] = set()
+    for page in cfn.get_paginator("describe_stacks").paginate():
+        for stack in page["Stacks"]:
+            job = job_of(stack) if stack.get("StackStatus") in LIVE else None
+            if job:
+                jobs.add(job)
+    return sorted(jobs)
 
 
 def output(stack: dict[str, Any], key: str) -> Optional[str]:
-    return next((o["OutputValue"] for o in stack.get("Outputs", []) if o["OutputKey"] == key), None)
+    return next((o.get("OutputValue") for o in stack.get("Outputs") or [] if o.get("OutputKey") == key), None)

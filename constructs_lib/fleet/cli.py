@@ -39,6 +39,7 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--bucket", required=True, help="the spec's state_bucket")
     st.add_argument("--key", required=True, help="the spec's state_key")
     st.add_argument("--json", action="store_true")
+    st.add_argument("--stack", help="the stack's id (tag dl-launcher:stack): only that stack's nodes are listed")
     st.add_argument("--last", type=int, default=10, help="how many transitions to show [10]")
     st.add_argument("--region")
     rc = sub.add_parser("reconcile", help="run one reconcile (operators, the local moto demo)")
@@ -51,13 +52,13 @@ def parser() -> argparse.ArgumentParser:
     who = lg.add_mutually_exclusive_group(required=True)
     who.add_argument("--job", help="the -c job name the stack was deployed with (the cluster is dl-JOB)")
     who.add_argument("--cluster", help="the cluster id (a Service Catalog product's JobName, or dl-JOB)")
-    lg.add_argument("--since", type=_duration, default=3600.0, help="how far back, e.g. 30m, 6h, 2d [1h]")
+    lg.add_argument("--since", type=duration, default=3600.0, help="how far back, e.g. 30m, 6h, 2d [1h]")
     lg.add_argument("--follow", action="store_true", help="keep printing new lines (Ctrl-C ends)")
     lg.add_argument("--region")
     return p
 
 
-def _duration(text: str) -> float:
+def duration(text: str) -> float:
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     t = text.strip().lower()
     if len(t) >= 2 and t[-1] in units and t[:-1].isdigit() and int(t[:-1]) > 0:
@@ -70,7 +71,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         a = parser().parse_args(argv)
         if a.command == "status" and a.last < 0:
             raise UsageError(f"--last must be 0 or more, got {a.last}")
-        for flag in ("bucket", "key", "spec", "job", "cluster"):
+        for flag in ("bucket", "key", "spec", "job", "cluster", "stack"):
             value = getattr(a, flag, None)
             if value is not None and not value.strip():
                 raise UsageError(f"--{flag} is empty: give the value the stack's outputs name "
@@ -176,7 +177,7 @@ def _status(a: argparse.Namespace, ec2: Any, s3: Any, cw: Any = None) -> int:
     state = StateStore(s3, a.bucket, a.key).load()
     if state is None:
         raise UsageError(f"no controller state at s3://{a.bucket}/{a.key}: has the controller run yet?")
-    nodes = sorted(list_cluster(ec2, state.cluster), key=lambda n: (n.launched, n.id))
+    nodes = sorted(list_cluster(ec2, state.cluster, a.stack), key=lambda n: (n.launched, n.id))
     last = state.history[-a.last:] if a.last else []
     guard = idle_notice.load(s3, a.bucket, contract.guard_state_key(state.cluster))
     job_lines, job = job_status.describe(state, s3, cw, nodes, time.time())

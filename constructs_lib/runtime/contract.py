@@ -36,8 +36,13 @@ TAG_FUNCTION = "dl-launcher:function"
 FUNCTION_CONTROLLER = "capacity-controller"
 TAG_PRODUCT = "dl-launcher:product"
 # On every taggable resource of a training stack (instances and volumes through the launch
-# templates): the job's name, for Cost Explorer and for the stack's budget (-c budget=).
+# templates): the job's name, for Cost Explorer and for the stack's budget (-c budget=). cdk deploy
+# also sets it on the stack itself, unless the deployer passes --tags (which then replace it).
 TAG_JOB = "dl-launcher:job"
+# The training stack's output naming its job: how the dl-launcher CLI knows a stack dl-JOB is one it
+# made (its name alone says nothing: `dl-data-lake` may be anyone's). An output, because it is part
+# of the template whoever deploys it; stacks deployed before it existed carry TAG_JOB instead.
+OUTPUT_JOB = "DlLauncherJob"
 
 # ---- metrics (CloudWatch) -------------------------------------------------------------------------
 # Every metric of both namespaces carries DIM_JOB (the cluster id, as in TAG_CLUSTER) and

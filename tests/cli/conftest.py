@@ -1,10 +1,13 @@
-"""moto_server on 127.0.0.1 for the console script, which runs as its own process."""
+"""moto_server on 127.0.0.1 for the console script, which runs as its own process, and a job's
+stack as the training stack marks it."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -27,6 +30,17 @@ def moto_endpoint():
 
 
 def run(*argv: str, endpoint: str = "http://127.0.0.1:9", timeout: int = 120, **env: str) -> subprocess.CompletedProcess:
-    """The installed console script, with the tests' fake credentials and `endpoint` for AWS."""
-    full = {**os.environ, "AWS_ENDPOINT_URL": endpoint, **env}
+    """The installed console script, with the tests' fake credentials and `endpoint` for AWS, on
+    this checkout's packages (whichever checkout the venv was installed from)."""
+    full = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "PYTHONPATH": str(ROOT), **env}
     return subprocess.run([str(CONSOLE), *argv], cwd=ROOT, env=full, capture_output=True, text=True, timeout=timeout)
+
+
+def job_stack(cfn, job: str, outputs: Optional[dict] = None, **kw) -> str:
+    """A stack dl-JOB as the training stack marks it (its OUTPUT_JOB output; test_jobstack checks
+    the synthesized template carries it), with `outputs` beside; its StackId (the nodes' TAG_STACK)."""
+    from constructs_lib.runtime.contract import OUTPUT_JOB
+
+    template = {"Resources": {"T": {"Type": "AWS::SNS::Topic"}},
+                "Outputs": {OUTPUT_JOB: {"Value": job}, **{k: {"Value": v} for k, v in (outputs or {}).items()}}}
+    return cfn.create_stack(StackName=f"dl-{job}", TemplateBody=json.dumps(template), **kw)["StackId"]

@@ -3,11 +3,12 @@ verb with its --help, the selector's verbs unchanged, and every mistake one line
 from __future__ import annotations
 
 import json
+import subprocess
 
 import boto3
 import pytest
 
-from tests.cli.conftest import CONSOLE, run
+from tests.cli.conftest import CONSOLE, ROOT, job_stack, run
 
 VERBS = ("recommend", "profiles", "catalog", "bench", "preflight", "status", "logs", "shell", "destroy")
 
@@ -53,29 +54,55 @@ def test_mistakes_are_one_line_exit_2(argv, expected):
     assert expected in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-def test_a_job_with_no_stack_names_the_deployed_ones(moto_endpoint):
+def test_a_mistake_before_any_aws_call_is_one_line_without_jsii_banners():
+    """launch builds the stack in-process (jsii and Node); destroy's confirmation is asked for
+    before AWS is; the tests' own environment silences jsii, a user's does not."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"}
+    for argv, expected in ((["launch", "-c", "profile=training", "-c", "job=Bad_Name", "--yes"],
+                            "error: context job='Bad_Name': use 1-40 lower-case letters"),
+                           (["destroy", "llm", "--delete-checkpoints"],
+                            "error: --delete-checkpoints deletes every checkpoint for good: pass --yes")):
+        r = subprocess.run([str(CONSOLE), *argv], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith(expected), r.stderr[-2000:]
+
+
+def test_a_job_with_no_stack_names_the_deployed_ones_and_only_those(moto_endpoint):
+    """Another team's dl-llm-7c (no dl-launcher mark) is neither offered as the closest name nor
+    listed as a job; a verb naming it is one line and leaves it alone."""
     cfn = boto3.client("cloudformation", region_name="us-east-1", endpoint_url=moto_endpoint)
-    cfn.create_stack(StackName="dl-llm-7b", TemplateBody=json.dumps({"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}))
+    job_stack(cfn, "llm-7b")
+    cfn.create_stack(StackName="dl-llm-7c", TemplateBody=json.dumps({"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}))
     try:
         for verb in ("status", "destroy", "logs", "shell"):
             r = run(verb, "llm-7", endpoint=moto_endpoint)
             assert r.returncode == 2 and r.stderr.count("\n") == 1, (verb, r.stderr)
-            assert "no stack dl-llm-7 in us-east-1 (job 'llm-7'); closest: llm-7b; deployed jobs there: llm-7b" in r.stderr
+            assert "no stack dl-llm-7 in us-east-1 (job 'llm-7'); closest: llm-7b; deployed jobs there: llm-7b;" in r.stderr
+            r = run(verb, "llm-7c", endpoint=moto_endpoint)
+            assert r.returncode == 2 and r.stderr.count("\n") == 1, (verb, r.stderr)
+            assert r.stderr.startswith("error: stack dl-llm-7c in us-east-1 was not made by dl-launcher"), r.stderr
+        assert cfn.describe_stacks(StackName="dl-llm-7c")["Stacks"][0]["StackStatus"] == "CREATE_COMPLETE"
     finally:
         cfn.delete_stack(StackName="dl-llm-7b")
+        cfn.delete_stack(StackName="dl-llm-7c")
 
 
-def test_shell_rank_beyond_the_cluster_is_one_line(moto_endpoint):
-    from constructs_lib.runtime.contract import TAG_CLUSTER
+def test_shell_rank_beyond_the_cluster_is_one_line_and_counts_only_its_stacks_nodes(moto_endpoint):
+    """Two nodes carry the cluster name dl-shelly; only one carries this stack's id (TAG_STACK)."""
+    from constructs_lib.runtime.contract import TAG_CLUSTER, TAG_STACK
 
     cfn = boto3.client("cloudformation", region_name="us-east-1", endpoint_url=moto_endpoint)
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint)
-    cfn.create_stack(StackName="dl-shelly", TemplateBody=json.dumps({"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}))
-    (i,) = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="p5.48xlarge", TagSpecifications=[
-        {"ResourceType": "instance", "Tags": [{"Key": TAG_CLUSTER, "Value": "dl-shelly"}]}])["Instances"]
+    stack = job_stack(cfn, "shelly")
+    other = "arn:aws:cloudformation:us-east-1:123456789012:stack/SC-123456789012-pp-abcdef/22222222-2222-2222-2222-222222222222"
+    ids = [ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="p5.48xlarge", TagSpecifications=[
+        {"ResourceType": "instance", "Tags": [{"Key": TAG_CLUSTER, "Value": "dl-shelly"}, {"Key": TAG_STACK, "Value": s}]}]
+        )["Instances"][0]["InstanceId"] for s in (stack, other)]
     try:
-        r = run("shell", "shelly", "--rank", "3", endpoint=moto_endpoint)
-        assert r.returncode == 2 and r.stderr == "error: --rank 3: the cluster has 1 running node(s): 0-0\n", r.stderr
+        r = run("shell", "shelly", "--rank", "1", endpoint=moto_endpoint)
+        assert r.returncode == 2 and r.stderr == "error: --rank 1: the cluster has 1 running node(s): 0-0\n", r.stderr
     finally:
-        ec2.terminate_instances(InstanceIds=[i["InstanceId"]])
+        ec2.terminate_instances(InstanceIds=ids)
         cfn.delete_stack(StackName="dl-shelly")

@@ -1,14 +1,20 @@
 """`dl-launcher destroy` against moto's CloudFormation: the stack goes, the retained checkpoint
 buckets stay (with their size and monthly cost said), and --delete-checkpoints empties them of
 every version and delete marker and removes them, only once confirmed; an unconfirmed run
-deletes nothing."""
+deletes nothing; and a stack named dl-NAME that dl-launcher did not make (issue 35 item 2:
+`destroy data-lake` deleted another team's `dl-data-lake` and emptied its bucket) is refused with
+one line, exit 2, and nothing of it deleted."""
 from __future__ import annotations
 
 import json
 
+from typing import Optional
+
 import boto3
 import pytest
 
+from constructs_lib.runtime.contract import OUTPUT_JOB, TAG_JOB
+from dl_launcher.cli import main
 from dl_launcher.destroy import destroy
 from dl_launcher.errors import CliError
 
@@ -20,18 +26,27 @@ TEMPLATE = {"Resources": {
 }, "Outputs": {"CheckpointBucket": {"Value": {"Ref": "CheckpointsBucket"}}}}
 
 
-@pytest.fixture
-def deployed(aws):
+def _deploy(name: str, mark: Optional[str] = None, **kw):
+    """TEMPLATE as stack `name`, with the training stack's job output when `mark` is given; its
+    buckets' physical ids, the checkpoint bucket holding three versions and a delete marker."""
     cfn, s3 = boto3.client("cloudformation", region_name="us-east-1"), boto3.client("s3", region_name="us-east-1")
-    cfn.create_stack(StackName="dl-llm", TemplateBody=json.dumps(TEMPLATE))
+    template = json.loads(json.dumps(TEMPLATE))
+    if mark is not None:
+        template["Outputs"][OUTPUT_JOB] = {"Value": mark}
+    cfn.create_stack(StackName=name, TemplateBody=json.dumps(template), **kw)
     res = {r["LogicalResourceId"]: r["PhysicalResourceId"]
-           for r in cfn.list_stack_resources(StackName="dl-llm")["StackResourceSummaries"]}
+           for r in cfn.list_stack_resources(StackName=name)["StackResourceSummaries"]}
     # the template asks for versioning; moto's CloudFormation does not apply it, so ask S3 directly
     s3.put_bucket_versioning(Bucket=res["CheckpointsBucket"], VersioningConfiguration={"Status": "Enabled"})
     for step in range(3):  # three saves of one key: versions, then a delete marker
         s3.put_object(Bucket=res["CheckpointsBucket"], Key="jobs/llm/step-1/model.pt", Body=b"w" * 1000 * (step + 1))
     s3.delete_object(Bucket=res["CheckpointsBucket"], Key="jobs/llm/step-1/model.pt")
     return cfn, s3, res
+
+
+@pytest.fixture
+def deployed(aws):
+    return _deploy("dl-llm", mark="llm")
 
 
 def _buckets(s3) -> set[str]:
@@ -67,3 +82,38 @@ def test_an_unconfirmed_delete_deletes_nothing(deployed):
                 say=lambda _: None)
     assert cfn.describe_stacks(StackName="dl-llm")["Stacks"][0]["StackStatus"] == "CREATE_COMPLETE"
     assert res["CheckpointsBucket"] in _buckets(s3)
+
+
+def _versions(s3, bucket: str) -> int:
+    page = s3.list_object_versions(Bucket=bucket)
+    return len(page.get("Versions", [])) + len(page.get("DeleteMarkers", []))
+
+
+@pytest.mark.parametrize("how", [
+    {},  # the review's case: a stack of that name with no dl-launcher mark at all
+    {"Tags": [{"Key": TAG_JOB, "Value": "other"}]},  # our tag, naming another job
+    {"mark": "llm"},  # our output copied from dl-llm's template: it names another job
+])
+def test_destroy_of_a_stack_dl_launcher_did_not_make_refuses_and_deletes_nothing(aws, capsys, how):
+    how = dict(how)
+    cfn, s3, res = _deploy("dl-data-lake", mark=how.pop("mark", None), **how)
+    before = {b: _versions(s3, b) for b in res.values() if b in _buckets(s3)}
+    assert main(["destroy", "data-lake", "--delete-checkpoints", "--yes", "--region", "us-east-1"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: stack dl-data-lake in us-east-1 was not made by dl-launcher (it has no output "
+                   f"{OUTPUT_JOB} or stack tag {TAG_JOB} naming job data-lake): nothing was done to it; dl-launcher "
+                   "acts only on the stacks it deploys\n"), err
+    assert cfn.describe_stacks(StackName="dl-data-lake")["Stacks"][0]["StackStatus"] == "CREATE_COMPLETE"
+    assert {b: _versions(s3, b) for b in before} == before and before[res["CheckpointsBucket"]] == 4
+    assert boto3.client("sns", region_name="us-east-1").list_topics()["Topics"], "its topic is still there"
+
+
+def test_a_stack_deployed_before_the_job_output_is_found_by_its_stack_tag(aws):
+    """cdk deploy sets the training stack's TAG_JOB on the stack itself (its manifest's tags):
+    a job deployed before OUTPUT_JOB existed is still destroyed."""
+    cfn, s3, res = _deploy("dl-old", Tags=[{"Key": TAG_JOB, "Value": "old"}])
+    said: list[str] = []
+    assert destroy(cfn, s3, "old", "us-east-1", delete_checkpoints=False, confirm=lambda _: False, poll=0.01,
+                   say=said.append) == 0
+    assert "deleted stack dl-old" in said
+    assert [s["StackName"] for s in cfn.list_stacks(StackStatusFilter=["DELETE_COMPLETE"])["StackSummaries"]] == ["dl-old"]

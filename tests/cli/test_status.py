@@ -10,18 +10,18 @@ import boto3
 
 from constructs_lib.runtime.contract import capacity_state_key
 from dl_launcher.cli import main
+from tests.cli.conftest import job_stack
 from tests.fleet.conftest import BUCKET, VCPU_LIMIT, Cloud
 
 
 def test_status_by_job_name_shows_the_quota_shortfall_after_one_run(aws, capsys):
     cloud = Cloud()
-    spec = dataclasses.replace(cloud.spec(), cluster="dl-t", state_key=capacity_state_key("dl-t"))
+    stack = job_stack(boto3.client("cloudformation", region_name="us-east-1"), "t", {"CheckpointBucket": BUCKET})
+    spec = dataclasses.replace(cloud.spec(stack=stack), cluster="dl-t", state_key=capacity_state_key("dl-t"))
     for t in ("p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"):
         cloud.ec2.unavailable.add(t)
         cloud.ec2.answer[t] = VCPU_LIMIT
     cloud.controller(spec).reconcile()
-    boto3.client("cloudformation", region_name="us-east-1").create_stack(StackName="dl-t", TemplateBody=json.dumps({
-        "Resources": {"T": {"Type": "AWS::SNS::Topic"}}, "Outputs": {"CheckpointBucket": {"Value": BUCKET}}}))
     capsys.readouterr()
     assert main(["status", "t"]) == 0
     out = capsys.readouterr().out
@@ -41,13 +41,17 @@ def test_status_prices_the_running_nodes_and_shows_the_idle_guard_warning(aws, c
     from constructs_lib.runtime.contract import guard_state_key
 
     cloud = Cloud()
-    spec = dataclasses.replace(cloud.spec(nodes=2), cluster="dl-t", state_key=capacity_state_key("dl-t"))
-    cloud.controller(spec).reconcile()
     model = json.dumps({"as_of": "AWS list prices of 2026-11-25", "fixed_per_hour": 0.10, "per_node_hour": 0.05,
                         "instance_per_node_hour": {"p5.48xlarge": 40.0}})
-    boto3.client("cloudformation", region_name="us-east-1").create_stack(StackName="dl-t", TemplateBody=json.dumps({
-        "Resources": {"T": {"Type": "AWS::SNS::Topic"}},
-        "Outputs": {"CheckpointBucket": {"Value": BUCKET}, "CostModel": {"Value": model}}}))
+    stack = job_stack(boto3.client("cloudformation", region_name="us-east-1"), "t",
+                      {"CheckpointBucket": BUCKET, "CostModel": model})
+    spec = dataclasses.replace(cloud.spec(nodes=2, stack=stack), cluster="dl-t", state_key=capacity_state_key("dl-t"))
+    cloud.controller(spec).reconcile()
+    # Another stack's cluster of the same name (a job of that name elsewhere, a product): neither
+    # listed nor priced
+    other = "arn:aws:cloudformation:us-east-1:123456789012:stack/SC-123456789012-pp-abcdef/22222222-2222-2222-2222-222222222222"
+    theirs = dataclasses.replace(spec, stack=other, state_key=capacity_state_key("dl-t") + ".other")
+    cloud.controller(theirs).reconcile()
     now = time.time()
     idle_notice.save(cloud.s3, BUCKET, guard_state_key("dl-t"), idle_notice.GuardRecord(
         checked_at=now, mode="interactive", state="idle", reason="no session open for 30 min", act="warn",
@@ -55,6 +59,7 @@ def test_status_prices_the_running_nodes_and_shows_the_idle_guard_warning(aws, c
     capsys.readouterr()
     assert main(["status", "t"]) == 0
     out = capsys.readouterr().out
+    assert "cluster dl-t: current type p5.48xlarge; 2 running;" in out, out
     (cost,) = [line for line in out.splitlines() if line.startswith("cost: ")]
     assert cost.startswith("cost: $80.20/h now ($1,924.80/day); about $")
     so_far = float(cost.split("about $")[1].split(" ")[0].replace(",", ""))
@@ -65,3 +70,4 @@ def test_status_prices_the_running_nodes_and_shows_the_idle_guard_warning(aws, c
     assert main(["status", "t", "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert body["cost"]["per_hour"] == 80.2 and body["idle_guard"]["act"] == "warn"
+    assert len(body["instances"]) == 2

@@ -19,15 +19,15 @@ from constructs_lib.runtime.cluster import ClusterState
 from constructs_lib.runtime.contract import capacity_state_key
 from constructs_lib.runtime.store import CheckpointStore
 from dl_launcher.cli import main
+from tests.cli.conftest import job_stack
 from tests.fleet.conftest import BUCKET, Cloud, live_instances
 
 PREFIX = "jobs/t"
 
 
 def _setup(cloud: Cloud, on_end: str = "stop", nodes: int = 2):
-    spec = dataclasses.replace(cloud.spec(nodes=nodes), cluster="dl-t", state_key=capacity_state_key("dl-t"))
-    boto3.client("cloudformation", region_name="us-east-1").create_stack(StackName="dl-t", TemplateBody=json.dumps({
-        "Resources": {"T": {"Type": "AWS::SNS::Topic"}}, "Outputs": {"CheckpointBucket": {"Value": BUCKET}}}))
+    stack = job_stack(boto3.client("cloudformation", region_name="us-east-1"), "t", {"CheckpointBucket": BUCKET})
+    spec = dataclasses.replace(cloud.spec(nodes=nodes, stack=stack), cluster="dl-t", state_key=capacity_state_key("dl-t"))
     return spec, _controllers(cloud, spec, on_end)
 
 
