@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from constructs_lib.runtime import contract
 from constructs_lib.runtime.contract import OUTPUT_JOB, TAG_JOB
 from selector.errors import closest
 
@@ -19,7 +20,7 @@ from .errors import CliError
 PREFIX = "dl-"
 # The job names -c job= takes (stacks/settings.py holds the same rule): the checkpoint prefix
 # jobs/NAME and the stack dl-NAME.
-JOB_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+JOB_NAME = re.compile(contract.JOB_NAME)
 # Every status but DELETE_COMPLETE: a stack that still exists in some form.
 LIVE = ("CREATE_IN_PROGRESS", "CREATE_FAILED", "CREATE_COMPLETE", "ROLLBACK_IN_PROGRESS", "ROLLBACK_FAILED",
         "ROLLBACK_COMPLETE", "DELETE_IN_PROGRESS", "DELETE_FAILED", "UPDATE_IN_PROGRESS",

@@ -59,6 +59,7 @@ from selector.interchange import DEFAULT_RULE, RULES
 from selector.validate import plain_number
 from selector.profiles import Profile, get_profile, load_profiles
 from constructs_lib.fleet.job_end import ON_END
+from constructs_lib.runtime import contract
 
 from .approval import EXAMPLES as APPROVAL_EXAMPLES
 from .approval import KEYS as APPROVAL_KEYS
@@ -541,7 +542,7 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
     interchange = _choice("interchange", ctx.get("interchange", DEFAULT_RULE), RULES)
     vpc_id, subnet_ids, az = network_from_context(ctx, region)
     job = ctx.get("job", profile.name).strip()
-    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,39}", job):
+    if not re.fullmatch(contract.JOB_NAME, job):
         near = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", job.lower())).strip("-")[:40].strip("-")
         raise UserError(f"context job={show(job)}: use 1-40 lower-case letters, digits and dashes (it names the "
                         "checkpoint prefix)" + (f"; closest: {near}" if near else ""))

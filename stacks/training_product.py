@@ -16,7 +16,7 @@ from constructs import Construct
 from constructs_lib import CheckpointBucket, InstanceOption, InterruptionAlerts, NodeOptions
 from constructs_lib.choice_capacity import CapacityChoice, ChoiceCapacity
 from constructs_lib.observability.cluster import ClusterObservability
-from constructs_lib.runtime.contract import TAG_CLUSTER, TAG_PRODUCT, capacity_state_key
+from constructs_lib.runtime.contract import JOB_NAME, TAG_CLUSTER, TAG_PRODUCT, capacity_state_key
 
 from .network import existing_subnets, training_vpc
 from .observability_settings import GUARD_DEFAULTS
@@ -27,7 +27,7 @@ from constructs_lib.validation import ConfigurationError
 
 from .settings import COMMAND_LIMIT, HEREDOC, USER_DATA_LIMIT
 
-JOB_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
+JOB_PATTERN = f"^{JOB_NAME}$"
 PARAMETER_VALUE_LIMIT = 4096  # CloudFormation's limit on a parameter value, in bytes
 # One line of printable ASCII (so that characters are bytes in the user data's budget), without the
 # job file's heredoc marker.

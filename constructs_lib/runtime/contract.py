@@ -39,6 +39,8 @@ TAG_PRODUCT = "dl-launcher:product"
 # templates): the job's name, for Cost Explorer and for the stack's budget (-c budget=). cdk deploy
 # also sets it on the stack itself, unless the deployer passes --tags (which then replace it).
 TAG_JOB = "dl-launcher:job"
+# A job's name: it names its stack (dl-NAME), checkpoint prefix and Service Catalog parameter.
+JOB_NAME = r"[a-z0-9][a-z0-9-]{0,39}"
 # The training stack's output naming its job: how the dl-launcher CLI knows a stack dl-JOB is one it
 # made (its name alone says nothing: `dl-data-lake` may be anyone's). An output, because it is part
 # of the template whoever deploys it; stacks deployed before it existed carry TAG_JOB instead.
