@@ -32,9 +32,10 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
-from . import contract
+from . import contract, records
+from .records import addr_problem, node_problem, printable, texts, whole
 from .store import CheckpointStore
 
 _GEN = "gen-"
@@ -78,6 +79,82 @@ class Plan:
                    d.get("resume_step"), d.get("job") if isinstance(d.get("job"), dict) else None)
 
 
+_GEN_NAME = re.compile(r"^gen-[0-9]{6,9}\Z", re.ASCII)  # gen_name's, below a billion: a key stays short
+MAX_MEMBERS = 10_000
+
+
+def plan_problem(d: Any, g: int) -> Optional[str]:
+    """Why a plan read for generation g cannot be run, or None. A plan is written by whichever node
+    proposed it (any node may write there): it names members, addresses, a step and a revision,
+    and each is checked for its form here; what a well-formed plan can still do is in jobdef.py."""
+    if not isinstance(d, dict):
+        return "not a JSON object"
+    if d.get("generation") != g or not whole(d.get("generation"), 1):
+        return f"generation {printable(d.get('generation'), 40)} in the plan of generation {g}"
+    members = d.get("members")
+    if not isinstance(members, list) or not 1 <= len(members) <= MAX_MEMBERS:
+        return f"members are not a list of 1 to {MAX_MEMBERS:,}"
+    for m in members:
+        if not isinstance(m, dict):
+            return "a member that is not an object"
+        why = node_problem(m.get("node")) or addr_problem(m.get("addr"))
+        if why:
+            return f"member {printable(why, 120)}"
+    if len({m["node"] for m in members}) != len(members):
+        return "a node listed twice"
+    step = d.get("resume_step")
+    if step is not None and not whole(step):
+        return f"resume_step {printable(step, 40)} is not a whole number 0 <= step < 10**12"
+    if d.get("job") is not None:
+        from .jobdef import Revision
+        try:
+            Revision.from_json(d["job"])
+        except ValueError as e:
+            return printable(e, 200)
+    return None
+
+
+def _object_problem(d: Any) -> Optional[str]:
+    return None if isinstance(d, dict) else "not a JSON object"
+
+
+def _finished_problem(d: Any) -> Optional[str]:
+    if not isinstance(d, dict):
+        return "not a JSON object"
+    if "generation" in d and not whole(d["generation"]):
+        return f"generation {printable(d['generation'], 40)}"
+    if d.get("step") is not None and not whole(d["step"]):
+        return f"step {printable(d['step'], 40)}"
+    return None
+
+
+def _failed_problem(d: Any) -> Optional[str]:
+    why = _finished_problem(d)
+    if why:
+        return why
+    if not isinstance(d.get("reason", ""), str):
+        return "a reason that is not text"
+    if "attempts" in d and not whole(d["attempts"]):
+        return f"attempts {printable(d['attempts'], 40)}"
+    if "last_lines" in d and not texts(d["last_lines"]):
+        return "last_lines that are not a list of lines"
+    return None
+
+
+def _join_problem(d: Any) -> Optional[str]:
+    if not isinstance(d, dict):
+        return "not a JSON object"
+    health = d.get("health", {})
+    if not isinstance(health, dict) or not all(isinstance(v, str) for v in health.values()):
+        return "health that is not a map of components to text"
+    return None
+
+
+def _nodes(names: Iterable[str]) -> set[str]:
+    """The node ids a listing's names (node.json) give; names no node writes are left out."""
+    return {n.removesuffix(".json") for n in names if not node_problem(n.removesuffix(".json"))}
+
+
 def gen_name(g: int) -> str:
     return f"{_GEN}{g:06d}"
 
@@ -107,6 +184,9 @@ class ClusterState:
         self.client = store.client
         self.bucket = store.bucket
         self.base = f"{store.prefix}/{contract.CLUSTER_DIR}"
+        # What every record this node writes passes through: the supervisor sets the job's secret
+        # values' redaction (redact.Redactor.scrub), so that no value reaches S3 in a failure's text.
+        self.redact: Callable[[Any], Any] = lambda body: body
 
     # ---- S3 primitives ----------------------------------------------------------------------------
     def _put(self, key: str, body: dict, *, if_absent: bool = False) -> bool:
@@ -114,7 +194,7 @@ class ClusterState:
         kw = {"IfNoneMatch": "*"} if if_absent else {}
         try:
             self.store._call(self.client.put_object, Bucket=self.bucket, Key=f"{self.base}/{key}",
-                             Body=json.dumps(body).encode(), ContentType="application/json", **kw)
+                             Body=json.dumps(self.redact(body)).encode(), ContentType="application/json", **kw)
             return True
         except ClientError as e:
             if if_absent and e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412",
@@ -122,18 +202,10 @@ class ClusterState:
                 return False
             raise
 
-    def _get(self, key: str) -> Optional[dict]:
-        from botocore.exceptions import ClientError
-        try:
-            body = self.store._call(self.client.get_object, Bucket=self.bucket, Key=f"{self.base}/{key}")["Body"].read()
-        except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                return None
-            raise
-        try:
-            return json.loads(body)
-        except json.JSONDecodeError:
-            return None
+    def _get(self, key: str, problem: Callable[[Any], Optional[str]] = _object_problem) -> Optional[Any]:
+        """The record at `key`, checked by `problem`; None when absent or set aside (records.read)."""
+        return records.read(self.store, f"{self.base}/{key}", limit=records.MAX_CLUSTER_RECORD,
+                            problem=problem).value
 
     def _delete(self, key: str) -> None:
         self.store._call(self.client.delete_object, Bucket=self.bucket, Key=f"{self.base}/{key}")
@@ -150,14 +222,21 @@ class ClusterState:
 
     # ---- generations ---------------------------------------------------------------------------
     def newest_generation(self) -> int:
-        gens = [int(n[len(_GEN):]) for n in self._names("", dirs=True) if n.startswith(_GEN) and n[len(_GEN):].isdigit()]
+        gens = [int(n[len(_GEN):]) for n in self._names("", dirs=True) if _GEN_NAME.match(n)]
         return max(gens, default=0)
 
     def plan(self, g: int) -> Optional[Plan]:
+        """Generation g's plan; None while there is none, or when it was set aside (bad_plan says why)."""
         if g < 1:
             return None
-        d = self._get(f"{gen_name(g)}/plan.json")
+        d = self._get(f"{gen_name(g)}/plan.json", lambda d: plan_problem(d, g))
         return Plan.from_json(d) if d else None
+
+    def bad_plan(self, g: int) -> Optional[str]:
+        """Why generation g's plan was set aside when last read, or None. Such a generation is
+        never run: the plan cannot be replaced (it was written If-None-Match), so the cluster
+        forms the next one."""
+        return self.store.set_aside.get(f"{self.base}/{gen_name(g)}/plan.json") if g >= 1 else None
 
     def propose(self, plan: Plan) -> Plan:
         """Write `plan` unless generation already has one; returns the plan that stands."""
@@ -183,13 +262,16 @@ class ClusterState:
             if len(parts) != 3 or not name.endswith(".json") or not parts[2].isdigit():
                 continue
             node, addr, ms = parts
+            if node_problem(node) or addr_problem(addr) or len(ms) > 15:
+                continue  # not a join this runtime wrote: never a member, never a crash
             if node not in out or int(ms) / 1000 < out[node]["at"]:
                 out[node] = {"node": node, "addr": addr, "at": int(ms) / 1000, "key": name}
         return out
 
     def join_details(self, g: int) -> dict[str, dict]:
         """The joins' bodies (health and the like), one GET each: for people, never in a poll."""
-        return {n: self._get(f"{gen_name(g)}/join/{j['key']}") or j for n, j in self.joins(g).items()}
+        return {n: {**j, **(self._get(f"{gen_name(g)}/join/{j['key']}", _join_problem) or {})}
+                for n, j in self.joins(g).items()}
 
     def _listed(self, sub: str) -> list[tuple[str, float]]:
         """(name, when S3 stored it) below `sub`, from the listing alone."""
@@ -211,28 +293,29 @@ class ClusterState:
         now = None
         for page in self._pages(prefix):
             now = now or _server_time(page)
-            beats.update({o["Key"][len(prefix):]: o["LastModified"].timestamp() for o in page.get("Contents", [])})
+            beats.update({o["Key"][len(prefix):]: o["LastModified"].timestamp() for o in page.get("Contents", [])
+                          if not node_problem(o["Key"][len(prefix):])})
         return beats, now or time.time()
 
     def record_gone(self, node: str, state: str) -> None:
         self._put(f"gone/{node}.json", {"node": node, "state": state, "at": time.time()})
 
     def gone_nodes(self) -> set[str]:
-        return {n.removesuffix(".json") for n, _ in self._listed("gone/")}
+        return _nodes(n for n, _ in self._listed("gone/"))
 
     def leave(self, g: int, node: str, reason: str, pushed: Optional[int]) -> None:
         self._put(f"{gen_name(g)}/leave/{node}.json", {"node": node, "reason": reason, "pushed": pushed,
                                                        "at": time.time()})
 
     def leaves(self, g: int) -> set[str]:
-        return {n.removesuffix(".json") for n in self._names(f"{gen_name(g)}/leave/")}
+        return _nodes(self._names(f"{gen_name(g)}/leave/"))
 
     def record_failure(self, g: int, node: str, detail: str) -> None:
         self._put(f"{gen_name(g)}/failed/{node}.json", {"node": node, "detail": detail[:500], "at": time.time()})
 
     def failures(self, g: int) -> list[str]:
         """The nodes on which the command failed in generation g (one LIST)."""
-        return sorted(n.removesuffix(".json") for n in self._names(f"{gen_name(g)}/failed/"))
+        return sorted(_nodes(self._names(f"{gen_name(g)}/failed/")))
 
     def activity(self, g: int) -> bool:
         """Whether any node has joined or left generation g (a run of g-1 is then over)."""
@@ -242,10 +325,10 @@ class ClusterState:
 
     # ---- the end -----------------------------------------------------------------------------------
     def finished(self) -> Optional[dict]:
-        return self._get("finished.json")
+        return self._get("finished.json", _finished_problem)
 
     def failed(self) -> Optional[dict]:
-        return self._get("failed.json")
+        return self._get("failed.json", _failed_problem)
 
     def mark_finished(self, **info) -> None:
         self._put("finished.json", {"at": time.time(), **info}, if_absent=True)

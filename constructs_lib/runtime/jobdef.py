@@ -39,6 +39,7 @@ from . import contract
 from .codetree import UnsafeArchive, digest_tree, unpack
 from .framework_checkpoints import checkpoint_dir_problem, normalized
 from .layout import write_atomic
+from .redact import Redactor
 
 Log = Callable[[str], None]
 DEFINITION_FORMAT = 1
@@ -244,6 +245,8 @@ class NodeJob:
     attempts: int = 5
     retry_base: float = 1.0
     _definitions: dict = field(default_factory=dict)
+    # Every secret value read on this node, to mask in what the supervisor writes to S3 (redact.py).
+    redactor: Redactor = field(default_factory=Redactor)
     prepared: Optional[Prepared] = None
     # What the supervisor is doing (its phase file) and each component's health; no-ops in tests
     # that exercise the job alone.
@@ -354,7 +357,9 @@ class NodeJob:
 
     # ---- setup, image, secrets ---------------------------------------------------------------
     def secrets(self, d: Definition) -> dict[str, str]:
-        return read_secrets(d.secrets, region=self.region, log=self.log, client=self.client) if d.secrets else {}
+        values = read_secrets(d.secrets, region=self.region, log=self.log, client=self.client) if d.secrets else {}
+        self.redactor.add(values.values())
+        return values
 
     def environment(self, d: Definition, secrets: Mapping[str, str], workdir: str) -> dict[str, str]:
         """What the deployer's setup and command see beyond the unit's environment."""
