@@ -79,7 +79,7 @@ class Plan:
                    d.get("resume_step"), d.get("job") if isinstance(d.get("job"), dict) else None)
 
 
-_GEN_NAME = re.compile(r"^gen-[0-9]{6,9}\Z", re.ASCII)  # gen_name's, below a billion: a key stays short
+_GEN_NAME = re.compile(r"^gen-[0-9]{6,12}\Z", re.ASCII)  # gen_name's, below 10**12 (whole()): a key stays short
 MAX_MEMBERS = 10_000
 
 
