@@ -19,6 +19,11 @@ conditional write (If-None-Match: *), and every node runs that one plan.
     <prefix>/_cluster/beat/<node>                     rewritten by each node every liveness period
     <prefix>/_cluster/gone/<node>.json                EC2 confirmed the node terminated or unknown
 
+Every node may write every one of these (any process on a node may): each is read with a byte
+limit and checked for the shape this module writes (records.py, plan_problem and the like below),
+and one that fails is set aside with a log line, never a crash or a loop. A generation whose plan
+is set aside is skipped (a plan is written once, If-None-Match, so it cannot be replaced).
+
 Rank order is stable: members of the previous generation keep their order (rank 0, the master
 and the checkpoint writer, stays where it was while it lives), newcomers follow in the order
 they joined. Addresses never decide ranks, so a replacement with a lower address changes nothing.
@@ -270,7 +275,7 @@ class ClusterState:
 
     def join_details(self, g: int) -> dict[str, dict]:
         """The joins' bodies (health and the like), one GET each: for people, never in a poll."""
-        return {n: {**j, **(self._get(f"{gen_name(g)}/join/{j['key']}", _join_problem) or {})}
+        return {n: {**(self._get(f"{gen_name(g)}/join/{j['key']}", _join_problem) or {}), **j}
                 for n, j in self.joins(g).items()}
 
     def _listed(self, sub: str) -> list[tuple[str, float]]:
