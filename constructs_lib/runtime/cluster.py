@@ -40,7 +40,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
 from . import contract, records
-from .records import addr_problem, node_problem, printable, texts, whole
+from .cluster_records import (
+    GEN_NAME, failed_problem, finished_problem, join_problem, nodes_in, object_problem, plan_problem,
+)
+from .records import addr_problem, node_problem
 from .store import CheckpointStore
 
 _GEN = "gen-"
@@ -82,82 +85,6 @@ class Plan:
     def from_json(cls, d: dict) -> "Plan":
         return cls(int(d["generation"]), tuple(Member(m["node"], m["addr"]) for m in d["members"]),
                    d.get("resume_step"), d.get("job") if isinstance(d.get("job"), dict) else None)
-
-
-_GEN_NAME = re.compile(r"^gen-[0-9]{6,12}\Z", re.ASCII)  # gen_name's, below 10**12 (whole()): a key stays short
-MAX_MEMBERS = 10_000
-
-
-def plan_problem(d: Any, g: int) -> Optional[str]:
-    """Why a plan read for generation g cannot be run, or None. A plan is written by whichever node
-    proposed it (any node may write there): it names members, addresses, a step and a revision,
-    and each is checked for its form here; what a well-formed plan can still do is in jobdef.py."""
-    if not isinstance(d, dict):
-        return "not a JSON object"
-    if d.get("generation") != g or not whole(d.get("generation"), 1):
-        return f"generation {printable(d.get('generation'), 40)} in the plan of generation {g}"
-    members = d.get("members")
-    if not isinstance(members, list) or not 1 <= len(members) <= MAX_MEMBERS:
-        return f"members are not a list of 1 to {MAX_MEMBERS:,}"
-    for m in members:
-        if not isinstance(m, dict):
-            return "a member that is not an object"
-        why = node_problem(m.get("node")) or addr_problem(m.get("addr"))
-        if why:
-            return f"member {printable(why, 120)}"
-    if len({m["node"] for m in members}) != len(members):
-        return "a node listed twice"
-    step = d.get("resume_step")
-    if step is not None and not whole(step):
-        return f"resume_step {printable(step, 40)} is not a whole number 0 <= step < 10**12"
-    if d.get("job") is not None:
-        from .jobdef import Revision
-        try:
-            Revision.from_json(d["job"])
-        except ValueError as e:
-            return printable(e, 200)
-    return None
-
-
-def _object_problem(d: Any) -> Optional[str]:
-    return None if isinstance(d, dict) else "not a JSON object"
-
-
-def _finished_problem(d: Any) -> Optional[str]:
-    if not isinstance(d, dict):
-        return "not a JSON object"
-    if "generation" in d and not whole(d["generation"]):
-        return f"generation {printable(d['generation'], 40)}"
-    if d.get("step") is not None and not whole(d["step"]):
-        return f"step {printable(d['step'], 40)}"
-    return None
-
-
-def _failed_problem(d: Any) -> Optional[str]:
-    why = _finished_problem(d)
-    if why:
-        return why
-    if not isinstance(d.get("reason", ""), str):
-        return "a reason that is not text"
-    if "attempts" in d and not whole(d["attempts"]):
-        return f"attempts {printable(d['attempts'], 40)}"
-    if "last_lines" in d and not texts(d["last_lines"]):
-        return "last_lines that are not a list of lines"
-    return None
-
-
-def _join_problem(d: Any) -> Optional[str]:
-    if not isinstance(d, dict):
-        return "not a JSON object"
-    health = d.get("health", {})
-    if not isinstance(health, dict) or not all(isinstance(v, str) for v in health.values()):
-        return "health that is not a map of components to text"
-    return None
-
-
-def _nodes(names: Iterable[str]) -> set[str]:
-    """The node ids a listing's names (node.json) give; names no node writes are left out."""
-    return {n.removesuffix(".json") for n in names if not node_problem(n.removesuffix(".json"))}
 
 
 def gen_name(g: int) -> str:
@@ -207,7 +134,7 @@ class ClusterState:
                 return False
             raise
 
-    def _get(self, key: str, problem: Callable[[Any], Optional[str]] = _object_problem) -> Optional[Any]:
+    def _get(self, key: str, problem: Callable[[Any], Optional[str]] = object_problem) -> Optional[Any]:
         """The record at `key`, checked by `problem`; None when absent or set aside (records.read)."""
         return records.read(self.store, f"{self.base}/{key}", limit=records.MAX_CLUSTER_RECORD,
                             problem=problem).value
@@ -227,7 +154,7 @@ class ClusterState:
 
     # ---- generations ---------------------------------------------------------------------------
     def newest_generation(self) -> int:
-        gens = [int(n[len(_GEN):]) for n in self._names("", dirs=True) if _GEN_NAME.match(n)]
+        gens = [int(n[len(_GEN):]) for n in self._names("", dirs=True) if GEN_NAME.match(n)]
         return max(gens, default=0)
 
     def plan(self, g: int) -> Optional[Plan]:
@@ -275,7 +202,7 @@ class ClusterState:
 
     def join_details(self, g: int) -> dict[str, dict]:
         """The joins' bodies (health and the like), one GET each: for people, never in a poll."""
-        return {n: {**(self._get(f"{gen_name(g)}/join/{j['key']}", _join_problem) or {}), **j}
+        return {n: {**(self._get(f"{gen_name(g)}/join/{j['key']}", join_problem) or {}), **j}
                 for n, j in self.joins(g).items()}
 
     def _listed(self, sub: str) -> list[tuple[str, float]]:
@@ -306,21 +233,21 @@ class ClusterState:
         self._put(f"gone/{node}.json", {"node": node, "state": state, "at": time.time()})
 
     def gone_nodes(self) -> set[str]:
-        return _nodes(n for n, _ in self._listed("gone/"))
+        return nodes_in(n for n, _ in self._listed("gone/"))
 
     def leave(self, g: int, node: str, reason: str, pushed: Optional[int]) -> None:
         self._put(f"{gen_name(g)}/leave/{node}.json", {"node": node, "reason": reason, "pushed": pushed,
                                                        "at": time.time()})
 
     def leaves(self, g: int) -> set[str]:
-        return _nodes(self._names(f"{gen_name(g)}/leave/"))
+        return nodes_in(self._names(f"{gen_name(g)}/leave/"))
 
     def record_failure(self, g: int, node: str, detail: str) -> None:
         self._put(f"{gen_name(g)}/failed/{node}.json", {"node": node, "detail": detail[:500], "at": time.time()})
 
     def failures(self, g: int) -> list[str]:
         """The nodes on which the command failed in generation g (one LIST)."""
-        return sorted(_nodes(self._names(f"{gen_name(g)}/failed/")))
+        return sorted(nodes_in(self._names(f"{gen_name(g)}/failed/")))
 
     def activity(self, g: int) -> bool:
         """Whether any node has joined or left generation g (a run of g-1 is then over)."""
@@ -330,10 +257,10 @@ class ClusterState:
 
     # ---- the end -----------------------------------------------------------------------------------
     def finished(self) -> Optional[dict]:
-        return self._get("finished.json", _finished_problem)
+        return self._get("finished.json", finished_problem)
 
     def failed(self) -> Optional[dict]:
-        return self._get("failed.json", _failed_problem)
+        return self._get("failed.json", failed_problem)
 
     def mark_finished(self, **info) -> None:
         self._put("finished.json", {"at": time.time(), **info}, if_absent=True)
