@@ -132,5 +132,8 @@ def addr_problem(addr: Any) -> Optional[str]:
 
 def printable(text: Any, limit: int = 500) -> str:
     """Text from a record as one printable line: no escape from a record reaches a terminal."""
-    s = text if isinstance(text, str) else repr(text)
+    if isinstance(text, (list, dict)):  # never the repr of a whole record-sized value
+        s = f"{'a list' if isinstance(text, list) else 'an object'} of {len(text)}"
+    else:
+        s = text if isinstance(text, str) else repr(text)
     return "".join(c if c.isprintable() else "?" for c in s)[:limit]

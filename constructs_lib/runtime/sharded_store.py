@@ -60,18 +60,18 @@ def part_problem(p: Any) -> Optional[str]:
     if not isinstance(p, dict):
         return "not a JSON object"
     if p.get("format", FORMAT) != FORMAT or not whole(p.get("step")):
-        return f"format {p.get('format')!r} or step {p.get('step')!r}"
+        return f"format {printable(p.get('format'), 40)} or step {printable(p.get('step'), 40)}"
     why = attempt_problem(p.get("attempt")) or world_problem(p.get("world_size"))
     if why:
         return why
     if not whole(p.get("node_rank"), 0, p["world_size"]):
-        return f"node_rank {p.get('node_rank')!r}"
+        return f"node_rank {printable(p.get('node_rank'), 40)}"
     reads = p.get("reads")
     if not isinstance(reads, dict) or not reads or len(reads) > p["world_size"]:
         return "no object of ranks to the files each reads"
     for rank, files in reads.items():
         if rank_of(rank, p["world_size"]) is None:
-            return f"rank {printable(rank, 20)!r} is not one of the world's"
+            return f"rank {printable(rank, 20)} is not one of the world's"
         if not texts(files, most=1_000_000, width=1024):
             return f"rank {rank} reads {printable(files, 40)}, not a list of file names"
     if "expect" in p and not texts(p["expect"], most=1_000_000, width=1024):

@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 from . import contract
 from .errors import RuntimeUserError
 from .layout import FORMAT, MANIFEST, name_for, prefix_problem, step_of
+from .records import printable
 from .shards import RESTORED, is_sharded, manifest_shards_problem, needed_files
 
 MiB = 1024 * 1024
@@ -84,17 +85,17 @@ def file_problem(f: Any) -> Optional[str]:
         return "a file entry that is not an object"
     why = _path_problem(f.get("path"))
     if why:
-        return f"file path {f.get('path')!r} {why}"
+        return f"file path {printable(f.get('path'), 80)} {why}"
     size, part = f.get("size"), f.get("part_size")
     if not _whole(size) or size < 0:
-        return f"{f['path']}: size {size!r} is not a whole number >= 0"
+        return f"{f['path']}: size {printable(size, 40)} is not a whole number >= 0"
     if not isinstance(f.get("sha256"), str) or not f["sha256"] or len(f["sha256"]) > 128:
         return f"{f['path']}: no sha256"
     kind = f.get("checksum_type", "FULL_OBJECT")
     if kind not in _CHECKSUM_TYPES:
-        return f"{f['path']}: checksum_type {kind!r}"
+        return f"{f['path']}: checksum_type {printable(kind, 40)}"
     if part is not None and (not _whole(part) or part < 0 or part > _MAX_PART):
-        return f"{f['path']}: part_size {part!r}"
+        return f"{f['path']}: part_size {printable(part, 40)}"
     if kind == "COMPOSITE" and not part:
         return f"{f['path']}: a COMPOSITE checksum without a part_size"
     return None
@@ -106,9 +107,9 @@ def manifest_problem(m: Any, name: str) -> Optional[str]:
     if not isinstance(m, dict):
         return "not a JSON object"
     if m.get("format") != FORMAT:
-        return f"format {m.get('format')!r}, expected {FORMAT}"
+        return f"format {printable(m.get('format'), 40)}, expected {FORMAT}"
     if not _whole(m.get("step")) or m["step"] != step_of(name):
-        return f"step {m.get('step')!r} does not match {name}"
+        return f"step {printable(m.get('step'), 40)} does not match {name}"
     files = m.get("files")
     if not isinstance(files, list) or not files:
         return "no list of files"
