@@ -95,10 +95,12 @@ def _running(watch: JobEndWatch, s3: Any, cw: Any, cluster: str, now: float) -> 
     from ..runtime.store import CheckpointStore
 
     try:
-        store = CheckpointStore(watch.bucket, watch.prefix, client=s3)
+        store = CheckpointStore(watch.bucket, watch.prefix, client=s3, log=lambda line: None)
         nodes_state = ClusterState(store)
         g = nodes_state.newest_generation()
         plan = nodes_state.plan(g)
+        if nodes_state.bad_plan(g):  # set aside by the records' check: shown with its reason below
+            raise ValueError(f"generation {g}'s plan set aside: {nodes_state.bad_plan(g)}")
         latest = store.latest()
     except Exception as e:  # noqa: BLE001 - a malformed plan or an S3 error is shown, never a traceback
         return [f"job: running; its records in s3://{watch.bucket}/{watch.prefix}/ could not be read "

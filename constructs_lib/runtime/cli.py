@@ -137,7 +137,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             return _checkpoint(a, store, cfg.local_dir)
         if a.command == "agent":
             from .agent import NodeAgent
-            NodeAgent(store, cfg.local_dir, poll_seconds=a.poll, log=_logger("dl-agent")).run()
+            store.log = _logger("dl-agent")
+            NodeAgent(store, cfg.local_dir, poll_seconds=a.poll, log=store.log).run()
             return 0
         if a.command == "job":
             return _job(store, cfg.local_dir)
@@ -233,6 +234,7 @@ def _job(store, local_dir: str) -> int:
     ec2 = boto3.client("ec2", region_name=me.region, config=Config(retries=retries("standard", 3)))
     joblog = JobLog()
     log = joblog.supervisor()
+    store.log = log  # a record set aside is said in the job's log
     job = NodeJob(log=log, region=me.region, cluster=me.cluster, retry_base=cfg.retry_base, on_phase=set_phase,
                   health=write_health)
     cluster = ClusterState(store)
@@ -242,8 +244,11 @@ def _job(store, local_dir: str) -> int:
 
 def _status(store, as_json: bool) -> int:
     from .cluster import ClusterState
-    from .supervisor import _State, _health
+    from .records import printable
+    from .rundir import health as _health
+    from .supervisor import _State
 
+    store.log = lambda line: None  # the report lists what was set aside
     cluster = ClusterState(store)
     g = cluster.newest_generation()
     plan = cluster.plan(g)
@@ -254,6 +259,7 @@ def _status(store, as_json: bool) -> int:
         "newest_complete_step": latest.step if latest else None,
         "finished": cluster.finished(), "failed": cluster.failed(),
         "this_node": {"health": _health(), "history": _State.load().history},
+        "set_aside": dict(store.set_aside),
     }
     if as_json:
         print(json.dumps(report, indent=1))
@@ -262,14 +268,18 @@ def _status(store, as_json: bool) -> int:
     if report["finished"]:
         print(f"job finished (generation {report['finished'].get('generation')})")
     if report["failed"]:
-        print(f"job FAILED: {report['failed'].get('reason')}")
+        print(f"job FAILED: {printable(report['failed'].get('reason'))}")
     if plan:
         ranks = ", ".join(f"{i}={m.node}@{m.addr}" for i, m in enumerate(plan.members))
         print(f"generation {g}: ranks {ranks}; master {plan.master_addr}:{plan.port}; resumed from {plan.resume_step}")
+    elif cluster.bad_plan(g):
+        print(f"generation {g}: its plan was set aside; the cluster forms the next generation")
     elif g:
         print(f"generation {g} forming: joined {', '.join(report['joined']) or 'none'}")
+    for key, why in report["set_aside"].items():
+        print(f"set aside s3://{store.bucket}/{printable(key, 300)}: {printable(why, 300)}")
     for component, line in sorted(report["this_node"]["health"].items()):
-        print(f"health {component}: {line}")
+        print(f"health {component}: {printable(line)}")
     for h in report["this_node"]["history"][-5:]:
         print(f"generation {h['generation']}: {h['outcome']} {h.get('detail') or ''}".rstrip())
     return 0

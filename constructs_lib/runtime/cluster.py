@@ -19,6 +19,11 @@ conditional write (If-None-Match: *), and every node runs that one plan.
     <prefix>/_cluster/beat/<node>                     rewritten by each node every liveness period
     <prefix>/_cluster/gone/<node>.json                EC2 confirmed the node terminated or unknown
 
+Every node may write every one of these (any process on a node may): each is read with a byte
+limit and checked for the shape this module writes (records.py, plan_problem and the like below),
+and one that fails is set aside with a log line, never a crash or a loop. A generation whose plan
+is set aside is skipped (a plan is written once, If-None-Match, so it cannot be replaced).
+
 Rank order is stable: members of the previous generation keep their order (rank 0, the master
 and the checkpoint writer, stays where it was while it lives), newcomers follow in the order
 they joined. Addresses never decide ranks, so a replacement with a lower address changes nothing.
@@ -32,9 +37,13 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
-from . import contract
+from . import contract, records
+from .cluster_records import (
+    GEN_NAME, failed_problem, finished_problem, join_problem, nodes_in, object_problem, plan_problem,
+)
+from .records import addr_problem, node_problem
 from .store import CheckpointStore
 
 _GEN = "gen-"
@@ -107,6 +116,9 @@ class ClusterState:
         self.client = store.client
         self.bucket = store.bucket
         self.base = f"{store.prefix}/{contract.CLUSTER_DIR}"
+        # What every record this node writes passes through: the supervisor sets the job's secret
+        # values' redaction (redact.Redactor.scrub), so that no value reaches S3 in a failure's text.
+        self.redact: Callable[[Any], Any] = lambda body: body
 
     # ---- S3 primitives ----------------------------------------------------------------------------
     def _put(self, key: str, body: dict, *, if_absent: bool = False) -> bool:
@@ -114,7 +126,7 @@ class ClusterState:
         kw = {"IfNoneMatch": "*"} if if_absent else {}
         try:
             self.store._call(self.client.put_object, Bucket=self.bucket, Key=f"{self.base}/{key}",
-                             Body=json.dumps(body).encode(), ContentType="application/json", **kw)
+                             Body=json.dumps(self.redact(body)).encode(), ContentType="application/json", **kw)
             return True
         except ClientError as e:
             if if_absent and e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412",
@@ -122,18 +134,10 @@ class ClusterState:
                 return False
             raise
 
-    def _get(self, key: str) -> Optional[dict]:
-        from botocore.exceptions import ClientError
-        try:
-            body = self.store._call(self.client.get_object, Bucket=self.bucket, Key=f"{self.base}/{key}")["Body"].read()
-        except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                return None
-            raise
-        try:
-            return json.loads(body)
-        except json.JSONDecodeError:
-            return None
+    def _get(self, key: str, problem: Callable[[Any], Optional[str]] = object_problem) -> Optional[Any]:
+        """The record at `key`, checked by `problem`; None when absent or set aside (records.read)."""
+        return records.read(self.store, f"{self.base}/{key}", limit=records.MAX_CLUSTER_RECORD,
+                            problem=problem).value
 
     def _delete(self, key: str) -> None:
         self.store._call(self.client.delete_object, Bucket=self.bucket, Key=f"{self.base}/{key}")
@@ -150,14 +154,21 @@ class ClusterState:
 
     # ---- generations ---------------------------------------------------------------------------
     def newest_generation(self) -> int:
-        gens = [int(n[len(_GEN):]) for n in self._names("", dirs=True) if n.startswith(_GEN) and n[len(_GEN):].isdigit()]
+        gens = [int(n[len(_GEN):]) for n in self._names("", dirs=True) if GEN_NAME.match(n)]
         return max(gens, default=0)
 
     def plan(self, g: int) -> Optional[Plan]:
+        """Generation g's plan; None while there is none, or when it was set aside (bad_plan says why)."""
         if g < 1:
             return None
-        d = self._get(f"{gen_name(g)}/plan.json")
+        d = self._get(f"{gen_name(g)}/plan.json", lambda d: plan_problem(d, g))
         return Plan.from_json(d) if d else None
+
+    def bad_plan(self, g: int) -> Optional[str]:
+        """Why generation g's plan was set aside when last read, or None. Such a generation is
+        never run: the plan cannot be replaced (it was written If-None-Match), so the cluster
+        forms the next one."""
+        return self.store.set_aside.get(f"{self.base}/{gen_name(g)}/plan.json") if g >= 1 else None
 
     def propose(self, plan: Plan) -> Plan:
         """Write `plan` unless generation already has one; returns the plan that stands."""
@@ -183,13 +194,16 @@ class ClusterState:
             if len(parts) != 3 or not name.endswith(".json") or not parts[2].isdigit():
                 continue
             node, addr, ms = parts
+            if node_problem(node) or addr_problem(addr) or len(ms) > 15:
+                continue  # not a join this runtime wrote: never a member, never a crash
             if node not in out or int(ms) / 1000 < out[node]["at"]:
                 out[node] = {"node": node, "addr": addr, "at": int(ms) / 1000, "key": name}
         return out
 
     def join_details(self, g: int) -> dict[str, dict]:
         """The joins' bodies (health and the like), one GET each: for people, never in a poll."""
-        return {n: self._get(f"{gen_name(g)}/join/{j['key']}") or j for n, j in self.joins(g).items()}
+        return {n: {**(self._get(f"{gen_name(g)}/join/{j['key']}", join_problem) or {}), **j}
+                for n, j in self.joins(g).items()}
 
     def _listed(self, sub: str) -> list[tuple[str, float]]:
         """(name, when S3 stored it) below `sub`, from the listing alone."""
@@ -211,28 +225,29 @@ class ClusterState:
         now = None
         for page in self._pages(prefix):
             now = now or _server_time(page)
-            beats.update({o["Key"][len(prefix):]: o["LastModified"].timestamp() for o in page.get("Contents", [])})
+            beats.update({o["Key"][len(prefix):]: o["LastModified"].timestamp() for o in page.get("Contents", [])
+                          if not node_problem(o["Key"][len(prefix):])})
         return beats, now or time.time()
 
     def record_gone(self, node: str, state: str) -> None:
         self._put(f"gone/{node}.json", {"node": node, "state": state, "at": time.time()})
 
     def gone_nodes(self) -> set[str]:
-        return {n.removesuffix(".json") for n, _ in self._listed("gone/")}
+        return nodes_in(n for n, _ in self._listed("gone/"))
 
     def leave(self, g: int, node: str, reason: str, pushed: Optional[int]) -> None:
         self._put(f"{gen_name(g)}/leave/{node}.json", {"node": node, "reason": reason, "pushed": pushed,
                                                        "at": time.time()})
 
     def leaves(self, g: int) -> set[str]:
-        return {n.removesuffix(".json") for n in self._names(f"{gen_name(g)}/leave/")}
+        return nodes_in(self._names(f"{gen_name(g)}/leave/"))
 
     def record_failure(self, g: int, node: str, detail: str) -> None:
         self._put(f"{gen_name(g)}/failed/{node}.json", {"node": node, "detail": detail[:500], "at": time.time()})
 
     def failures(self, g: int) -> list[str]:
         """The nodes on which the command failed in generation g (one LIST)."""
-        return sorted(n.removesuffix(".json") for n in self._names(f"{gen_name(g)}/failed/"))
+        return sorted(nodes_in(self._names(f"{gen_name(g)}/failed/")))
 
     def activity(self, g: int) -> bool:
         """Whether any node has joined or left generation g (a run of g-1 is then over)."""
@@ -242,10 +257,10 @@ class ClusterState:
 
     # ---- the end -----------------------------------------------------------------------------------
     def finished(self) -> Optional[dict]:
-        return self._get("finished.json")
+        return self._get("finished.json", finished_problem)
 
     def failed(self) -> Optional[dict]:
-        return self._get("failed.json")
+        return self._get("failed.json", failed_problem)
 
     def mark_finished(self, **info) -> None:
         self._put("finished.json", {"at": time.time(), **info}, if_absent=True)

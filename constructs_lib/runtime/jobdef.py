@@ -11,11 +11,19 @@ A revision is two CDK assets and a pointer:
   on every deploy and nothing on a node can write.
 
 Who may change what a node runs: the proposer of a generation reads the pointer and records the
-revision in the plan, so every member runs the same one. Plans live where every node may write,
-so nothing in a plan is trusted beyond what it names: a node fetches the definition itself and
-checks it against the plan's sha256, checks the code against the definition, and its role may
-read only the deployer's current objects (exact keys, IAM). Secret values are read at each run
-and handed to the command's environment only: never written to disk, logged or shown.
+revision in the plan, so every member runs the same one. A node fetches the definition itself,
+checks it against the plan's sha256 and the code against the definition, and its role may read
+only the deployer's current objects (exact keys, IAM): a plan cannot change the command, setup,
+image, env or which secrets are read. It is not a trust boundary between a job's nodes, though:
+every node (and any process on it, the job's own code included) may write anything under the
+job's prefix, so one compromised node can forge plans (members, rank order, master address,
+resume step), checkpoints every node restores and loads (DCP's .metadata is a pickle, as is a
+torch.save file loaded without weights_only: code of its choosing then runs in every node's job,
+with the job's secrets in its environment), and the end records. The nodes of one job are one trust domain; the boundary is the job's role: its prefix,
+its secrets, its definition (docs: the trust model). Records are checked for their form
+(records.py) so that a bad one is set aside, never a crash.
+Secret values are read at each run and handed to the command's environment only: never written
+to disk or logged, and masked in every record the supervisor writes to S3 (redact.py).
 
 Standard library and boto3 only: this module ships to the node with the runtime.
 """
@@ -39,6 +47,7 @@ from . import contract
 from .codetree import UnsafeArchive, digest_tree, unpack
 from .framework_checkpoints import checkpoint_dir_problem, normalized
 from .layout import write_atomic
+from .redact import Redactor
 
 Log = Callable[[str], None]
 DEFINITION_FORMAT = 1
@@ -244,6 +253,8 @@ class NodeJob:
     attempts: int = 5
     retry_base: float = 1.0
     _definitions: dict = field(default_factory=dict)
+    # Every secret value read on this node, to mask in what the supervisor writes to S3 (redact.py).
+    redactor: Redactor = field(default_factory=Redactor)
     prepared: Optional[Prepared] = None
     # What the supervisor is doing (its phase file) and each component's health; no-ops in tests
     # that exercise the job alone.
@@ -354,7 +365,9 @@ class NodeJob:
 
     # ---- setup, image, secrets ---------------------------------------------------------------
     def secrets(self, d: Definition) -> dict[str, str]:
-        return read_secrets(d.secrets, region=self.region, log=self.log, client=self.client) if d.secrets else {}
+        values = read_secrets(d.secrets, region=self.region, log=self.log, client=self.client) if d.secrets else {}
+        self.redactor.add(values.values())
+        return values
 
     def environment(self, d: Definition, secrets: Mapping[str, str], workdir: str) -> dict[str, str]:
         """What the deployer's setup and command see beyond the unit's environment."""

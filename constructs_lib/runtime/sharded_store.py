@@ -18,12 +18,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from typing import Optional
+from typing import Any, Optional
 
+from . import records
 from .errors import RuntimeUserError
 from .layout import FORMAT, name_for, step_of
-from .shards import MARKERS, attempt_problem
-from .store import CheckpointStore, RemoteCheckpoint, manifest_problem
+from .records import printable, texts, whole
+from .shards import MARKERS, attempt_problem, rank_of, ranks_are, world_problem
+from .store import CheckpointStore, RemoteCheckpoint, file_problem, manifest_problem
 
 
 _PART_KEY = re.compile(r"^node-(\d{1,7})\.json\Z", re.ASCII)
@@ -52,6 +54,38 @@ def push_part(store: CheckpointStore, local_dir: str, step: int, part: dict) -> 
     return sum(e["size"] for e in entries)
 
 
+def part_problem(p: Any) -> Optional[str]:
+    """Why a node's part record cannot be merged, or None. Every number that sizes a loop or a
+    set (the world size, the ranks) is bounded here, before merge() uses it."""
+    if not isinstance(p, dict):
+        return "not a JSON object"
+    if p.get("format", FORMAT) != FORMAT or not whole(p.get("step")):
+        return f"format {printable(p.get('format'), 40)} or step {printable(p.get('step'), 40)}"
+    why = attempt_problem(p.get("attempt")) or world_problem(p.get("world_size"))
+    if why:
+        return why
+    if not whole(p.get("node_rank"), 0, p["world_size"]):
+        return f"node_rank {printable(p.get('node_rank'), 40)}"
+    reads = p.get("reads")
+    if not isinstance(reads, dict) or not reads or len(reads) > p["world_size"]:
+        return "no object of ranks to the files each reads"
+    for rank, files in reads.items():
+        if rank_of(rank, p["world_size"]) is None:
+            return f"rank {printable(rank, 20)} is not one of the world's"
+        if not texts(files, most=1_000_000, width=1024):
+            return f"rank {rank} reads {printable(files, 40)}, not a list of file names"
+    if "expect" in p and not texts(p["expect"], most=1_000_000, width=1024):
+        return "expect is not a list of file names"
+    files = p.get("files")
+    if not isinstance(files, list):
+        return "no list of files"
+    for f in files:
+        why = file_problem(f)
+        if why:
+            return why
+    return None
+
+
 def _read_parts(store: CheckpointStore, step: int, attempt: str) -> list[dict]:
     name = name_for(step)
     base = store._key(name, f"{_parts(attempt)}/")
@@ -62,11 +96,8 @@ def _read_parts(store: CheckpointStore, step: int, attempt: str) -> list[dict]:
         m = _PART_KEY.match(key.rsplit("/", 1)[-1])
         if not m:
             continue
-        try:
-            part = json.loads(store._call(store.client.get_object, Bucket=store.bucket, Key=key)["Body"].read())
-        except ValueError:
-            continue  # not JSON: not a part this protocol wrote
-        if isinstance(part, dict):
+        part = records.read(store, key, limit=records.MAX_PART, problem=part_problem).value
+        if part is not None:
             parts.append({**part, "_key_node": int(m.group(1))})
     return parts
 
@@ -78,7 +109,9 @@ def merge(parts: list[dict], step: int, attempt: str) -> Optional[dict]:
     reads: dict[str, list[str]] = {}
     expect, world = None, None
     for p in parts:
-        if not isinstance(p, dict) or p.get("step") != step or p.get("attempt") != attempt:
+        if part_problem(p):
+            return None  # _read_parts sets such a part aside (and says so); merge() trusts no input either
+        if p["step"] != step or p["attempt"] != attempt:
             continue
         if p.get("_key_node") != p.get("node_rank"):
             return None
@@ -86,11 +119,11 @@ def merge(parts: list[dict], step: int, attempt: str) -> Optional[dict]:
             world = p.get("world_size")
         if p.get("world_size") != world:
             return None
-        for f in p.get("files") or []:
-            if f.get("path") in files and files[f["path"]] != f:
+        for f in p["files"]:
+            if f["path"] in files and files[f["path"]] != f:
                 return None
-            files[f.get("path")] = f
-        mine = p.get("reads") or {}
+            files[f["path"]] = f
+        mine = p["reads"]
         if set(mine) & set(reads):
             return None  # one rank in two nodes' parts: two nodes think they are the same node
         reads.update(mine)
@@ -98,7 +131,7 @@ def merge(parts: list[dict], step: int, attempt: str) -> Optional[dict]:
             expect = p.get("expect")
     if not isinstance(expect, list) or not isinstance(world, int) or world < 1:
         return None
-    if not set(expect) <= set(files) or set(reads) != {str(r) for r in range(world)}:
+    if not set(expect) <= set(files) or not ranks_are(reads, world):
         return None
     name = name_for(step)
     m = {"format": FORMAT, "step": step, "name": name, "files": [files[k] for k in sorted(files)],

@@ -24,6 +24,10 @@ from .layout import flocked, make_final, name_for, step_of, write_atomic
 MARKERS = ".dl-shards"
 RESTORED = ".dl-restored-subset"  # in a step restored from a sharded manifest: some nodes' files only
 METADATA = ".metadata"  # DCP's FileSystemWriter writes it last, on the coordinator (global rank 0)
+# Ranks of one save, every node's together: more than any cluster dl-launcher launches, few
+# enough that a list of them costs little memory.
+MAX_WORLD_SIZE = 131_072
+_RANK = re.compile(r"^(0|[1-9][0-9]{0,6})\Z", re.ASCII)
 _ATTEMPT = re.compile(r"^g\d{1,9}-[0-9a-f]{8}\Z", re.ASCII)
 
 
@@ -130,6 +134,25 @@ def stale_tmp(root: str) -> list[str]:
     return sorted(out)
 
 
+def world_problem(world: Any) -> Optional[str]:
+    """Why `world` cannot be a sharded save's world size (the ranks of every node), or None."""
+    if not isinstance(world, int) or isinstance(world, bool) or not 1 <= world <= MAX_WORLD_SIZE:
+        return f"world_size {world!r} is not a whole number 1 to {MAX_WORLD_SIZE:,}"
+    return None
+
+
+def ranks_are(reads: dict, world: int) -> bool:
+    """Whether the keys of `reads` are exactly the ranks 0..world-1, as decimal text."""
+    return len(reads) == world and all(rank_of(k, world) is not None for k in reads)
+
+
+def rank_of(key: Any, world: int) -> Optional[int]:
+    """The rank a read set's key names (decimal ASCII, no sign or leading zero), if below `world`."""
+    if not isinstance(key, str) or not _RANK.match(key) or int(key) >= world:
+        return None
+    return int(key)
+
+
 def manifest_shards_problem(m: dict, paths: set[str]) -> Optional[str]:
     """Why a manifest's sharded part (its "dir" and "shards") cannot be trusted, or None."""
     if "shards" not in m and "dir" not in m:
@@ -142,11 +165,13 @@ def manifest_shards_problem(m: dict, paths: set[str]) -> Optional[str]:
         return why
     if m.get("dir") != f"data-{sh['attempt']}":
         return f"dir {m.get('dir')!r} is not data-{sh['attempt']}"
-    world = sh.get("world_size")
-    if not isinstance(world, int) or isinstance(world, bool) or not 1 <= world <= 1_000_000:
-        return f"world_size {world!r}"
+    why = world_problem(sh.get("world_size"))
+    if why:
+        return why
     reads = sh.get("reads")
-    if not isinstance(reads, dict) or set(reads) != {str(r) for r in range(world)}:
+    # The count first: a world size is bounded, but a set of every rank is built only for one
+    # that the record's own (byte-limited) list of ranks can match.
+    if not isinstance(reads, dict) or len(reads) != sh["world_size"] or not ranks_are(reads, sh["world_size"]):
         return "reads that do not name every rank"
     for r, files in reads.items():
         if not isinstance(files, list) or not set(files) <= paths:

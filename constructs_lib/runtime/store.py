@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -24,6 +25,7 @@ from typing import Any, Callable, Optional
 from . import contract
 from .errors import RuntimeUserError
 from .layout import FORMAT, MANIFEST, name_for, prefix_problem, step_of
+from .records import printable
 from .shards import RESTORED, is_sharded, manifest_shards_problem, needed_files
 
 MiB = 1024 * 1024
@@ -77,37 +79,45 @@ def _path_problem(path: Any) -> Optional[str]:
     return None
 
 
+def file_problem(f: Any) -> Optional[str]:
+    """Why one file entry of a manifest (or of a sharded part) cannot be trusted, or None."""
+    if not isinstance(f, dict):
+        return "a file entry that is not an object"
+    why = _path_problem(f.get("path"))
+    if why:
+        return f"file path {printable(f.get('path'), 80)} {why}"
+    size, part = f.get("size"), f.get("part_size")
+    if not _whole(size) or size < 0:
+        return f"{f['path']}: size {printable(size, 40)} is not a whole number >= 0"
+    if not isinstance(f.get("sha256"), str) or not f["sha256"] or len(f["sha256"]) > 128:
+        return f"{f['path']}: no sha256"
+    kind = f.get("checksum_type", "FULL_OBJECT")
+    if kind not in _CHECKSUM_TYPES:
+        return f"{f['path']}: checksum_type {printable(kind, 40)}"
+    if part is not None and (not _whole(part) or part < 0 or part > _MAX_PART):
+        return f"{f['path']}: part_size {printable(part, 40)}"
+    if kind == "COMPOSITE" and not part:
+        return f"{f['path']}: a COMPOSITE checksum without a part_size"
+    return None
+
+
 def manifest_problem(m: Any, name: str) -> Optional[str]:
     """Why the parsed MANIFEST.json of checkpoint `name` cannot be trusted, or None. A manifest
     that fails is treated like a missing one: the step is incomplete, never restored."""
     if not isinstance(m, dict):
         return "not a JSON object"
     if m.get("format") != FORMAT:
-        return f"format {m.get('format')!r}, expected {FORMAT}"
+        return f"format {printable(m.get('format'), 40)}, expected {FORMAT}"
     if not _whole(m.get("step")) or m["step"] != step_of(name):
-        return f"step {m.get('step')!r} does not match {name}"
+        return f"step {printable(m.get('step'), 40)} does not match {name}"
     files = m.get("files")
     if not isinstance(files, list) or not files:
         return "no list of files"
     paths: set[str] = set()
     for f in files:
-        if not isinstance(f, dict):
-            return "a file entry that is not an object"
-        why = _path_problem(f.get("path"))
+        why = file_problem(f)
         if why:
-            return f"file path {f.get('path')!r} {why}"
-        size, part = f.get("size"), f.get("part_size")
-        if not _whole(size) or size < 0:
-            return f"{f['path']}: size {size!r} is not a whole number >= 0"
-        if not isinstance(f.get("sha256"), str) or not f["sha256"]:
-            return f"{f['path']}: no sha256"
-        kind = f.get("checksum_type", "FULL_OBJECT")
-        if kind not in _CHECKSUM_TYPES:
-            return f"{f['path']}: checksum_type {kind!r}"
-        if part is not None and (not _whole(part) or part < 0 or part > _MAX_PART):
-            return f"{f['path']}: part_size {part!r}"
-        if kind == "COMPOSITE" and not part:
-            return f"{f['path']}: a COMPOSITE checksum without a part_size"
+            return why
         paths.add(f["path"])
     if len(paths) != len(files):
         return "a file listed twice"
@@ -146,7 +156,8 @@ class CheckpointStore:
     """One job's checkpoints under s3://bucket/prefix/."""
 
     def __init__(self, bucket: str, prefix: str, *, client=None, region: Optional[str] = None,
-                 concurrency: Optional[int] = None, part_size: int = 8 * MiB) -> None:
+                 concurrency: Optional[int] = None, part_size: int = 8 * MiB,
+                 log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
         if not contract.S3_BUCKET.match(bucket or ""):
             raise RuntimeUserError(f"bad bucket name {bucket!r}: 3-63 lower-case letters, digits, dots and dashes")
         self.bucket = bucket
@@ -156,6 +167,8 @@ class CheckpointStore:
         self.concurrency = concurrency or max(4, min(16, 2 * (os.cpu_count() or 2)))
         self.client = client or s3_client(region, max_pool=self.concurrency * 2)
         self.part_size = part_size
+        self.log = log  # where a record set aside is said (records.read); the node's units pass their own
+        self.set_aside: dict[str, str] = {}  # key -> why, the records set aside so far (runtime status)
 
     # ---- keys ------------------------------------------------------------------------------
     def _key(self, name: str, rel: str = "") -> str:
@@ -280,18 +293,10 @@ class CheckpointStore:
         return sorted(names)
 
     def _manifest(self, name: str) -> Optional[dict]:
-        from botocore.exceptions import ClientError
-        try:
-            body = self._call(self.client.get_object, Bucket=self.bucket, Key=self._key(name, MANIFEST))["Body"].read()
-        except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                return None
-            raise
-        try:
-            m = json.loads(body)
-        except (ValueError, RecursionError):  # not JSON, not UTF-8, or absurdly nested
-            return None
-        return None if manifest_problem(m, name) else m
+        """The step's manifest, or None when it has none or it is set aside (records.read)."""
+        from . import records
+        return records.read(self, self._key(name, MANIFEST), limit=records.MAX_MANIFEST,
+                            problem=lambda m: manifest_problem(m, name)).value
 
     def list(self) -> list[tuple[str, Optional[RemoteCheckpoint]]]:
         """Every step under the prefix, oldest first, with its checkpoint if complete."""

@@ -40,6 +40,7 @@ from .jobdef import JobError, NodeJob, Prepared, Revision
 from .joblog import JobLog
 from .layout import newest_local, write_atomic
 from .resume import restore
+from .rundir import health as _health, outcomes as _outcomes
 from .store import CheckpointStore
 from .throttle import Backoff, Said, jittered, transient
 
@@ -114,6 +115,8 @@ class Supervisor:
         self.job = job
         self.joblog = joblog
         self.me = Member(cfg.node, cfg.addr)
+        if job is not None:  # no secret value the job read goes into a record in S3
+            cluster.redact = job.redactor.scrub
         self.state = _State.load()
         self._gone_cache: tuple[float, frozenset, set] = (0.0, frozenset(), set())
         self.said = Said(log)
@@ -336,8 +339,9 @@ class Supervisor:
                 self.log(f"generation {newest} already includes this node: running it")
                 return current
             return self._join(newest + 1)  # the others stop on this join and re-form with the new revision
-        if current is None:
-            target = newest if newest > self.state.last_ran else self.state.last_ran + 1
+        if current is None:  # a plan set aside is never run: its generation is spent, the next one forms
+            spent = newest if self.cluster.bad_plan(newest) else self.state.last_ran
+            target = newest if newest > spent else spent + 1
         else:
             target = newest + 1
             spare = self.me.node not in current.nodes() and self.state.last_ran < newest
@@ -366,6 +370,8 @@ class Supervisor:
                 self.log(f"generation {g} was formed without this node (spare)")
                 self.cluster.unjoin(g, self.me)
                 return None
+            if self.cluster.bad_plan(g):
+                return None  # look again: the next generation forms
             end = self._end()
             if end is not None:
                 return end
@@ -612,26 +618,3 @@ def set_phase(phase: str, pid: Optional[int] = None) -> None:
         write_atomic(contract.path("phase"), json.dumps({"phase": phase, "pid": pid, "since": time.time()}))
     except OSError:
         pass
-
-
-def _outcomes(g: int) -> dict[str, int]:
-    out = {}
-    for f in glob.glob(os.path.join(contract.path("outcome_dir"), f"gen-{g}-rank-*")):
-        try:
-            with open(f) as fh:
-                d = json.load(fh)
-            out[d["outcome"]] = d.get("step")
-        except (OSError, ValueError, KeyError):
-            continue
-    return out
-
-
-def _health() -> dict[str, str]:
-    out = {}
-    for f in glob.glob(os.path.join(contract.path("health_dir"), "*")):
-        try:
-            with open(f) as fh:
-                out[os.path.basename(f)] = fh.read().strip()
-        except OSError:
-            continue
-    return out
