@@ -56,10 +56,11 @@ class JobLogs(Construct):
         # interface's, so pyright finds none (aws/jsii#4541).
         logs_service: iam.IPrincipal = (
             iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com"))  # pyright: ignore[reportAssignmentType]  # jsii stub: aws/jsii#4541
-        # CloudWatch Logs encrypts and decrypts for this group only (its documented key policy).
+        # CloudWatch Logs encrypts and decrypts for this group only (its documented key policy, less
+        # kms:Describe*: no Describe action carries the encryption context, so that grant never held).
         self.key.add_to_resource_policy(iam.PolicyStatement(
             principals=[logs_service],
-            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*"],
             resources=["*"],  # in a key policy, "*" is this key
             conditions={"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": group_arn}}))
         # Destroyed with the stack: a kept group of a fixed name would make the next deploy of the

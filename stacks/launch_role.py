@@ -121,6 +121,7 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
     # Custom resources are Lambda invocations (above): CloudFormation invokes the function.
     "Custom::VpcRestrictDefaultSG": ((), ""),
     "Custom::DlLauncherClusterTeardown": ((), ""),
+    "Custom::DlLauncherLaunchCheck": ((), ""),
 }
 
 
@@ -146,6 +147,7 @@ BOUNDARY_ACTIONS = (
     "s3:PutObject",
     "secretsmanager:GetSecretValue",
     "sns:Publish",
+    "sts:DecodeAuthorizationMessage",
     "ssm:DescribeParameters", "ssm:GetCommandInvocation", "ssm:GetParameter", "ssm:GetParameterHistory",
     "ssm:GetParameters", "ssm:SendCommand", "ssm:UpdateInstanceInformation",
     "ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
@@ -190,6 +192,11 @@ class ProductRoleBoundary(Construct):
             cdk.Validations.of(self.policy).acknowledge(cdk.Acknowledgment(id=finding, reason=why))
 
 
+# Actions that AWS's service authorization reference lists with no resource type: granted on an
+# ARN they would never apply (tests/iam_reference.py), so they go on "*" whatever their row names.
+UNSCOPED_ACTIONS = frozenset({"logs:DescribeLogGroups"})
+
+
 def permissions_for(resource_types: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """resource pattern -> sorted actions, for these types; a type without a row is a ValueError."""
     out: dict[str, set[str]] = {}
@@ -197,8 +204,8 @@ def permissions_for(resource_types: Iterable[str]) -> dict[str, tuple[str, ...]]
         if t not in PERMISSIONS:
             raise ValueError(f"the launch role has no permissions for {t}: add its row to stacks/launch_role.py")
         actions, resource = PERMISSIONS[t]
-        if actions:
-            out.setdefault(resource, set()).update(actions)
+        for a in actions:
+            out.setdefault("*" if a in UNSCOPED_ACTIONS else resource, set()).add(a)
     return {r: tuple(sorted(a)) for r, a in out.items()}
 
 
@@ -229,8 +236,11 @@ class LaunchRole(Construct):
             actions=["cloudformation:CreateStack", "cloudformation:UpdateStack", "cloudformation:DeleteStack",
                      "cloudformation:DescribeStacks", "cloudformation:DescribeStackEvents",
                      "cloudformation:GetTemplateSummary", "cloudformation:SetStackPolicy",
-                     "cloudformation:ValidateTemplate", "cloudformation:TagResource"],
+                     "cloudformation:TagResource"],
             resources=[f"arn:{stack.partition}:cloudformation:{stack.region}:{stack.account}:stack/SC-*"]))
+        # ValidateTemplate names no stack: AWS authorizes it on "*" only.
+        self.role.add_to_principal_policy(iam.PolicyStatement(actions=["cloudformation:ValidateTemplate"],
+                                                              resources=["*"]))
         # Service Catalog keeps each product version's template in its own bucket and tags it.
         self.role.add_to_principal_policy(iam.PolicyStatement(
             actions=["s3:GetObject"], resources=["*"],

@@ -154,6 +154,15 @@ def _listed(key: str, keys: list[str]) -> bool:
     return any(_compiled(k).match(key) for k in keys)
 
 
+def documented(action: str, resource_type: str, key: str | None = None) -> bool:
+    """Whether AWS lists `resource_type` for `action` ('ec2:CreateFleet'), and `key` for it."""
+    service, _, name = action.partition(":")
+    types = reference()[service]["actions"].get(name, {})
+    if resource_type not in types:
+        return False
+    return key is None or _listed(key, _keys_for(service, types, [resource_type]))
+
+
 def check_statement(where: str, st: dict, resources: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     named = [a for a in _listify(st.get("Action", [])) + _listify(st.get("NotAction", [])) if isinstance(a, str)]
