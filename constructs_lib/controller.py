@@ -23,10 +23,10 @@ from .runtime import contract
 from .validation import ConfigurationError
 
 HANDLER = "constructs_lib.fleet.handler.handle"
-# EC2 states after which a node no longer counts, and the launch that may fill a gap.
 # Why the role's CreateFleet allow-list holds fleets, instances, volumes, placement groups and images by type.
 ASSIGNED = ("CreateFleet is allowed on this stack's launch templates and subnets only; the fleet, its instances "
             "and volumes get ids from EC2 at launch, and the image and placement group are the templates' own")
+# EC2 states after which a node no longer counts, and the launch that may fill a gap.
 STATE_EVENTS = ["pending", "running", "stopping", "stopped", "shutting-down", "terminated"]
 
 
@@ -54,7 +54,7 @@ class CapacityController(Construct):
         runs this function; off for emulators that cannot run Lambda).
       protect [()]: constructs the instances use (launch templates, security and placement
         groups): deleted only after the teardown.
-    Attributes: function, role, schedule, state_rule.
+    Attributes: function, role, schedule, state_rule, teardown (the custom resource, or None).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, spec: dict[str, Any] | str, cluster: str,
@@ -171,9 +171,10 @@ class CapacityController(Construct):
             cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
                 id=f"AwsSolutions-IAM5[Resource::{shown}]", reason=ASSIGNED))
         if self.teardown is not None:
-            self._prove_launches(launch_templates, subnet_ids)
+            self._prove_launches(self.teardown, launch_templates, subnet_ids)
 
-    def _prove_launches(self, launch_templates: Sequence[ec2.LaunchTemplate], subnet_ids: Sequence[str]) -> None:
+    def _prove_launches(self, teardown: cdk.CustomResource, launch_templates: Sequence[ec2.LaunchTemplate],
+                        subnet_ids: Sequence[str]) -> None:
         """The deploy fails with AWS's reason when the role may not launch (fleet/launch_check.py).
         Its properties name what a launch depends on, so a new template version or subnet runs it again."""
         from .fleet.launch_check import RESOURCE_TYPE
@@ -185,8 +186,7 @@ class CapacityController(Construct):
                                        "Subnets": list(subnet_ids)})
         check.node.add_dependency(self.role)  # its policy too; the templates are referenced above
         # The teardown resource's create launches the cluster: only after the proof.
-        if self.teardown is not None:
-            self.teardown.node.add_dependency(check)
+        teardown.node.add_dependency(check)
 
     def _grant(self, cluster: str, node_role: iam.IRole, bucket: s3.IBucket, key: str, log_group: logs.ILogGroup) -> None:
         stack = cdk.Stack.of(self)

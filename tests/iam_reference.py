@@ -143,10 +143,15 @@ def _segments_overlap(a: list[str], b: list[str]) -> bool:
     return len(a) == len(b) == 6 and all(overlap(x, y) for x, y in zip(a, b))
 
 
-def _keys_for(service: str, types: dict[str, list[str]], which: list[str]) -> list[str]:
+# "You cannot limit permissions to pass a role based on tags attached to the role using the
+# ResourceTag/key-name condition key" (IAM User Guide, id_roles_use_passrole).
+NO_RESOURCE_TAGS = {("iam", "passrole")}
+
+
+def _keys_for(service: str, types: dict[str, list[str]], which: list[str], action: str = "") -> list[str]:
     """The keys AWS lists for these resource types of an action: its own row's, the action-wide
-    ones, and the resource type's tag keys (which hold for any action on it)."""
-    tagged = reference()[service].get("resource_tags", {})
+    ones, and the resource type's tag keys (which hold for any action on it, but iam:PassRole)."""
+    tagged = {} if (service, action.lower()) in NO_RESOURCE_TAGS else reference()[service].get("resource_tags", {})
     return [k for t in which for k in (*types.get(t, []), *tagged.get(t, []))] + types.get("", [])
 
 
@@ -160,7 +165,7 @@ def documented(action: str, resource_type: str, key: str | None = None) -> bool:
     types = reference()[service]["actions"].get(name, {})
     if resource_type not in types:
         return False
-    return key is None or _listed(key, _keys_for(service, types, [resource_type]))
+    return key is None or _listed(key, _keys_for(service, types, [resource_type], name))
 
 
 def check_statement(where: str, st: dict, resources: dict[str, Any]) -> list[str]:
@@ -189,7 +194,7 @@ def check_statement(where: str, st: dict, resources: dict[str, Any]) -> list[str
                 if k.startswith("aws:") and not k.startswith(TAG_KEYS):
                     continue
                 supported = [(s, a) for s, a in matched
-                             if _listed(key, _keys_for(s, reference()[s]["actions"][a], list(reference()[s]["actions"][a])))]
+                             if _listed(key, _keys_for(s, reference()[s]["actions"][a], list(reference()[s]["actions"][a]), a))]
                 if not supported or (not wildcard and len(supported) < len(matched)):
                     problems.append(f"{where}: condition key {key} is not one AWS documents for {action}")
                     continue
@@ -199,7 +204,7 @@ def check_statement(where: str, st: dict, resources: dict[str, Any]) -> list[str
                     types = reference()[s]["actions"][a]
                     for arn in arns:
                         named_types = [t for t in types if t] if arn == "*" else sorted((types_of(s, arn) or set()) & set(types))
-                        missing = [t for t in named_types if not _listed(key, _keys_for(s, types, [t]))]
+                        missing = [t for t in named_types if not _listed(key, _keys_for(s, types, [t], a))]
                         if missing:
                             problems.append(f"{where}: Deny {operator} on {key} for {s}:{a} on {arn}: AWS does not put "
                                             f"that key in the request for {', '.join(missing)}, so the Deny matches every call")

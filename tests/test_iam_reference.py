@@ -91,9 +91,21 @@ def test_resource_tags_hold_for_any_action_on_the_tagged_type_and_a_dead_grant_i
     assert _problems({"Effect": "Allow", "Action": "lambda:InvokeFunction",
                       "Resource": "arn:aws:lambda:us-east-1:123456789012:function:*",
                       "Condition": {"StringEquals": {"aws:ResourceTag/team": "a"}}}) == []
+    # ...except iam:PassRole, which IAM's guide says ignores a role's tags
+    assert _problems({"Effect": "Allow", "Action": "iam:PassRole", "Resource": "arn:aws:iam::123456789012:role/SC-*",
+                      "Condition": {"StringEquals": {"iam:ResourceTag/team": "a"}}}) != []
     found = _problems({"Effect": "Allow", "Action": "logs:DescribeLogGroups",
                        "Resource": "arn:aws:logs:us-east-1:123456789012:log-group:*"})
     assert len(found) == 1 and "it takes Resource *" in found[0], found
     # a bucket and its objects in one statement, for actions on either: not dead
     assert _problems({"Effect": "Allow", "Action": ["s3:PutObject", "s3:ListBucket"],
                       "Resource": ["arn:aws:s3:::b", "arn:aws:s3:::b/*"]}) == []
+
+
+def test_the_deployer_policy_is_one_aws_documents():
+    """docs/deployer-policy.json (the CloudFormation execution policy a real-account deploy uses)."""
+    from pathlib import Path
+    doc = json.loads((Path(__file__).resolve().parents[1] / "docs" / "deployer-policy.json").read_text())
+    problems = check_template({"Resources": {"Deployer": {"Type": "AWS::IAM::ManagedPolicy",
+                                                          "Properties": {"PolicyDocument": doc}}}}, "deployer-policy")
+    assert not problems, "\n".join(problems)
