@@ -165,7 +165,7 @@ class CapacityController(Construct):
             self.role.add_to_principal_policy(iam.PolicyStatement(
                 effect=iam.Effect.DENY, actions=run, resources=[f"arn:{stack.partition}:ec2:*:*:security-group/*"],
                 conditions={"StringNotEquals": {f"aws:ResourceTag/{contract.TAG_STACK}": stack.stack_id}}))
-        region, _account = env_names(self)
+        region, _account = env_names(cdk.Stack.of(self))
         for shown in [*(nag_arn(self, "ec2", f"{k}/*") for k in ("fleet", "instance", "volume", "placement-group")),
                       f"arn:<AWS::Partition>:ec2:{region}::image/*"]:
             cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
