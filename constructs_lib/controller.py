@@ -18,11 +18,14 @@ import aws_cdk.aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from .bundle import PACKAGE, SELECTOR, _copy, staged
-from .nag import nag_arn, resource_of
+from .nag import env_names, nag_arn, resource_of
 from .runtime import contract
 from .validation import ConfigurationError
 
 HANDLER = "constructs_lib.fleet.handler.handle"
+# Why the role's CreateFleet allow-list holds fleets, instances, volumes, placement groups and images by type.
+ASSIGNED = ("CreateFleet is allowed on this stack's launch templates and subnets only; the fleet, its instances "
+            "and volumes get ids from EC2 at launch, and the image and placement group are the templates' own")
 # EC2 states after which a node no longer counts, and the launch that may fill a gap.
 STATE_EVENTS = ["pending", "running", "stopping", "stopped", "shutting-down", "terminated"]
 
@@ -51,7 +54,7 @@ class CapacityController(Construct):
         runs this function; off for emulators that cannot run Lambda).
       protect [()]: constructs the instances use (launch templates, security and placement
         groups): deleted only after the teardown.
-    Attributes: function, role, schedule, state_rule.
+    Attributes: function, role, schedule, state_rule, teardown (the custom resource, or None).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, spec: dict[str, Any] | str, cluster: str,
@@ -86,8 +89,9 @@ class CapacityController(Construct):
                 "EC2 Instance State-change Notification", "EC2 Spot Instance Interruption Warning"]))
         for rule in (self.schedule, self.state_rule):
             rule.add_target(target)  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
+        self.teardown: cdk.CustomResource | None = None
         if teardown:
-            cr = cdk.CustomResource(self, "Teardown", service_token=self.function.function_arn,
+            cr = self.teardown = cdk.CustomResource(self, "Teardown", service_token=self.function.function_arn,
                                     resource_type="Custom::DlLauncherClusterTeardown",
                                     properties={"Cluster": cluster})
             # Created after the role's policy, so the first call may launch; deleted first, so the
@@ -122,40 +126,77 @@ class CapacityController(Construct):
 
     def confine_launches(self, *, launch_templates: Sequence[ec2.LaunchTemplate], subnet_ids: Sequence[str],
                          security_groups: Sequence[ec2.ISecurityGroup] = ()) -> None:
-        """Deny every launch that does not use one of `launch_templates`, put its interfaces in
-        one of `subnet_ids` and (for the security groups this stack owns, which it tags with its
-        id) use only `security_groups`. EC2 Fleet's instant launches are authorized as RunInstances
-        on every resource, so the condition keys below hold for CreateFleet too; without them the
-        controller's role could launch a tagged node from any template, subnet or group in the
-        region (another team's template with a public address, a subnet outside the VPC)."""
+        """Let the role launch, and only from `launch_templates`, into `subnet_ids` and (for the
+        security groups this stack owns, which it tags with its id) with `security_groups` only;
+        without it the role launches nothing. Then (with teardown) prove it at deploy time: a
+        CreateFleet DryRun of every option from the role (Custom::DlLauncherLaunchCheck).
+
+        Two authorizations, two shapes, each with what AWS's service authorization reference
+        lists for it (tests/iam_reference.py checks every key against it):
+        - CreateFleet acts on fleet, instance, image, launch-template, placement-group, subnet and
+          volume, and none of them carries ec2:LaunchTemplate or ec2:Subnet (a Deny negating an
+          absent key would deny every launch). So an allow-list: this stack's templates (a fleet
+          always names one) and subnets (the controller's overrides name them) only; the rest,
+          whose ids EC2 assigns, in this region.
+        - An instant fleet launches its instances as RunInstances of the caller; there the
+          reference lists ec2:LaunchTemplate (instance), ec2:Subnet (network interface) and the
+          group's tags (security group): Denies on those keep out another team's template, a
+          subnet outside the VPC and a group this stack does not own, launched by either call."""
         stack = cdk.Stack.of(self)
-        actions = ["ec2:CreateFleet", "ec2:RunInstances"]
         arn = functools.partial(stack.format_arn, service="ec2", arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME)
         templates = [arn(resource="launch-template", resource_name=t.launch_template_id) for t in launch_templates]
         subnets = [arn(resource="subnet", resource_name=s) for s in subnet_ids]
+        assigned = [arn(resource=kind, resource_name="*") for kind in ("fleet", "instance", "volume", "placement-group")]
+        image = arn(resource="image", resource_name="*", account="")
+        self.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["ec2:CreateFleet"], resources=[*templates, *subnets, *assigned, image]))
+        run = ["ec2:RunInstances"]
         instance = f"arn:{stack.partition}:ec2:*:*:instance/*"
         self.role.add_to_principal_policy(iam.PolicyStatement(
-            effect=iam.Effect.DENY, actions=actions, resources=[instance],
+            effect=iam.Effect.DENY, actions=run, resources=[instance],
             conditions={"ArnNotEquals": {"ec2:LaunchTemplate": templates}}))
         self.role.add_to_principal_policy(iam.PolicyStatement(
-            effect=iam.Effect.DENY, actions=actions, resources=[f"arn:{stack.partition}:ec2:*:*:network-interface/*"],
+            effect=iam.Effect.DENY, actions=run, resources=[f"arn:{stack.partition}:ec2:*:*:network-interface/*"],
             conditions={"ArnNotEquals": {"ec2:Subnet": subnets}}))
         owned = [g for g in security_groups if isinstance(g, ec2.SecurityGroup)]
         if owned and len(owned) == len(security_groups):  # an imported group cannot carry the tag
             for g in owned:
                 cdk.Tags.of(g).add(contract.TAG_STACK, stack.stack_id)
             self.role.add_to_principal_policy(iam.PolicyStatement(
-                effect=iam.Effect.DENY, actions=actions, resources=[f"arn:{stack.partition}:ec2:*:*:security-group/*"],
+                effect=iam.Effect.DENY, actions=run, resources=[f"arn:{stack.partition}:ec2:*:*:security-group/*"],
                 conditions={"StringNotEquals": {f"aws:ResourceTag/{contract.TAG_STACK}": stack.stack_id}}))
+        region, _account = env_names(cdk.Stack.of(self))
+        for shown in [*(nag_arn(self, "ec2", f"{k}/*") for k in ("fleet", "instance", "volume", "placement-group")),
+                      f"arn:<AWS::Partition>:ec2:{region}::image/*"]:
+            cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
+                id=f"AwsSolutions-IAM5[Resource::{shown}]", reason=ASSIGNED))
+        if self.teardown is not None:
+            self._prove_launches(self.teardown, launch_templates, subnet_ids)
+
+    def _prove_launches(self, teardown: cdk.CustomResource, launch_templates: Sequence[ec2.LaunchTemplate],
+                        subnet_ids: Sequence[str]) -> None:
+        """The deploy fails with AWS's reason when the role may not launch (fleet/launch_check.py).
+        Its properties name what a launch depends on, so a new template version or subnet runs it again."""
+        from .fleet.launch_check import RESOURCE_TYPE
+
+        check = cdk.CustomResource(self, "LaunchCheck", service_token=self.function.function_arn,
+                                   resource_type=RESOURCE_TYPE, properties={
+                                       "Templates": [t.launch_template_id for t in launch_templates],
+                                       "Versions": [t.latest_version_number for t in launch_templates],
+                                       "Subnets": list(subnet_ids)})
+        check.node.add_dependency(self.role)  # its policy too; the templates are referenced above
+        # The teardown resource's create launches the cluster: only after the proof.
+        teardown.node.add_dependency(check)
 
     def _grant(self, cluster: str, node_role: iam.IRole, bucket: s3.IBucket, key: str, log_group: logs.ILogGroup) -> None:
         stack = cdk.Stack.of(self)
         tag = contract.TAG_CLUSTER
         here = {"StringEquals": {"aws:RequestedRegion": stack.region}}
         statements = [
-            # A fleet touches resources whose ids only EC2 knows (instances, interfaces, volumes,
-            # the fleet itself) beside the templates, subnets, groups and images: this region only...
-            iam.PolicyStatement(actions=["ec2:CreateFleet", "ec2:RunInstances"], resources=["*"], conditions=here),
+            # An instant fleet's instances are authorized as RunInstances, on resources whose ids
+            # only EC2 knows (instances, interfaces, volumes) beside the templates, subnets, groups
+            # and images: this region only (CreateFleet itself: confine_launches)...
+            iam.PolicyStatement(actions=["ec2:RunInstances"], resources=["*"], conditions=here),
             # ...and never an instance that is not tagged as this cluster's, of this stack (two
             # statements: the keys of one condition would both have to differ to deny).
             iam.PolicyStatement(effect=iam.Effect.DENY, actions=["ec2:CreateFleet", "ec2:RunInstances"],
@@ -181,6 +222,8 @@ class CapacityController(Construct):
             iam.PolicyStatement(actions=["ec2:DescribeInstances", "ec2:DescribeFleets",
                                          "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeCapacityReservations"],
                                 resources=["*"], conditions=here),
+            # The launch check's reason for a denial (which statement, which resource) in the deploy's error.
+            iam.PolicyStatement(actions=["sts:DecodeAuthorizationMessage"], resources=["*"], conditions=here),
             iam.PolicyStatement(actions=["iam:PassRole"], resources=[node_role.role_arn],
                                 conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}),
             # EC2 Fleet and spot launch through their service-linked roles, made on first use.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from typing import Mapping, Optional, Sequence
@@ -56,10 +57,11 @@ class JobLogs(Construct):
         # interface's, so pyright finds none (aws/jsii#4541).
         logs_service: iam.IPrincipal = (
             iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com"))  # pyright: ignore[reportAssignmentType]  # jsii stub: aws/jsii#4541
-        # CloudWatch Logs encrypts and decrypts for this group only (its documented key policy).
+        # CloudWatch Logs encrypts and decrypts for this group only (its documented key policy, less
+        # kms:Describe*: no Describe action carries the encryption context, so that grant never held).
         self.key.add_to_resource_policy(iam.PolicyStatement(
             principals=[logs_service],
-            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*"],
             resources=["*"],  # in a key policy, "*" is this key
             conditions={"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": group_arn}}))
         # Destroyed with the stack: a kept group of a fixed name would make the next deploy of the
@@ -102,6 +104,10 @@ class JobDefinition(Construct):
       data [()]: s3://bucket/prefix datasets, staged onto every node's scratch RAID at
         DL_DATA_DIR/bucket/prefix before the first generation (runtime/staging.py); the node role
         may read exactly those prefixes.
+      data_owner [the stack's account]: the 12-digit account that owns the data buckets; the
+        node role's reads hold only for buckets of that account (s3:ResourceAccount, checked by S3
+        on every request, the AWS CLI's sync included), so a bucket name someone else registers
+        is never read.
       checkpoint_dir [None]: where the command's framework writes its own checkpoints, relative
         to the working directory (an HF output_dir, a Lightning dirpath): every checkpoint it
         completes there is the job's (uploaded, and restored there before each generation),
@@ -117,7 +123,7 @@ class JobDefinition(Construct):
                  code: Optional[str | CodeAsset] = None, setup: Optional[str] = None,
                  env: Optional[Mapping[str, str]] = None, secrets: Optional[Mapping[str, str]] = None,
                  secrets_kms: Sequence[str] = (), image: Optional[str] = None, data: Sequence[str] = (),
-                 checkpoint_dir: Optional[str] = None) -> None:
+                 checkpoint_dir: Optional[str] = None, data_owner: Optional[str] = None) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
         region = None if cdk.Token.is_unresolved(stack.region) else stack.region
@@ -146,6 +152,9 @@ class JobDefinition(Construct):
         if problem:
             raise ConfigurationError(problem)
         self.data = tuple(data_source(u) for u in data)
+        if data_owner is not None and not re.fullmatch(r"[0-9]{12}", data_owner):
+            raise ConfigurationError(f"data_owner {data_owner!r} is not an AWS account id (12 digits)")
+        self.data_owner = data_owner or stack.account
         for label, text in (("command", command), ("setup", setup)):
             if text is not None and (cdk.Token.is_unresolved(text) or not text.strip()):
                 raise ConfigurationError(f"{label}: a bash script body known at synth (not empty, not a token)")
@@ -185,7 +194,7 @@ class JobDefinition(Construct):
         """Read-only access to exactly the `data` prefixes (none without data)."""
         if not self.data:
             return
-        for statement in _data_grants(cdk.Stack.of(self), self.data):
+        for statement in _data_grants(cdk.Stack.of(self), self.data, self.data_owner):
             grantee.grant_principal.add_to_principal_policy(statement)
         if isinstance(grantee, Construct):
             for bucket, prefix in self.data:
@@ -240,17 +249,20 @@ class JobDefinition(Construct):
                 cdk.Validations.of(grantee).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
 
 
-def _data_grants(stack: cdk.Stack, sources: Sequence[tuple[str, str]]) -> list[iam.PolicyStatement]:
-    """Read-only, exactly the prefixes: GetObject under each, ListBucket only with each prefix."""
+def _data_grants(stack: cdk.Stack, sources: Sequence[tuple[str, str]], owner: str) -> list[iam.PolicyStatement]:
+    """Read-only, exactly the prefixes: GetObject under each, ListBucket only with each prefix;
+    only in buckets `owner` owns (a bucket ARN names no account: s3:ResourceAccount does)."""
     by_bucket: dict[str, list[str]] = {}
     for bucket, prefix in sources:
         by_bucket.setdefault(bucket, []).append(prefix)
+    owned = {"StringEquals": {"s3:ResourceAccount": owner}}
     objects = [f"arn:{stack.partition}:s3:::{b}/{p}*" for b, ps in by_bucket.items() for p in ps]
-    out = [iam.PolicyStatement(actions=["s3:GetObject"], resources=objects)]
+    out = [iam.PolicyStatement(actions=["s3:GetObject"], resources=objects, conditions=owned)]
     for bucket, prefixes in by_bucket.items():
+        listing = {"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}} if all(prefixes) else {}
         out.append(iam.PolicyStatement(
             actions=["s3:ListBucket"], resources=[f"arn:{stack.partition}:s3:::{bucket}"],
-            conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}} if all(prefixes) else None))
+            conditions={**owned, **listing}))
     return out
 
 

@@ -13,6 +13,9 @@
 - `secrets_kms`: KMS key ARNs that encrypt those secrets, comma-separated.
 - `data`: s3://bucket/prefix[,s3://...]: datasets staged onto every node's scratch RAID before the
   first generation (constructs_lib/runtime/staging.py); the node role may read exactly those.
+- `data_owner`: the 12-digit account that owns the `data` buckets (the stack's own by default):
+  the node role reads them only there (s3:ResourceAccount), so a look-alike bucket of another
+  account is never read.
 - `checkpoint_dir`: where the command's framework writes its own checkpoints, relative to the
   working directory (`outputs` for an HF output_dir, `checkpoints` for a Lightning dirpath): the
   node uploads what the framework completes there and restores the cluster's step there before
@@ -39,7 +42,7 @@ from constructs_lib.runtime.staging import data_source
 from selector.errors import UserError
 
 KEYS = ("code", "image", "setup", "setup_file", "env", "secrets", "secrets_kms", "data", "data_mode", "fsx_gib",
-        "fsx_throughput", "checkpoint_dir")
+        "fsx_throughput", "checkpoint_dir", "data_owner")
 DATA_MODES = ("stage", "fsx")
 PATH_KEYS = ("code", "setup_file")
 LONG_KEYS = ("env", "secrets", "secrets_kms", "setup")  # may be long and hold any printable text (env, setup)
@@ -48,7 +51,7 @@ EXAMPLES = {"code": "examples/train_project", "image": "123456789012.dkr.ecr.us-
             "secrets": "HF_TOKEN=arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token-AbCdEf",
             "secrets_kms": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
             "data": "s3://my-datasets/imagenet/train", "data_mode": "fsx", "fsx_gib": "2400", "fsx_throughput": "250",
-            "checkpoint_dir": "outputs"}
+            "checkpoint_dir": "outputs", "data_owner": "123456789012"}
 SETUP_LIMIT = 64 * 1024  # the setup text ships in the job definition (an S3 asset), not in user data
 VALUE_LIMIT = 4096       # one env value
 PLAIN_INT = re.compile(r"[0-9]+", re.ASCII)
@@ -70,6 +73,7 @@ class JobSettings:
     fsx_gib: int = 1200
     fsx_throughput: int = 125
     checkpoint_dir: Optional[str] = None
+    data_owner: Optional[str] = None
 
     @property
     def any(self) -> bool:
@@ -225,7 +229,20 @@ def job_from_context(ctx: Mapping[str, Any], region: str,
     mode, gib, throughput = _data_mode(ctx, data)
     return JobSettings(code=code, image=image, setup=setup, env=tuple(env), secrets=tuple(secrets), secrets_kms=kms,
                        data=data, data_mode=mode, fsx_gib=gib, fsx_throughput=throughput,
-                       checkpoint_dir=_checkpoint_dir(ctx, shipped))
+                       checkpoint_dir=_checkpoint_dir(ctx, shipped), data_owner=_data_owner(ctx, data, mode))
+
+
+def _data_owner(ctx: Mapping[str, Any], data: tuple[str, ...], mode: str) -> Optional[str]:
+    if "data_owner" not in ctx:
+        return None
+    value = ctx["data_owner"].strip()
+    if not re.fullmatch(r"[0-9]{12}", value):
+        raise UserError(f"context data_owner={value!r}: an AWS account id is 12 digits, e.g. "
+                        f"data_owner={EXAMPLES['data_owner']}")
+    if not data or mode != "stage":
+        raise UserError("context data_owner names who owns the buckets of data=... staged onto the nodes: pass "
+                        "data=s3://... with it (data_mode=stage)")
+    return value
 
 
 def _checkpoint_dir(ctx: Mapping[str, Any], shipped: tuple[str, ...]) -> Optional[str]:

@@ -121,6 +121,7 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
     # Custom resources are Lambda invocations (above): CloudFormation invokes the function.
     "Custom::VpcRestrictDefaultSG": ((), ""),
     "Custom::DlLauncherClusterTeardown": ((), ""),
+    "Custom::DlLauncherLaunchCheck": ((), ""),
 }
 
 
@@ -129,6 +130,9 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
 # against it), and of IAM only passing SC- roles to EC2 and the EC2 launch services' linked roles.
 # The launch role may create or change a role only with this boundary on it, so a product version
 # (or whoever could edit one) cannot mint a role that manages IAM or does anything else.
+# The data reads are held to where a product's data lives (issue 35): S3 to the buckets
+# CloudFormation names for a launch (sc-...) and the portfolio's asset objects, SSM parameters to
+# dl-launcher's own path; no secret at all (a product takes none).
 BOUNDARY_ACTIONS = (
     "cloudformation:DescribeStacks",
     "cloudwatch:GetMetricData", "cloudwatch:ListMetrics", "cloudwatch:PutMetricData",
@@ -142,15 +146,16 @@ BOUNDARY_ACTIONS = (
     "ecr:GetDownloadUrlForLayer",
     "kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*",
     "logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents",
-    "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:ListMultipartUploadParts",
-    "s3:PutObject",
-    "secretsmanager:GetSecretValue",
     "sns:Publish",
-    "ssm:DescribeParameters", "ssm:GetCommandInvocation", "ssm:GetParameter", "ssm:GetParameterHistory",
-    "ssm:GetParameters", "ssm:SendCommand", "ssm:UpdateInstanceInformation",
+    "sts:DecodeAuthorizationMessage",
+    "ssm:DescribeParameters", "ssm:GetCommandInvocation", "ssm:SendCommand", "ssm:UpdateInstanceInformation",
     "ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
     "ssmmessages:OpenDataChannel",
 )
+# Reads and writes of a launch's own buckets (CloudFormation names them after the SC- stack).
+BOUNDARY_S3 = ("s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket",
+               "s3:ListMultipartUploadParts", "s3:PutObject")
+BOUNDARY_SSM_READS = ("ssm:GetParameter", "ssm:GetParameterHistory", "ssm:GetParameters")
 # The role actions whose request carries iam:PermissionsBoundary (the role's boundary, or the new one).
 BOUNDED_ROLE_ACTIONS = ("iam:CreateRole", "iam:AttachRolePolicy", "iam:DetachRolePolicy", "iam:PutRolePolicy",
                         "iam:DeleteRolePolicy")
@@ -165,29 +170,42 @@ class ProductRoleBoundary(Construct):
     name (each account a portfolio is shared with deploys its own copy beside the launch role).
     Attributes: policy."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, portfolio: str) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, portfolio: str, assets: str) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
+        p, a = stack.partition, stack.account
         self.policy = iam.ManagedPolicy(self, "Policy", managed_policy_name=boundary_name(portfolio),
                                         description="dl-launcher products: the most any role of a launch may do",
                                         statements=[
             iam.PolicyStatement(actions=list(BOUNDARY_ACTIONS), resources=["*"]),
+            iam.PolicyStatement(actions=list(BOUNDARY_S3), resources=[f"arn:{p}:s3:::sc-*", f"arn:{p}:s3:::sc-*/*"]),
+            # The node bundle and Lambda code, in the hub's asset bucket: read only.
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"arn:{p}:s3:::{assets}/*"]),
+            iam.PolicyStatement(actions=list(BOUNDARY_SSM_READS),
+                                resources=[f"arn:{p}:ssm:{stack.region}:{a}:parameter/dl-launcher/*"]),
             iam.PolicyStatement(actions=["iam:PassRole"], resources=[f"arn:{stack.partition}:iam::{stack.account}:role/SC-*"],
                                 conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}),
             iam.PolicyStatement(actions=["iam:CreateServiceLinkedRole"], resources=["*"],
                                 conditions={"StringEquals": {"iam:AWSServiceName": ["ec2fleet.amazonaws.com",
                                                                                      "spot.amazonaws.com"]}}),
         ])
-        self.policy.node.default_child.add_metadata("checkov", {"skip": [{
-            "id": "CKV_AWS_108", "comment": "a permissions boundary grants nothing: it caps the product's roles, "
-            "whose own policies hold s3:GetObject, ssm:GetParameter and secretsmanager:GetSecretValue to the job's "
-            "bucket prefix, parameters and named secrets"}]})
         why = ("a permissions boundary is a ceiling, not a grant: each role's own policy names its resources; the "
-               "boundary holds launches to these actions and to no IAM beyond passing SC- roles to EC2")
+               "boundary holds launches to these actions, data reads to a launch's sc- buckets, the asset objects "
+               "and dl-launcher's parameters, and to no IAM beyond passing SC- roles to EC2")
+        region, account = env_names(stack)
         for finding in ["AwsSolutions-IAM5[Resource::*]",
-                        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:iam::{env_names(stack)[1]}:role/SC-*]",
+                        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:iam::{account}:role/SC-*]",
+                        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::sc-*]",
+                        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::sc-*/*]",
+                        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{assets}/*]",
+                        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ssm:{region}:{account}:parameter/dl-launcher/*]",
                         *(f"AwsSolutions-IAM5[Action::{a}]" for a in BOUNDARY_ACTIONS if a.endswith("*"))]:
             cdk.Validations.of(self.policy).acknowledge(cdk.Acknowledgment(id=finding, reason=why))
+
+
+# Actions that AWS's service authorization reference lists with no resource type: granted on an
+# ARN they would never apply (tests/iam_reference.py), so they go on "*" whatever their row names.
+UNSCOPED_ACTIONS = frozenset({"logs:DescribeLogGroups"})
 
 
 def permissions_for(resource_types: Iterable[str]) -> dict[str, tuple[str, ...]]:
@@ -197,8 +215,8 @@ def permissions_for(resource_types: Iterable[str]) -> dict[str, tuple[str, ...]]
         if t not in PERMISSIONS:
             raise ValueError(f"the launch role has no permissions for {t}: add its row to stacks/launch_role.py")
         actions, resource = PERMISSIONS[t]
-        if actions:
-            out.setdefault(resource, set()).update(actions)
+        for a in actions:
+            out.setdefault("*" if a in UNSCOPED_ACTIONS else resource, set()).add(a)
     return {r: tuple(sorted(a)) for r, a in out.items()}
 
 
@@ -229,8 +247,11 @@ class LaunchRole(Construct):
             actions=["cloudformation:CreateStack", "cloudformation:UpdateStack", "cloudformation:DeleteStack",
                      "cloudformation:DescribeStacks", "cloudformation:DescribeStackEvents",
                      "cloudformation:GetTemplateSummary", "cloudformation:SetStackPolicy",
-                     "cloudformation:ValidateTemplate", "cloudformation:TagResource"],
+                     "cloudformation:TagResource"],
             resources=[f"arn:{stack.partition}:cloudformation:{stack.region}:{stack.account}:stack/SC-*"]))
+        # ValidateTemplate names no stack: AWS authorizes it on "*" only.
+        self.role.add_to_principal_policy(iam.PolicyStatement(actions=["cloudformation:ValidateTemplate"],
+                                                              resources=["*"]))
         # Service Catalog keeps each product version's template in its own bucket and tags it.
         self.role.add_to_principal_policy(iam.PolicyStatement(
             actions=["s3:GetObject"], resources=["*"],

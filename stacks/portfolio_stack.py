@@ -61,7 +61,8 @@ class LaunchRoleStack(cdk.Stack):
                  **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
         assets = s3.Bucket.from_bucket_name(self, "HubAssets", portfolio.asset_bucket_name)
-        self.boundary = ProductRoleBoundary(self, "ProductRoleBoundary", portfolio=settings.name).policy
+        self.boundary = ProductRoleBoundary(self, "ProductRoleBoundary", portfolio=settings.name,
+                                            assets=portfolio.asset_bucket_name).policy
         self.role = LaunchRole(self, "LaunchRole", resource_types=portfolio.resource_types, assets=assets,
                                boundary=self.boundary, role_name=launch_role_name(settings)).role
 
@@ -112,7 +113,8 @@ class PortfolioStack(cdk.Stack):
                                if isinstance(r, cdk.CfnResource)}
         # Shared: Service Catalog looks the launch role up by name in each account that launches.
         self.shared = bool(settings.share_with_accounts or settings.share_with_organization_units)
-        self.boundary = ProductRoleBoundary(self, "ProductRoleBoundary", portfolio=settings.name).policy
+        self.boundary = ProductRoleBoundary(self, "ProductRoleBoundary", portfolio=settings.name,
+                                            assets=self.asset_bucket_name).policy
         self.launch_role = LaunchRole(self, "LaunchRole", resource_types=self.resource_types, assets=self.assets,
                                       boundary=self.boundary,
                                       role_name=launch_role_name(settings) if self.shared else None).role

@@ -252,3 +252,17 @@ def test_every_warning_of_every_profile_names_what_to_do(all_profiles):
     stack = TrainingStack(cdk.App(), "dl-arm-notes", settings=s, selection=select(s))
     assert any("g5g.xlarge has no instance-store NVMe: /scratch is on the root volume" in n for n in stack.notes())
     assert "  note: g5g.xlarge has no instance-store NVMe" in summary(s, select(s), notes=stack.notes())
+
+
+def test_every_policy_of_every_profile_is_one_aws_documents(all_profiles):
+    """Issue 35, item 1: each action, condition key and resource type in every policy of every
+    profile's stack (node, controller, guard and Lambda roles, bucket and key policies) as AWS's
+    service authorization reference lists them (tests/iam_reference.py)."""
+    from tests.iam_reference import check_template, policy_count
+
+    problems, policies = [], 0
+    for profile, (_stack, t) in all_profiles.items():
+        problems += check_template(t.to_json(), profile)
+        policies += policy_count(t.to_json())
+    assert policies >= 10 * len(all_profiles)
+    assert not problems, "\n".join(problems)

@@ -329,6 +329,21 @@ def test_an_opted_in_budget_stops_the_products_clusters_through_a_stop_topic(tea
                                                    "aws:ResourceTag/dl-launcher:product": ["team/multi-node-training"]}
 
 
+def test_every_policy_of_the_portfolio_and_its_products_is_one_aws_documents(default_portfolio, team_portfolio):
+    """Issue 35, item 1: the launch role, the products' permissions boundary and every product's
+    policies against AWS's service authorization reference (tests/iam_reference.py)."""
+    from tests.iam_reference import check_template, policy_count
+
+    problems, policies = [], 0
+    for out in (default_portfolio, team_portfolio):
+        for f in sorted(out.glob("*.template.json")):
+            t = json.loads(f.read_text())
+            problems += check_template(t, f.name)
+            policies += policy_count(t)
+    assert policies > 100
+    assert not problems, "\n".join(problems)
+
+
 def test_checkov_on_the_portfolio_and_its_products(team_portfolio):
     from tests.cdk_checks import checkov
     checkov(sorted(team_portfolio.glob("*.template.json")))

@@ -11,7 +11,11 @@ guard or a teardown stopped; it comes back from its newest checkpoint.
 The job's end (JOB_END_ENV, see job_end.py): every reconcile of a job with a command looks for
 its nodes' finished/failed record and, once there is one, stops the cluster or keeps it.
 
-CloudFormation custom resource: Create/Update reconcile (clearing a teardown), Delete tears the
+CloudFormation custom resource Custom::DlLauncherLaunchCheck: Create/Update dry-run every
+option's launch from this function's role (launch_check.py), failing the deploy with AWS's reason
+when IAM would refuse it; Delete does nothing.
+
+CloudFormation custom resource Custom::DlLauncherClusterTeardown: Create/Update reconcile (clearing a teardown), Delete tears the
 cluster down; the answer goes to the ResponseURL whatever happens, FAILED with the reason on an
 exception and, just before the Lambda would time out, FAILED for the timeout: CloudFormation is
 never left waiting an hour for an answer that will not come.
@@ -30,6 +34,7 @@ from .controller import Controller
 from .errors import error_code
 from .instances import list_cluster, terminate
 from .job_end import JOB_END_ENV, JobEndWatch
+from .launch_check import RESOURCE_TYPE as LAUNCH_CHECK, check_launch
 from .spec import ClusterSpec
 from .state import StateStore
 
@@ -194,6 +199,8 @@ def _custom_resource(event: dict[str, Any], context: Any) -> dict[str, Any]:
             responder.send("SUCCESS", f"nothing to delete: {e}")
             return {"status": "SUCCESS"}
         ec2, s3 = _clients()
+        if event.get("ResourceType") == LAUNCH_CHECK:
+            return _launch_check(responder, kind, spec, ec2)
         previous = event.get("PhysicalResourceId")
         responder.physical_id = spec.cluster if kind != "Delete" else previous or spec.cluster
         if kind == "Delete" and previous and previous != spec.cluster:
@@ -214,3 +221,17 @@ def _custom_resource(event: dict[str, Any], context: Any) -> dict[str, Any]:
     finally:
         if watchdog:
             watchdog.cancel()
+
+
+def _launch_check(responder: _Responder, kind: str, spec: ClusterSpec, ec2: Any) -> dict[str, Any]:
+    responder.physical_id = f"{spec.cluster}-launch-check"
+    if kind == "Delete":
+        responder.send("SUCCESS", "a dry run leaves nothing to delete")
+        return {"status": "SUCCESS"}
+    import boto3
+
+    # The role may decode in its own region only (aws:RequestedRegion): STS's regional endpoint.
+    os.environ.setdefault("AWS_STS_REGIONAL_ENDPOINTS", "regional")
+    summary = check_launch(ec2, spec, sts=boto3.client("sts"))
+    responder.send("SUCCESS", summary, {"Cluster": spec.cluster})
+    return {"status": "SUCCESS", "checked": summary}

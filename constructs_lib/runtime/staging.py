@@ -96,7 +96,9 @@ def plan(sources: list[tuple[str, str]], s3: Any) -> list[Dataset]:
             code = getattr(e, "response", {}).get("Error", {}).get("Code", "")
             if code in ("AccessDenied", "NoSuchBucket", "AllAccessDisabled"):
                 raise StagingError(f"{ds.uri}: {code} (the node role may read the data prefixes the stack was "
-                                   "deployed with: redeploy with -c data=... naming it)", final=True) from None
+                                   "deployed with, in buckets of the account -c data_owner names, the stack's own "
+                                   "by default: redeploy with -c data=... naming it, and -c data_owner=ACCOUNT for "
+                                   "a bucket of another account)", final=True) from None
             raise StagingError(f"{ds.uri}: listing failed: {type(e).__name__}: {e}") from None
         if not ds.sizes:
             raise StagingError(f"{ds.uri} holds no objects (check the prefix: s3 ls {ds.uri})", final=True)

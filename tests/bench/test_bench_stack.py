@@ -139,6 +139,16 @@ def test_on_demand_plan_has_no_spot_options(tmp_path):
         assert "InstanceMarketOptions" not in lt["Properties"]["LaunchTemplateData"]
 
 
+def test_every_policy_is_one_aws_documents(spot_template):
+    """Issue 35, item 1: the bench stack's policies against AWS's service authorization reference."""
+    from tests.iam_reference import check_template, policy_count
+
+    _, t = spot_template
+    assert policy_count(t) >= 1
+    problems = check_template(t, "bench")
+    assert not problems, "\n".join(problems)
+
+
 def test_cfn_lint_and_checkov_are_clean(spot_template):
     path, _ = spot_template
     cfn_lint([path])

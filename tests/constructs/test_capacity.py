@@ -214,6 +214,24 @@ def test_the_cluster_is_terminated_before_what_it_runs_on_is_deleted(cluster):
     assert kinds == [False, True], "EC2 state changes and a one-minute schedule wake the controller"
 
 
+def test_the_deploy_proves_the_controller_may_launch_before_it_launches(cluster):
+    """Issue 35: a CreateFleet DryRun from the controller's role (fleet/launch_check.py) once its
+    policy and every template exist; the teardown resource, whose create launches, waits for it."""
+    _, t = cluster
+    (check_id, check), = t.find_resources("Custom::DlLauncherLaunchCheck").items()
+    (teardown,) = t.find_resources("Custom::DlLauncherClusterTeardown").values()
+    (fn_id,) = t.find_resources("AWS::Lambda::Function")
+    assert check["Properties"]["ServiceToken"] == {"Fn::GetAtt": [fn_id, "Arn"]}
+    policies = [k for k, p in t.find_resources("AWS::IAM::Policy").items() if "ControllerRole" in k]
+    assert policies and set(policies) <= set(check["DependsOn"])
+    referenced = {r["Ref"] for r in check["Properties"]["Templates"]}  # a Ref orders the templates first
+    assert referenced == set(t.find_resources("AWS::EC2::LaunchTemplate"))
+    assert check_id in teardown["DependsOn"]
+    # a new template version or subnet proves it again
+    assert len(check["Properties"]["Templates"]) == len(check["Properties"]["Versions"]) == 2
+    assert check["Properties"]["Subnets"]
+
+
 def test_every_node_type_runs_the_agent_and_the_job(cluster):
     cap, t = cluster
     templates = t.find_resources("AWS::EC2::LaunchTemplate")

@@ -1,7 +1,10 @@
 """Issue 22 (low): the controller's role launches only from its own stack's launch templates, into
 its own subnets, with its own security group. Checked by evaluating the synthesized policies the
 way IAM documents it (an explicit deny wins; a negated operator is true when the key is absent)
-for the RunInstances authorization an EC2 Fleet instant launch makes on each resource."""
+for CreateFleet and for the RunInstances authorization an EC2 Fleet instant launch makes, on each
+resource type AWS's service authorization reference lists for that action and with only the
+condition keys it lists there (issue 35: this test once put ec2:LaunchTemplate into CreateFleet's
+context, where AWS never does, and so passed a policy that denied every launch)."""
 from __future__ import annotations
 
 import fnmatch
@@ -12,6 +15,7 @@ import pytest
 from constructs_lib.runtime import contract
 from tests.cdk_checks import listify, role_statements, training_template
 from tests.constructs.userdata_text import evaluate
+from tests.iam_reference import documented
 
 ACCOUNT = "123456789012"
 STACK_ID = "<AWS::StackId>"  # what evaluate() leaves for the stack id: one value, compared as such
@@ -77,20 +81,25 @@ def _launch(controller, *, template: str, subnet: str, group_tag, cluster="dl-fe
     lt = f"arn:aws:ec2:us-east-1:{ACCOUNT}:launch-template/{template}"
     base = {"ec2:LaunchTemplate": lt, "aws:RequestedRegion": "us-east-1"}
     requests = [
-        (f"arn:aws:ec2:us-east-1:{ACCOUNT}:instance/*", {**base, f"aws:RequestTag/{contract.TAG_CLUSTER}": cluster,
-                                                          f"aws:RequestTag/{contract.TAG_STACK}": stack}),
-        (f"arn:aws:ec2:us-east-1:{ACCOUNT}:network-interface/*",
+        ("instance", f"arn:aws:ec2:us-east-1:{ACCOUNT}:instance/*", {
+            **base, f"aws:RequestTag/{contract.TAG_CLUSTER}": cluster, f"aws:RequestTag/{contract.TAG_STACK}": stack}),
+        ("network-interface", f"arn:aws:ec2:us-east-1:{ACCOUNT}:network-interface/*",
          {**base, "ec2:Subnet": f"arn:aws:ec2:us-east-1:{ACCOUNT}:subnet/{subnet}"}),
-        (f"arn:aws:ec2:us-east-1:{ACCOUNT}:security-group/sg-0123456789abcdef0",
-         {**base, f"aws:ResourceTag/{contract.TAG_STACK}": group_tag}),
-        (f"arn:aws:ec2:us-east-1:{ACCOUNT}:subnet/{subnet}", base),
-        (lt, base),
-        ("arn:aws:ec2:us-east-1::image/ami-0123456789abcdef0", base),
-        (f"arn:aws:ec2:us-east-1:{ACCOUNT}:volume/*", base),
+        ("security-group", f"arn:aws:ec2:us-east-1:{ACCOUNT}:security-group/sg-0123456789abcdef0",
+         {**base, **({f"aws:ResourceTag/{contract.TAG_STACK}": group_tag} if group_tag else {})}),
+        ("subnet", f"arn:aws:ec2:us-east-1:{ACCOUNT}:subnet/{subnet}", base),
+        ("launch-template", lt, base),
+        ("image", "arn:aws:ec2:us-east-1::image/ami-0123456789abcdef0", base),
+        ("volume", f"arn:aws:ec2:us-east-1:{ACCOUNT}:volume/*", base),
+        ("fleet", f"arn:aws:ec2:us-east-1:{ACCOUNT}:fleet/fleet-0123", base),
     ]
     why = []
     for action in ("ec2:CreateFleet", "ec2:RunInstances"):
-        for arn, ctx in requests:
+        for kind, arn, everything in requests:
+            # Only the resource types, and on each only the keys, AWS documents for the action.
+            if not documented(action, kind):
+                continue
+            ctx = {k: v for k, v in everything.items() if k.startswith("aws:Requested") or documented(action, kind, k)}
             denied = [st for st in controller["statements"] if st["Effect"] == "Deny" and _applies(st, action, arn, ctx)]
             allowed = [st for st in controller["statements"] if st["Effect"] == "Allow" and _applies(st, action, arn, ctx)]
             if denied:
@@ -109,13 +118,16 @@ def test_its_own_launch_is_allowed(controller):
 def test_another_launch_template_is_denied(controller):
     why = _launch(controller, template="lt-0someoneelses00000", subnet=controller["subnets"][0],
                   group_tag=STACK_ID)
-    assert why and all("denied" in w for w in why)
+    # CreateFleet is allowed on the stack's own templates only; the instances' RunInstances is denied
+    assert "ec2:CreateFleet arn:aws:ec2:us-east-1:123456789012:launch-template/lt-0someoneelses00000: no allow" in why
+    assert any(w.startswith("ec2:RunInstances") and "instance/*: denied" in w for w in why), why
 
 
 def test_another_subnet_is_denied(controller):
     why = _launch(controller, template=controller["templates"][0], subnet="subnet-0public000000000",
                   group_tag=STACK_ID)
     assert any("network-interface" in w and "denied" in w for w in why), why
+    assert any(w.startswith("ec2:CreateFleet") and "subnet/subnet-0public" in w for w in why), why
 
 
 @pytest.mark.parametrize("tag", [None, "arn:aws:cloudformation:us-east-1:123456789012:stack/other/1"])

@@ -26,6 +26,12 @@ ROWS = [
     ({"code": "{tmp}/dirlink"}, "'data' is a link to a directory"),
     ({"code": "{tmp}/big"}, "over the limit for code shipped with each deploy (256 MiB, 20,000 files); largest: "
                             "weights/ 257 MiB. Keep data, checkpoints and environments out"),
+    # ---- data_owner: the account that owns the data buckets (issue 35) -------------------------
+    ({"data": "s3://team-data/x", "data_owner": "12345678901"}, "context data_owner='12345678901': an AWS account "
+                                                                "id is 12 digits, e.g. data_owner=123456789012"),
+    ({"data": "s3://team-data/x", "data_owner": "arn:aws:iam::123456789012:root"}, "an AWS account id is 12 digits"),
+    ({"data_owner": "123456789012"}, "context data_owner names who owns the buckets of data=... staged onto the "
+                                     "nodes: pass data=s3://... with it"),
     # ---- checkpoint_dir: the framework's own checkpoints, relative to the working directory ----
     ({"checkpoint_dir": "/scratch/outputs"}, "context checkpoint_dir=/scratch/outputs is absolute: use a relative "
                                              "path inside the working directory, e.g. outputs"),

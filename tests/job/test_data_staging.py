@@ -153,13 +153,37 @@ def test_the_node_role_reads_exactly_the_prefixes():
     job.grant_run(role)
     (policy,) = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
     text = json.dumps(stack.resolve(policy["Properties"]["PolicyDocument"]["Statement"]))
-    assert '"s3:GetObject", "Effect": "Allow", "Resource": [{"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ' \
+    assert '"Resource": [{"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ' \
            '":s3:::team-datasets/imagenet/train/*"]]}' in text
     assert ":s3:::team-datasets/imagenet/labels/*" in text and ":s3:::other-bucket/*" in text
     # Listing is held to the prefixes; the whole-bucket dataset lists its whole bucket.
     assert '"StringLike": {"s3:prefix": ["imagenet/train/*", "imagenet/labels/*"]}' in text
     assert text.count('"s3:ListBucket"') == 2
     assert "s3:PutObject" not in text and "s3:DeleteObject" not in text and "s3:*" not in text
+
+
+@pytest.mark.parametrize("owner,expected", [(None, {"Ref": "AWS::AccountId"}), ("210987654321", "210987654321")])
+def test_the_node_reads_data_only_from_buckets_of_the_owner(owner, expected):
+    """Issue 35: a bucket ARN names no account; s3:ResourceAccount makes S3 refuse a bucket of any
+    other account, for boto3's listing and the AWS CLI's sync alike (which has no
+    --expected-bucket-owner): the stack's own account unless data_owner names another."""
+    import aws_cdk.aws_iam as iam
+    stack = cdk.Stack(cdk.App(), "S", env=cdk.Environment(region="us-east-1"))
+    role = iam.Role(stack, "Node", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))
+    job = JobDefinition(stack, "Job", cluster="c", command="python train.py", data_owner=owner,
+                        data=["s3://team-datasets/imagenet/train", "s3://other-bucket"])
+    job.grant_run(role)
+    (policy,) = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
+    data = [st for st in policy["Properties"]["PolicyDocument"]["Statement"]
+            if "datasets" in json.dumps(st["Resource"]) or "other-bucket" in json.dumps(st["Resource"])]
+    assert len(data) == 3  # the objects, and each bucket's listing
+    assert all(st["Condition"]["StringEquals"] == {"s3:ResourceAccount": expected} for st in data), data
+
+
+def test_a_data_owner_that_is_no_account_is_refused():
+    from constructs_lib.validation import ConfigurationError
+    with pytest.raises(ConfigurationError, match="data_owner '1234' is not an AWS account id"):
+        JobDefinition(cdk.Stack(cdk.App(), "S"), "Job", cluster="c", command="x", data=["s3://b1x/p"], data_owner="1234")
 
 
 def test_staging_runs_once_per_boot_not_at_every_generation(tmp_path, monkeypatch):
