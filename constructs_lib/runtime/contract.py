@@ -184,7 +184,6 @@ FILES = {
     "rendezvous_env": ("DL_RUN_DIR", "rendezvous.env"),  # this generation's MASTER_ADDR, NODE_RANK, ...
     "hostfile": ("DL_RUN_DIR", "hostfile"),
     "resume_env": ("DL_RUN_DIR", "resume.env"),      # DL_RESUME_FROM / DL_RESUME_STEP of this generation
-    "container_secrets": ("DL_RUN_DIR", "container-secrets.env"),  # the job's secrets for its container (0600, removed at start)
     "notice": ("DL_RUN_DIR", "notice.json"),         # what the watcher saw (termination, rebalances)
     # One file per component (bootstrap, raid, restore, job...): "<level> <message>", level one of
     # HEALTH_LEVELS. Shell scripts write theirs with one echo; `status` reads them all.
@@ -257,6 +256,9 @@ IMDS_PATIENCE = {"AWS_METADATA_SERVICE_TIMEOUT": "2", "AWS_METADATA_SERVICE_NUM_
 # recommendation: SIGUSR1 (SLURM's --signal convention, which Lightning and many scripts handle),
 # sent only to processes that catch it, so a script that does not is never killed by it.
 NOTICE_SIGNAL = "SIGUSR1"
+# The job's secrets for its container, in the run directory (0600, removed once the container
+# starts). Not in FILES: those are exported to every shell script, and no script needs this one.
+CONTAINER_SECRETS = "container-secrets.env"
 
 EXIT_FINISHED = 0    # the job is done on every node (or was done before this node came)
 EXIT_USAGE = 2       # a setting is wrong: restarting cannot help

@@ -474,7 +474,7 @@ class NodeJob:
         secret_names = sorted(set(d.secrets) & set(pass_env))
         secrets_file = None
         if secret_names:
-            secrets_file = contract.path("container_secrets")
+            secrets_file = os.path.join(contract.run_dir(), contract.CONTAINER_SECRETS)
             write_private(secrets_file, "".join(f"export {n}={shell_quote(pass_env[n])}\n" for n in secret_names))
         return docker_run(self.docker, d.image, script=script, workdir=workdir,
                           names=sorted(set(pass_env) - set(secret_names)), sdk=os.environ.get("DL_SDK", "cuda"),
@@ -486,7 +486,7 @@ class NodeJob:
         if self.prepared and self.prepared.definition.image:
             subprocess.run([self.docker, "rm", "--force", CONTAINER], capture_output=True, timeout=120)
         try:
-            os.unlink(contract.path("container_secrets"))
+            os.unlink(os.path.join(contract.run_dir(), contract.CONTAINER_SECRETS))
         except FileNotFoundError:
             pass
 
