@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: unit, CDK assertions, cfn-lint, cdk-nag, checkov, shellcheck, moto-backed AWS
 # calls, the multi-node torchrun drill.
-#   bash scripts/test.sh                                  everything, two workers
+#   bash scripts/test.sh                                  everything, two workers (a file on one)
 #   bash scripts/test.sh tests/runtime/test_cluster.py    just those files, in one process; checkov
 #                                                         is installed only if one of them uses it
 set -euo pipefail
@@ -43,4 +43,4 @@ export PATH="$PWD/.venv/bin:$PWD/node_modules/.bin:$PATH"
 if [ "$files" = 1 ]; then
   exec .venv/bin/python -m pytest "$@"
 fi
-exec .venv/bin/python -m pytest -n 2 "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"

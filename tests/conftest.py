@@ -45,3 +45,17 @@ def aws():
             yield
     finally:
         os.environ["AWS_ENDPOINT_URL"] = saved
+
+
+# The files that take minutes, longest first: scripts/test.sh runs the suite as `-n 2 --dist
+# loadfile` (a file's module fixtures are built once, on one worker), and starting these first
+# keeps one worker from finishing a long file alone at the end.
+_LONG_FILES = ("test_consumer.py", "test_app.py", "test_framework_drill.py", "test_local_bench.py", "test_drill.py",
+               "test_sharded_drill.py", "test_portfolio.py", "test_launch_template.py", "test_local_deploy.py",
+               "test_supervisor.py", "test_job_on_node.py", "test_throttled_drill.py", "test_api_limits.py",
+               "test_bench_stack.py", "test_reference.py", "test_launch.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(_LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(_LONG_FILES)))

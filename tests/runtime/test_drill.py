@@ -1,17 +1,19 @@
 """The multi-node drill: two nodes x two processes, real torchrun (gloo on CPU), the project's own
 node bundle (supervisor, agent, Checkpointer, store) against moto_server and a fake IMDS per
-node. Nodes are killed, replaced (at lower and higher addresses), interrupted and warned, and
-the job must end with exactly the parameters of a run that was never interrupted.
+node. Nodes are killed and replaced (at lower and higher addresses), and the job must end with
+exactly the parameters of a run that was never interrupted. Termination notices are drilled where
+they are on top of this: on rank 0's node in tests/runtime/test_sharded_drill.py, on the other node
+through the frameworks' callbacks in test_framework_drill.py; a rebalance's one early save in
+test_checkpointer.py.
 """
 from __future__ import annotations
 
-import time
 
 import pytest
 import torch
 
 from constructs_lib.runtime import contract
-from tests.runtime.drill import Drill, Node, generations, reference_run
+from tests.runtime.drill import Drill, generations, reference_run
 
 pytestmark = pytest.mark.drill
 
@@ -139,51 +141,3 @@ def test_kills_of_master_and_worker_during_upload_and_after_save(tmp_path, moto_
     _check_units(d)
     for what, seconds in recovery.items():
         assert seconds < 60, f"{what}: training resumed {seconds:.1f} s after the node died"
-
-
-def test_termination_notices_on_each_node_and_a_rebalance(tmp_path, moto_process):
-    (tmp_path / "run").mkdir()
-    d = Drill(tmp_path / "run", moto_process, steps=STEPS, every=EVERY, sleep=0.04)
-    lost = {}
-    try:
-        d.add_node("127.0.0.2")
-        d.add_node("127.0.0.3")
-        d.wait("generation 1 training", lambda: d.running("1", 12))
-
-        def notice(g: str, node: Node) -> str:
-            deadline = node.imds.interrupt(seconds=20)
-            d.wait(f"{node.addr} to leave the cluster", lambda: "left the cluster" in node.log_text(), timeout=30)
-            info = generations(d.read_events())[g]
-            stops = {step for _rank, step in info["stops"]}
-            assert len(info["stops"]) == d.nodes * d.nproc and len(stops) == 1, f"every rank stops at one step: {info['stops']}"
-            (stop,) = stops
-            assert stop in info["saves"] and max(info["steps"]) == stop
-            assert d.s3.head_object(Bucket=d.bucket, Key=f"{d.prefix}/step-{stop:012d}/MANIFEST.json")
-            assert time.time() < deadline.timestamp(), "saved and uploaded before the deadline"
-            node.kill()  # AWS takes it
-            d.add_node(f"127.0.0.{4 + len(d.all_nodes)}")
-            nxt = _wait_new_generation(d, g)
-            lost[f"notice on {node.addr}"] = min(generations(d.read_events())[nxt]["starts"].values()) - (stop + 1)
-            return nxt
-
-        # On the node that is not rank 0: rank 0, elsewhere, saves; its node uploads.
-        g2 = notice("1", next(n for n in d.live() if n is not d.node_with_rank0("1")))
-        d.wait("progress", lambda: d.running(g2, min(generations(d.read_events())[g2]["starts"].values()) + 5))
-        # On the rank-0 node itself: it saves and uploads before AWS takes it.
-        g3 = notice(g2, d.node_with_rank0(g2))
-
-        # A rebalance recommendation: one early save, and training goes on in the same generation.
-        d.wait("progress", lambda: d.running(g3, min(generations(d.read_events())[g3]["starts"].values()) + 3))
-        d.live()[1].imds.recommend_rebalance()
-        d.wait("an early save", lambda: "rebalance" in generations(d.read_events())[g3].get("reasons", {}).values(),
-               timeout=30)
-        d.wait("the job to finish on every node", d.finished, timeout=120)
-    finally:
-        d.stop()
-    gens = _check_every_generation(d)
-    assert len(gens) == 3, f"the rebalance started no new generation: {sorted(gens)}"
-    assert not gens[g3]["stops"], "a rebalance never stops training"
-    assert list(gens[g3]["reasons"].values()).count("rebalance") == 1, "one early save per recommendation"
-    assert lost == {k: 0 for k in lost}, f"steps lost after a termination notice: {lost}"
-    _check_final(d, gens, tmp_path)
-    _check_units(d)
