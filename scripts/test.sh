@@ -43,4 +43,4 @@ export PATH="$PWD/.venv/bin:$PWD/node_modules/.bin:$PATH"
 if [ "$files" = 1 ]; then
   exec .venv/bin/python -m pytest "$@"
 fi
-exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
