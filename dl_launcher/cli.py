@@ -118,6 +118,9 @@ def _client(name: str, region: str) -> Any:
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # jsii (launch, preflight build the stack in-process) prints its Node end-of-life notice as 11
+    # lines of Python byte strings; app.py silences it the same way for cdk synth.
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     if argv and argv[0] in SELECTOR_VERBS:
         from selector.cli import main as selector_main
         return selector_main(_with_region(argv), prog=PROG)

@@ -67,6 +67,11 @@ def test_a_mistake_before_any_aws_call_is_one_line_without_jsii_banners():
         r = subprocess.run([str(CONSOLE), *argv], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith(expected), r.stderr[-2000:]
+    # preflight builds the stack too, then reports (no AWS here: its credentials check fails)
+    r = subprocess.run([str(CONSOLE), "preflight", "--profile", "dev-prototyping"], cwd=ROOT,
+                       env={**env, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=300)
+    assert r.stdout.startswith("preflight: 1 x ") and "b'!!" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
 
 
 def test_a_job_with_no_stack_names_the_deployed_ones_and_only_those(moto_endpoint):
