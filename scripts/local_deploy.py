@@ -388,9 +388,9 @@ def job_on_nodes(stack: str, region: str, endpoint: str, instances: list[dict], 
         shipped = sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file())
         log(f"code on {nodes[0].instance_id} in {work.name[:12]}...: {', '.join(shipped)} "
             f"({code} less its .dlignore)")
-        log(f"\n== python -m constructs_lib.fleet logs --job {stack[3:]} --region {region}")
+        log(f"\n== dl-launcher logs {stack[3:]} --region {region}")
         env = {**os.environ}
-        r = subprocess.run([sys.executable, "-m", "constructs_lib.fleet", "logs", "--job", stack[3:], "--region", region],
+        r = subprocess.run([sys.executable, "-m", "dl_launcher", "logs", stack[3:], "--region", region],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
         lines = r.stdout.splitlines()
         for line in lines:

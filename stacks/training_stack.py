@@ -109,8 +109,8 @@ class TrainingStack(cdk.Stack):
             group = self.job_logs.log_group_name
             cdk.CfnOutput(self, "JobLogGroup", value=group, description=(
                 "the command's output (every rank), setup's and the supervisor's lines: one stream per node"))
-            cdk.CfnOutput(self, "LogsCommand", value=f"aws logs tail {group} --follow --region {self.region}",
-                          description=f"or: python -m constructs_lib.fleet logs --cluster {cluster_id} --follow")
+            cdk.CfnOutput(self, "LogsCommand", value=f"dl-launcher logs {settings.job} --follow --region {self.region}",
+                          description=f"every node's lines, as aws logs tail {group} --follow shows them")
             cdk.CfnOutput(self, "RestartJobCommand", value=(
                 f"aws ssm send-command --region {self.region} --document-name AWS-RunShellScript --targets "
                 f"Key=tag:{TAG_CLUSTER},Values={cluster_id} --parameters commands='systemctl restart dl-job'"),

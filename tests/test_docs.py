@@ -92,3 +92,14 @@ def test_the_home_page_includes_the_readmes_set_up_as_written(site):
     text = re.sub(r"<[^>]+>", "", (site / "index.html").read_text())  # highlighting splits code into spans
     assert "bash scripts/demo.sh" in text and "bash scripts/test.sh" in text
     assert "--8&lt;--" not in text
+
+
+def test_one_way_to_read_a_jobs_logs():
+    """`dl-launcher logs JOB` is the way the pages show; no page shows another command for it (the
+    README, your-job.md and the stack's output once showed three)."""
+    others = re.compile(r"python -m constructs_lib\.fleet logs|aws logs tail")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in pages
+             for i, line in enumerate(p.read_text().splitlines(), 1) if others.search(line)]
+    assert not found, "\n".join(found)
+    assert all("dl-launcher logs" in (ROOT / p).read_text() for p in ("README.md", "docs/your-job.md", "docs/cli.md"))

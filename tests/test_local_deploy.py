@@ -86,7 +86,7 @@ def test_your_own_project_from_outside_the_repository_with_moto_kept(tmp_path):
         assert "]: WANDB_API_KEY is set (37 characters)" in out and "secret value in the log: no" in out
         assert "rank0]: step 59 loss " in out, "STEPS=60 from --env reached the job; lines prefixed with node and rank"
         assert out.count("[dl-launcher] generation 1 ended: finished") == 2
-        assert "output LogsCommand: aws logs tail /dl-launcher/dl-multi-node-training/job --follow" in out
+        assert "output LogsCommand: dl-launcher logs multi-node-training --follow" in out
         # --keep: the printed environment points dl-launcher at the kept moto
         (export,) = [x for x in out.splitlines() if x.startswith("  unset AWS_PROFILE AWS_SESSION_TOKEN; export ")]
         cli_env = {k: v for k, v in env.items()}

@@ -125,7 +125,7 @@ def test_the_log_group_is_encrypted_kept_three_months_and_linted(synthesized):
                 and r["Properties"].get("LogGroupName") == contract.job_log_group("dl-role")]
     assert group["Properties"]["RetentionInDays"] == 90 and "KmsKeyId" in group["Properties"]
     outputs = template["Outputs"]
-    assert outputs["LogsCommand"]["Value"] == f"aws logs tail {contract.job_log_group('dl-role')} --follow --region us-east-1"
+    assert outputs["LogsCommand"]["Value"] == "dl-launcher logs role --follow --region us-east-1"
     assert outputs["JobLogGroup"]["Value"] == contract.job_log_group("dl-role")
     cfn_lint([Path(out) / "dl-role.template.json"])
     checkov([Path(out) / "dl-role.template.json"])
