@@ -54,6 +54,20 @@ def empty_and_delete(s3: Any, bucket: str) -> int:
     return removed
 
 
+QUIET_NOTE = 60.0  # seconds without a new stack event before destroy says it is still waiting
+
+
+def _latest_events(cfn: Any, stack_id: str) -> list[dict]:
+    """The newest page of the stack's events (newest first): one call per poll, whatever the
+    stack's history."""
+    return cfn.describe_stack_events(StackName=stack_id).get("StackEvents", [])
+
+
+def _elapsed(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"[{m}:{s:02d}]"
+
+
 def destroy(cfn: Any, s3: Any, job: str, region: str, *, delete_checkpoints: bool, confirm: Callable[[str], bool],
             timeout: float = 3600.0, poll: float = 10.0, say: Callable[[str], Any] = print) -> int:
     stack = describe(cfn, job, region)
@@ -65,8 +79,11 @@ def destroy(cfn: Any, s3: Any, job: str, region: str, *, delete_checkpoints: boo
     if delete_checkpoints and not confirm(name):
         raise CliError(f"not confirmed: nothing was deleted (type {job} at the prompt, or pass --yes)")
     say(f"deleting stack {name} in {region} (the cluster is terminated first by its teardown resource)")
+    seen = {ev["EventId"] for ev in _latest_events(cfn, stack["StackId"])}
     cfn.delete_stack(StackName=name)
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
+    quiet_since = started
     while True:
         try:
             status = cfn.describe_stacks(StackName=stack["StackId"])["Stacks"][0]["StackStatus"]
@@ -74,6 +91,18 @@ def destroy(cfn: Any, s3: Any, job: str, region: str, *, delete_checkpoints: boo
             if "does not exist" in str(e):
                 break
             raise
+        now = time.monotonic()
+        fresh = [ev for ev in _latest_events(cfn, stack["StackId"]) if ev["EventId"] not in seen]
+        for ev in reversed(fresh):  # CloudFormation lists the newest first
+            seen.add(ev["EventId"])
+            reason = ev.get("ResourceStatusReason")
+            say(f"  {_elapsed(now - started)} {ev.get('LogicalResourceId', '?')} ({ev.get('ResourceType', '?')}): "
+                f"{ev.get('ResourceStatus', '?')}" + (f" - {' '.join(reason.split())[:200]}" if reason else ""))
+        if fresh:
+            quiet_since = now
+        elif now - quiet_since >= QUIET_NOTE:
+            say(f"  {_elapsed(now - started)} still {status} (instances take a few minutes to terminate)")
+            quiet_since = now
         if status == "DELETE_COMPLETE":
             break
         if status == "DELETE_FAILED":
@@ -86,7 +115,7 @@ def destroy(cfn: Any, s3: Any, job: str, region: str, *, delete_checkpoints: boo
             raise CliError(f"{name} is still {status} after {timeout:.0f} s: CloudFormation goes on; run destroy "
                            "again to follow it")
         time.sleep(poll)
-    say(f"deleted stack {name}")
+    say(f"deleted stack {name} in {_elapsed(time.monotonic() - started)}")
     for logical, kind, physical in kept:
         if kind == "AWS::S3::Bucket" and delete_checkpoints:
             say(f"deleted bucket {physical} ({empty_and_delete(s3, physical):,} object versions)")

@@ -115,5 +115,48 @@ def test_a_stack_deployed_before_the_job_output_is_found_by_its_stack_tag(aws):
     said: list[str] = []
     assert destroy(cfn, s3, "old", "us-east-1", delete_checkpoints=False, confirm=lambda _: False, poll=0.01,
                    say=said.append) == 0
-    assert "deleted stack dl-old" in said
+    assert any(line.startswith("deleted stack dl-old in ") for line in said), said
     assert [s["StackName"] for s in cfn.list_stacks(StackStatusFilter=["DELETE_COMPLETE"])["StackSummaries"]] == ["dl-old"]
+
+
+def test_destroy_shows_each_stack_event_and_the_time_while_it_waits(deployed, monkeypatch):
+    """A real teardown takes minutes (the instances terminate first): each new stack event is said
+    as it happens, with the time since the delete; a quiet minute says what it waits for."""
+    cfn, s3, _ = deployed
+    clock = [0.0]
+    monkeypatch.setattr("dl_launcher.destroy.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("dl_launcher.destroy.time.sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    teardown = {"EventId": "teardown-1", "LogicalResourceId": "ClusterTeardown",
+                "ResourceType": "Custom::DlLauncherClusterTeardown", "ResourceStatus": "DELETE_IN_PROGRESS",
+                "ResourceStatusReason": "terminating 2 instances"}
+
+    class Slow:
+        """moto's CloudFormation deletes at once; this one stays DELETE_IN_PROGRESS for 9 polls and
+        logs the teardown's event at the second."""
+        polls = -1
+
+        def __getattr__(self, name):
+            return getattr(cfn, name)
+
+        def delete_stack(self, **kw):
+            Slow.polls = 0
+            return cfn.delete_stack(**kw)
+
+        def describe_stacks(self, **kw):
+            if Slow.polls < 0 or Slow.polls >= 9:
+                return cfn.describe_stacks(**kw)
+            Slow.polls += 1
+            return {"Stacks": [{"StackStatus": "DELETE_IN_PROGRESS"}]}
+
+        def describe_stack_events(self, **kw):
+            events = cfn.describe_stack_events(**kw)["StackEvents"]
+            return {"StackEvents": ([teardown] if Slow.polls >= 2 else []) + events}
+
+    said: list[str] = []
+    assert destroy(Slow(), s3, "llm", "us-east-1", delete_checkpoints=False, confirm=lambda _: False, poll=10,
+                   say=said.append) == 0
+    text = "\n".join(said)
+    assert "  [0:10] ClusterTeardown (Custom::DlLauncherClusterTeardown): DELETE_IN_PROGRESS - terminating 2 instances" in said, text
+    assert "  [1:10] still DELETE_IN_PROGRESS (instances take a few minutes to terminate)" in said, text
+    assert text.count("ClusterTeardown (") == 1, "an event is said once: " + text
+    assert "deleted stack dl-llm in [1:30]" in said, text
