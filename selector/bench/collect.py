@@ -29,6 +29,7 @@ class Outcome:
     measurement: Optional[dict[str, Any]] = None
     reason: str = ""
     note: str = ""
+    running: bool = False  # started and still inside its limit: no verdict yet
 
 
 def load_plan(path: str) -> Plan:
@@ -41,17 +42,24 @@ def load_plan(path: str) -> Plan:
 
 
 def judge(instance_type: str, minutes: int, result_text: Optional[str], started_text: Optional[str],
-          where: str) -> Outcome:
+          where: str, now: Optional[datetime] = None) -> Outcome:
     """One candidate's outcome from its result object's text (None: no object) and its started
-    marker's (None: the node never reported in)."""
+    marker's (None: the node never reported in); `now` tells a run still inside its limit from
+    one that stopped without a result."""
     if result_text is None:
         if started_text is None:
             return Outcome(instance_type, reason=(
                 "never reported in: no instance started the benchmark (no spot capacity, a launch error, or the "
                 "deployment is still booting; see the stack's events and the instance's console output)"))
+        began = _started_time(started_text)
+        left = None if began is None else minutes - ((now or datetime.now(timezone.utc)) - began).total_seconds() / 60
+        if left is not None and left > 0:
+            return Outcome(instance_type, reason=(
+                f"still running: started {_started_at(started_text)}, {left:.0f} of its {minutes}-minute limit left; "
+                "collect again once it has written its result"), running=True)
         return Outcome(instance_type, reason=(
-            f"started ({_started_at(started_text)}) but wrote no result: the node hung or was stopped before its "
-            f"upload (the {minutes}-minute limit terminates it; its console output has the rest)"))
+            f"started ({_started_at(started_text)}) but wrote no result within its {minutes}-minute limit: the node "
+            "hung or was stopped before its upload (its console output has the rest)"))
     try:
         raw = json.loads(result_text)
         result = Result(**{k: raw[k] for k in Result.__dataclass_fields__ if k in raw})
@@ -99,6 +107,14 @@ def _started_at(text: str) -> str:
         return "marker unreadable"
 
 
+def _started_time(text: str) -> Optional[datetime]:
+    try:
+        when = datetime.fromisoformat(str(json.loads(text).get("started", "")).replace("Z", "+00:00"))
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return when if when.tzinfo is not None else None
+
+
 def _last_line(tail: str) -> str:
     lines = [x.strip() for x in tail.splitlines() if x.strip()]
     return clean(lines[-1])[:200] if lines else "(none)"
@@ -115,7 +131,7 @@ def collect(plan: Plan, fetch: Fetch, *, source: str, prefix: Optional[str] = No
         key = result_key(prefix, c.instance_type)
         result_text = fetch(key)
         started_text = fetch(started_key(prefix, c.instance_type)) if result_text is None else None
-        outcomes.append(judge(c.instance_type, plan.minutes, result_text, started_text, f"{source}{key}"))
+        outcomes.append(judge(c.instance_type, plan.minutes, result_text, started_text, f"{source}{key}", now))
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%MZ")
     plan_dict = json.loads(plan.to_json())
     doc = {"version": COLLECTED_VERSION, "collected": stamp, "source": f"{source}{prefix.rstrip('/')}/",
@@ -148,8 +164,14 @@ def outcome_text(doc: dict[str, Any], outcomes: list[Outcome], out: str) -> str:
             m = o.measurement
             lines.append(f"  {o.instance_type:<18} {m['samples_per_second']:>12,.1f} samples/s "
                          f"(median of {m['windows']}, spread {m['spread']:.1%})" + (f"; {o.note}" if o.note else ""))
+        elif o.running:
+            lines.append(f"  {o.instance_type:<18} RUNNING: {o.reason}")
         else:
             lines.append(f"  {o.instance_type:<18} FAILED: {o.reason}")
+    running = sum(o.running for o in outcomes)
+    if running:
+        lines.append(f"{running} candidate(s) still inside their limit: run bench collect again once they are done "
+                     "(they are listed as failed in the file until then)")
     lines.append(f"written to {out}; next: python -m selector bench report --results {out}  "
                  f"(or recommend --profile {doc['plan']['profile']} --throughput {out})")
     return "\n".join(lines)

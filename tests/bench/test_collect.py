@@ -168,3 +168,18 @@ def test_a_bad_plan_file_is_one_line(tmp_path, capsys, content, words):
     code = main(["bench", "collect", "--bucket", BUCKET, "--plan", str(path), "--out", str(tmp_path / "r.json")])
     err = capsys.readouterr().err
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_run_inside_its_limit_is_still_running_not_hung():
+    """A benchmark that started minutes ago has no result yet: collect says how long it has left,
+    and calls it stopped only once its limit has passed."""
+    from datetime import datetime, timezone
+
+    from selector.bench.collect import judge
+
+    marker = json.dumps({"started": "2026-11-27T10:00:00Z"})
+    early = judge("g6.xlarge", 20, None, marker, "s3://b/k", now=datetime(2026, 11, 27, 10, 5, tzinfo=timezone.utc))
+    assert early.running and early.reason.startswith("still running: started at 2026-11-27T10:00:00Z, 15 of its "
+                                                     "20-minute limit left"), early.reason
+    late = judge("g6.xlarge", 20, None, marker, "s3://b/k", now=datetime(2026, 11, 27, 10, 25, tzinfo=timezone.utc))
+    assert not late.running and "wrote no result within its 20-minute limit" in late.reason, late.reason
