@@ -475,7 +475,7 @@ class NodeJob:
         secrets_file = None
         if secret_names:
             secrets_file = os.path.join(contract.run_dir(), contract.CONTAINER_SECRETS)
-            write_private(secrets_file, "".join(f"export {n}={shell_quote(pass_env[n])}\n" for n in secret_names))
+            write_atomic(secrets_file, "".join(f"export {n}={shell_quote(pass_env[n])}\n" for n in secret_names), mode=0o600)
         return docker_run(self.docker, d.image, script=script, workdir=workdir,
                           names=sorted(set(pass_env) - set(secret_names)), sdk=os.environ.get("DL_SDK", "cuda"),
                           secrets_file=secrets_file)
@@ -493,15 +493,6 @@ class NodeJob:
 
 def shell_quote(value: str) -> str:
     return "'" + value.replace("'", "'\\''") + "'"
-
-
-def write_private(path: str, text: str) -> None:
-    """`text` at `path`, readable by its owner only from the first byte."""
-    tmp = f"{path}.new-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def docker_run(docker: str, image: str, *, script: str, workdir: str, names: list[str], sdk: str,

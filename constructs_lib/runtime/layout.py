@@ -69,11 +69,16 @@ def make_final(tmp: str, final: str, *, guard_uploads: bool) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Readers see the old file or the new one, never half of one."""
+def write_atomic(path: str, text: str, mode: Optional[int] = None) -> None:
+    """Readers see the old file or the new one, never half of one; with `mode` (0o600 for a
+    secret), the file has it from its first byte."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
+    if mode is None:
+        f = open(tmp, "w")
+    else:
+        f = os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w")
+    with f:
         f.write(text)
     os.replace(tmp, path)
 
