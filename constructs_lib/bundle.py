@@ -26,9 +26,18 @@ from .userdata import script_path
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
 RUNTIME = os.path.join(PACKAGE, "runtime")
 SELECTOR = os.path.join(os.path.dirname(PACKAGE), "selector")
+# The bottom package (AWS calls, one-line argparse errors): node code imports it, so it ships whole.
+CORE = os.path.join(os.path.dirname(PACKAGE), "dl_core")
 # The selector's standard-library files the node runs: the dl-bench line format (one source for the
-# benchmark and the node monitor) and the CLIs' one-line argparse errors.
-SELECTOR_FILES = (("__init__.py",), ("argv.py",), ("bench", "__init__.py"), ("bench", "contract.py"))
+# benchmark and the node monitor).
+SELECTOR_FILES = (("__init__.py",), ("bench", "__init__.py"), ("bench", "contract.py"))
+
+
+def copy_core(python_dir: str) -> None:
+    """dl_core/*.py into python_dir/dl_core (the node bundle's python/, the Lambda package's root)."""
+    for name in sorted(os.listdir(CORE)):
+        if name.endswith(".py"):
+            _copy(os.path.join(CORE, name), os.path.join(python_dir, "dl_core", name))
 
 # Scripts at the top of the bundle, where the units and each other expect them ($DL_LIB_DIR/x.sh).
 BUNDLE_SCRIPTS = ("dl_job.sh", "dl_runtime.sh", "dl_torchrun.sh", "dl_env.sh", "nvme_raid0.sh", "efa_env.sh",
@@ -104,6 +113,7 @@ def build_bundle(dest_dir: str) -> None:
     for name in sorted(os.listdir(RUNTIME)):
         if name.endswith(".py"):
             _copy(os.path.join(RUNTIME, name), os.path.join(pkg, "runtime", name))
+    copy_core(os.path.join(dest_dir, "python"))
     for rel in SELECTOR_FILES:
         _copy(os.path.join(SELECTOR, *rel), os.path.join(dest_dir, "python", "selector", *rel))
     for name in BUNDLE_SCRIPTS:

@@ -17,7 +17,7 @@ import aws_cdk.aws_logs as logs
 import aws_cdk.aws_s3 as s3
 from constructs import Construct, IConstruct
 
-from .bundle import PACKAGE, SELECTOR, _copy, staged
+from .bundle import PACKAGE, _copy, copy_core, staged
 from .nag import env_names, nag_arn, resource_of
 from .runtime import contract
 from .validation import ConfigurationError
@@ -31,15 +31,14 @@ STATE_EVENTS = ["pending", "running", "stopping", "stopped", "shutting-down", "t
 
 
 def build_controller_code(dest_dir: str) -> None:
-    """The Lambda package: constructs_lib/__init__.py, runtime/ (the contract) and fleet/."""
+    """The Lambda package: constructs_lib/__init__.py, runtime/ (the contract), fleet/ and dl_core/."""
     for sub in ("runtime", "fleet"):
         src = os.path.join(PACKAGE, sub)
         for name in sorted(os.listdir(src)):
             if name.endswith(".py"):
                 _copy(os.path.join(src, name), os.path.join(dest_dir, "constructs_lib", sub, name))
     _copy(os.path.join(PACKAGE, "__init__.py"), os.path.join(dest_dir, "constructs_lib", "__init__.py"))
-    for name in ("__init__.py", "argv.py"):  # fleet/cli.py's one-line errors
-        _copy(os.path.join(SELECTOR, name), os.path.join(dest_dir, "selector", name))
+    copy_core(dest_dir)  # AWS calls and fleet/cli.py's one-line errors
 
 
 class CapacityController(Construct):

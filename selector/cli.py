@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Optional
 
-from .argv import OneLineParser
+from dl_core.argv import OneLineParser
 from .errors import UserError
 from .validate import clean, finite_number
 

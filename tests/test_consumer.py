@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
-PACKAGES = ("selector", "constructs_lib", "stacks", "dl_launcher")
+PACKAGES = ("selector", "constructs_lib", "stacks", "dl_launcher", "dl_core")
 PIP = ("-m", "pip", "install", "--quiet", "--disable-pip-version-check")
 CDK_TESTS = ("test_public_api.py", "test_documented_checks.py")  # need pytest alone: one small install
 

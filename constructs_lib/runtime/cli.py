@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Optional
 
-from selector.argv import OneLineParser
+from dl_core.argv import OneLineParser
 
 from . import contract
 from .errors import ImdsUnavailable, RuntimeUserError
@@ -230,7 +230,7 @@ def _job(store, local_dir: str) -> int:
     # call retried for a minute would hold the supervisor's watch loop that long.
     from botocore.config import Config
 
-    from .throttle import retries
+    from dl_core.aws import retries
     ec2 = boto3.client("ec2", region_name=me.region, config=Config(retries=retries("standard", 3)))
     joblog = JobLog()
     log = joblog.supervisor()

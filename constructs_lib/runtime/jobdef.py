@@ -266,7 +266,7 @@ class NodeJob:
             import boto3
             from botocore.config import Config
 
-            from .throttle import retries
+            from dl_core.aws import retries
 
             # Adaptive retries: a whole cluster reads the same parameter and secrets at once.
             config = Config(retries=retries("adaptive", 10))

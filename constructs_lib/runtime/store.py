@@ -140,7 +140,7 @@ def s3_client(region: Optional[str] = None, max_pool: int = 32):
     from botocore.config import Config
     from botocore.exceptions import InvalidRegionError
 
-    from .throttle import retries
+    from dl_core.aws import retries
 
     # Standard retries back off on throttling (SlowDown, 503) and 5xx; adaptive mode would
     # also rate-limit the client, which a two-minute deadline cannot afford.

@@ -42,7 +42,7 @@ from .layout import newest_local, write_atomic
 from .resume import restore
 from .rundir import health as _health, outcomes as _outcomes
 from .store import CheckpointStore
-from .throttle import Backoff, Said, jittered, transient
+from dl_core.aws import Backoff, Said, jittered, transient
 
 Log = Callable[[str], None]
 T = TypeVar("T")

@@ -47,10 +47,11 @@ def test_layout_is_the_package_files_as_they_are(bundle):
                 **{n: (PACKAGE / "scripts" / n).read_bytes() for n in SCRIPTS},
                 "contract.sh": contract.shell().encode(),
                 **{f"units/{u}": unit_texts()[u].encode() for u in UNITS},
-                # the dl-bench line format, which the node monitor parses (one source with the benchmark),
-                # and the runtime CLI's one-line argparse errors
+                # the bottom package (AWS calls, the CLIs' one-line argparse errors), whole
+                **{f"python/dl_core/{p.name}": p.read_bytes() for p in (PACKAGE.parent / "dl_core").glob("*.py")},
+                # the dl-bench line format, which the node monitor parses (one source with the benchmark)
                 **{f"python/selector/{r}": (SELECTOR / r).read_bytes()
-                   for r in ("__init__.py", "argv.py", "bench/__init__.py", "bench/contract.py")}}
+                   for r in ("__init__.py", "bench/__init__.py", "bench/contract.py")}}
     assert files == expected
     assert "contract.py" in runtime and "__init__.py" in runtime
 
@@ -182,14 +183,15 @@ def test_scripts_are_valid_bash_and_shellcheck_clean(bundle, name):
 
 
 def test_the_controllers_lambda_package_imports_from_itself_alone(tmp_path):
-    """The Lambda package holds the fleet, the runtime's contract and the selector's argv module the
-    fleet CLI uses: every module in it imports with nothing else on the path (boto3 aside, which
+    """The Lambda package holds the fleet, the runtime's contract and dl_core (AWS calls, the argv module the
+    fleet CLI uses): every module in it imports with nothing else on the path (boto3 aside, which
     Lambda's runtime has)."""
     from constructs_lib.controller import build_controller_code
     build_controller_code(str(tmp_path))
     modules = sorted(".".join(p.relative_to(tmp_path).with_suffix("").parts) for p in tmp_path.rglob("*.py")
                      if p.name != "__main__.py")
-    assert "selector.argv" in modules and "constructs_lib.fleet.handler" in modules
+    assert "dl_core.aws" in modules and "dl_core.argv" in modules and "constructs_lib.fleet.handler" in modules
+    assert not any(m.startswith("selector") for m in modules)
     code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m.removesuffix('.__init__'))"
     r = subprocess.run([sys.executable, "-B", "-S", "-c", code, *modules], cwd="/", capture_output=True, text=True,
                        env={"PYTHONPATH": f"{tmp_path}:{Path(boto3.__file__).parents[1]}", "PATH": "/usr/bin:/bin"})

@@ -1,4 +1,7 @@
-"""AWS errors a node rides out instead of dying on: throttling, 5xx and timeouts.
+"""One way to talk to AWS for node, controller and CLI code: what an error says (its code, "not
+found", "try again later") and how to try again (full-jitter backoff, `retry`).
+
+AWS errors a node rides out instead of dying on: throttling, 5xx and timeouts.
 
 Throttling is account-wide and regional: when EC2 or S3 throttles one node of a 512-node cluster
 it throttles all of them at once, so a supervisor that exits on it stops every run together.
@@ -23,6 +26,42 @@ TRANSIENT_CODES = frozenset({
     "PriorRequestNotComplete", "500", "502", "503", "504"})
 
 
+def error_code(e: BaseException) -> str:
+    """The AWS error code of a botocore ClientError ("SlowDown", "NoSuchKey", ...); "" for anything else."""
+    response = getattr(e, "response", None)
+    if not isinstance(response, dict):
+        return ""
+    error = response.get("Error")
+    return str(error.get("Code") or "") if isinstance(error, dict) else ""
+
+
+def http_status(e: BaseException) -> int:
+    """The HTTP status of a ClientError's answer; 0 when there was none."""
+    response = getattr(e, "response", None)
+    meta = response.get("ResponseMetadata") if isinstance(response, dict) else None
+    try:
+        return int(meta.get("HTTPStatusCode") or 0) if isinstance(meta, dict) else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+# "This does not exist" in S3 (NoSuchKey, NoSuchBucket, a HEAD's bare 404), SSM, Secrets Manager,
+# EC2 (InvalidInstanceID.NotFound, InvalidLaunchTemplateId.NotFound, ...) and CloudFormation.
+NOT_FOUND_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchUpload", "NotFound", "404", "ParameterNotFound",
+                             "ResourceNotFoundException", "NoSuchEntity"})
+
+
+def not_found(e: BaseException) -> bool:
+    """Whether `e` says the thing asked about does not exist (as opposed to "not allowed" or "later")."""
+    code = error_code(e)
+    return bool(code) and (code in NOT_FOUND_CODES or code.endswith(".NotFound") or code.endswith("NotFoundException"))
+
+
+def brief(e: BaseException) -> str:
+    """One line for a log: the error code (or the exception's type) and the start of its message."""
+    return f"{error_code(e) or type(e).__name__}: {' '.join(str(e).split())[:160]}"
+
+
 def transient(e: BaseException) -> bool:
     """Whether `e` says "try again later" rather than "this is wrong"."""
     try:
@@ -33,9 +72,7 @@ def transient(e: BaseException) -> bool:
     if isinstance(e, (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError, ConnectionClosedError)):
         return True
     if isinstance(e, ClientError):
-        code = str(e.response.get("Error", {}).get("Code", ""))
-        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
-        return code in TRANSIENT_CODES or status in (429, 500, 502, 503, 504)
+        return error_code(e) in TRANSIENT_CODES or http_status(e) in (429, 500, 502, 503, 504)
     return isinstance(e, (ConnectionError, TimeoutError))
 
 
@@ -59,6 +96,31 @@ class Backoff:
 
     def reset(self) -> None:
         self.n = 0
+
+
+def retry(fn: Callable[[], T], *, attempts: Optional[int] = None, deadline: Optional[float] = None,
+          backoff: Optional[Backoff] = None, retryable: Callable[[BaseException], bool] = transient,
+          on_retry: Optional[Callable[[BaseException, float], None]] = None,
+          sleep: Callable[[float], None] = time.sleep) -> T:
+    """fn(), tried again after a full-jitter backoff while it raises what `retryable` accepts
+    (transient AWS trouble by default); anything else, or the last try's error, propagates.
+    `attempts` bounds the tries and `deadline` (time.monotonic()) the time; with neither it tries
+    until fn succeeds (what a node does between generations: exiting would stop every run)."""
+    backoff = backoff or Backoff()
+    tried = 0
+    while True:
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - only the retryable ones are retried
+            tried += 1
+            if not retryable(e) or (attempts is not None and tried >= attempts):
+                raise
+            delay = backoff.next()
+            if deadline is not None and time.monotonic() + delay > deadline:
+                raise
+            if on_retry is not None:
+                on_retry(e, delay)
+            sleep(delay)
 
 
 class Said:
