@@ -91,7 +91,7 @@ class Node:
                                                poll=POLL, liveness_poll=LIVENESS, member_grace=30.0),
                               store, self.cluster, self.liveness, log=lambda line: None)
         if before:  # no heartbeats then
-            self.sup._beating = threading.Event()
+            self.sup.membership._beating = threading.Event()
         self.plan = None
 
     def _count(self, model, **_kw) -> None:
@@ -110,7 +110,7 @@ class Node:
         others = [n for n in self.plan.nodes() if n != self.instance]
         for _ in range(polls):
             self.cluster.activity(self.plan.generation + 1)
-            self.sup._gone(others)
+            self.sup.membership.gone(others)
             time.sleep(POLL)
 
 
@@ -171,7 +171,7 @@ def measure(n: int, endpoint: str, before: bool = False) -> dict:
 
     def survive(x: Node) -> None:
         others = [m for m in x.plan.nodes() if m != x.instance]
-        while not (x.cluster.activity(x.plan.generation + 1) or x.sup._gone(others)):
+        while not (x.cluster.activity(x.plan.generation + 1) or x.sup.membership.gone(others)):
             time.sleep(POLL)
         x.sup.state.last_ran = x.plan.generation
         x.form()

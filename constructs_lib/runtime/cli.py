@@ -246,7 +246,7 @@ def _status(store, as_json: bool) -> int:
     from .cluster import ClusterState
     from .records import printable
     from .rundir import health as _health
-    from .supervisor import _State
+    from .supervisor_state import State as _State
 
     store.log = lambda line: None  # the report lists what was set aside
     cluster = ClusterState(store)
