@@ -218,7 +218,8 @@ def _job(store, local_dir: str) -> int:
     from .agent import write_health
     from .cluster import ClusterState, Liveness
     from .config import node_identity
-    from .supervisor import Supervisor, SupervisorConfig, set_phase
+    from .rundir import set_phase
+    from .supervisor import Supervisor, SupervisorConfig
 
     me = node_identity()
     cfg = SupervisorConfig.from_env(cluster=me.cluster, nodes=me.nodes, nproc_per_node=me.nproc_per_node,

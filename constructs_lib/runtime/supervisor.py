@@ -40,10 +40,11 @@ from .decisions import agreed_outcome, container_env, failures_after, gives_up, 
 from .errors import RuntimeUserError
 from .jobdef import JobError, NodeJob, Prepared, Revision
 from .joblog import JobLog
-from .layout import newest_local, write_atomic
+from .layout import newest_local
 from .membership import Hooks, Membership
 from .resume import restore
 from .run import Run
+from .rundir import set_phase
 from .store import CheckpointStore
 from .supervisor_state import State, SupervisorConfig
 
@@ -357,12 +358,3 @@ class Supervisor:
                 self.log("gave up waiting for the last save's upload")
                 return pushed_step()
             time.sleep(delay)
-
-
-def set_phase(phase: str, pid: Optional[int] = None) -> None:
-    """What the node monitor reports as Restoring / TrainingRunning (never fails the job)."""
-    assert phase in contract.PHASES
-    try:
-        write_atomic(contract.path("phase"), json.dumps({"phase": phase, "pid": pid, "since": time.time()}))
-    except OSError:
-        pass
