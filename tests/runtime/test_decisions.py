@@ -154,3 +154,22 @@ def test_a_plan_waits_for_unaccounted_previous_members_until_the_grace_is_over()
     assert ready_to_propose(True, ["i-old"], waited=600, grace=600)
     assert ready_to_propose(True, [], waited=0, grace=600)
     assert not ready_to_propose(False, [], waited=10_000, grace=600)
+
+
+def test_a_failure_that_alternates_between_nodes_reaches_the_limit_on_both():
+    """Node a's command fails in odd generations, b's in even ones; each node sees its own failure
+    every other time and "peer lost" (stopped by the failing node's next join) in between. Counted
+    where it was seen, neither would reach three: a restart loop for ever. Counted from the
+    cluster's failure records, both give up after generation 3."""
+    counts, given_up = {"a": 0, "b": 0}, {}
+    for g in range(1, 10):
+        failing = "a" if g % 2 else "b"
+        for node in ("a", "b"):
+            seen = ("failed", "exit 5") if node == failing else ("peer-lost", "a node joined or left")
+            outcome, _ = agreed_outcome(*seen, node, [failing])
+            counts[node] = failures_after(outcome, counts[node], resume_step=None, last_resume=None)
+            if gives_up(outcome, counts[node], 3) and node not in given_up:
+                given_up[node] = g
+        if len(given_up) == 2:
+            break
+    assert given_up == {"a": 3, "b": 3}
