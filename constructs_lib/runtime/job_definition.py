@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence, TypeVar
 
@@ -152,7 +153,7 @@ FINAL_CODES = frozenset({"AccessDenied", "AccessDeniedException", "NoSuchKey", "
 
 
 def read_retrying(what: str, fn: Callable[[], T], *, log: Log, attempts: int = 5, base: float = 1.0,
-                  cap: float = 30.0) -> T:
+                  cap: float = 30.0, sleep: Callable[[float], None] = time.sleep) -> T:
     """fn() with full-jitter backoff (at most `attempts` tries, waits capped at `cap`): S3 and SSM
     throttle (SlowDown, ThrottlingException) under a whole cluster's boot; access and missing
     objects are not retried. Every failure ends as a JobError naming `what` and the code."""
@@ -161,6 +162,6 @@ def read_retrying(what: str, fn: Callable[[], T], *, log: Log, attempts: int = 5
 
     try:  # botocore's ClientError and connection errors alike are retried
         return retry(fn, attempts=attempts, backoff=Backoff(base, cap), retryable=lambda e: error_code(e) not in FINAL_CODES,
-                     on_retry=said)
+                     on_retry=said, sleep=sleep)
     except Exception as e:  # noqa: BLE001 - the last try's error, or one no retry fixes
         raise JobError(f"{what}: {error_code(e) or type(e).__name__}: {e}") from None
