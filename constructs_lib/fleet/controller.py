@@ -27,9 +27,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence, Mapping
 
+from dl_core.aws import error_code
+
 from ..runtime.contract import HEALTH_REPLACE
 from . import job_end, shortfall
-from .errors import error_code
 from .instances import (LIVE_STATES, Launched, Node, fleet_request, launch, list_cluster, states, tag_volumes,
                         terminate)
 from .spec import CapacityOption, ClusterSpec
