@@ -39,6 +39,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
+from dl_core.aws import error_code, not_found
+
 from . import contract, records
 from .cluster_records import (
     GEN_NAME, failed_problem, finished_problem, join_problem, nodes_in, object_problem, plan_problem,
@@ -129,8 +131,7 @@ class ClusterState:
                              Body=json.dumps(self.redact(body)).encode(), ContentType="application/json", **kw)
             return True
         except ClientError as e:
-            if if_absent and e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412",
-                                                                         "ConditionalRequestConflict"):
+            if if_absent and error_code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                 return False
             raise
 
@@ -329,8 +330,8 @@ class Liveness:
                 try:
                     states = self._states(chunk)
                 except ClientError as e:
-                    code = e.response.get("Error", {}).get("Code", "")
-                    unknown = set(_NOT_FOUND.findall(str(e))) & set(chunk) if "NotFound" in code else set()
+                    code = error_code(e)
+                    unknown = set(_NOT_FOUND.findall(str(e))) & set(chunk) if not_found(e) else set()
                     if not unknown:  # throttled, 5xx, or an answer we cannot read: nothing is confirmed
                         self.log(f"liveness: EC2 said {code or type(e).__name__}; no node is counted gone on that")
                         break
