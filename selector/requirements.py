@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from dl_core.markets import MARKETS as MARKETS  # the selector's importers read it here too
+
 from .accelerators import AcceleratorSpec, spec_for
 from .facts import InstanceFacts
 from .profiles import Profile
 from .record import record
-
-MARKETS = ("on-demand", "spot", "capacity-block")
 
 
 @record(frozen=True)

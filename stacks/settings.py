@@ -51,6 +51,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from dl_core.markets import MARKETS
 from selector.catalog import load_catalog
 from selector.errors import UserError
 from selector.interchange import DEFAULT_RULE, RULES
@@ -71,7 +72,6 @@ __all__ = ["COMMAND_LIMIT", "DEFAULT_PROFILE", "DEFAULT_REGION", "EXAMPLES", "HE
            "read_script", "resolve_region", "show"]
 
 DEFAULT_PROFILE = "dev-prototyping"  # cheap (one T4-class GPU) and safe to deploy by mistake
-MARKETS = ("spot", "on-demand", "capacity-block")
 _RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
 _RESERVATION_GROUP = re.compile(r"arn:aws(?:-cn|-us-gov)?:resource-groups:(?P<region>[a-z0-9-]+):\d{12}:"
                                 r"group/[A-Za-z0-9_.-]{1,300}", re.ASCII)

@@ -10,13 +10,14 @@ import re
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Optional
 
+from dl_core.markets import OPEN_MARKETS as MARKETS
+
 PLAN_VERSION = 1
 RESULT_VERSION = 1
 # The most output a node keeps in its result object: the last bytes of stdout+stderr together.
 OUTPUT_TAIL_BYTES = 64 * 1024
 # A plan's name names the stack (dl-bench-<name>) and the S3 prefix (bench/<name>/).
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z")
-MARKETS = ("spot", "on-demand")
 
 
 # --- S3 layout: s3://<bucket>/bench/<name>/{started,results}/<instance_type>.json ---------------
