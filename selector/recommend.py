@@ -318,6 +318,17 @@ def ranked_price(market: Market) -> Callable[[Candidate], Optional[float]]:
 
 
 def _sort_key(objective: str, market: str):
+    """The ranking's sort key: the objective's own figure first, then the tie-breaks.
+
+    Exact ties are real: types of one family that are two of the same box (g4dn.metal and
+    g4dn.12xlarge, g6e.48xlarge and g6e.24xlarge) cost exactly twice as much for twice the
+    throughput, so their samples per dollar are the same float. Under max_samples_per_dollar an
+    equal figure goes to the faster type: the same work costs the same on either, and the faster
+    one finishes it sooner (fewer hours exposed to a spot interruption, results earlier). Then
+    the name, so equal figures always rank the same way. max_throughput breaks its ties on the
+    lower price, min_price on the higher throughput, max_accelerator_memory on throughput and
+    then price; an unknown price or figure sorts last (_MISSING).
+    """
     ranked = ranked_price(market)
 
     def price(c: Candidate) -> float:
