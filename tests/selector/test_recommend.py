@@ -90,7 +90,7 @@ def test_a_faster_type_is_never_ranked_below_a_cheaper_tied_one():
 
 
 def test_equal_samples_per_dollar_goes_to_the_faster_type():
-    """The tie-break under max_samples_per_dollar (recommend._sort_key): on the real catalog in
+    """The tie-break under max_samples_per_dollar (selector/ranking.py, sort_key): on the real catalog in
     eu-south-1, g4dn.metal (8 x T4) costs exactly twice g4dn.12xlarge (4 x T4) for twice the
     throughput, so parallel-experiments' samples per dollar tie exactly, at rank 1. The faster
     type wins the tie: the same work for the same money, finished sooner."""
