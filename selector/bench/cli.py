@@ -126,8 +126,9 @@ def _report(a: argparse.Namespace, aws: Callable) -> str:
     report = rep.build_report(results)
     if a.out:
         from ..refresh import check_writable
+        from .chart import write_chart
         check_writable(a.out)
-        rep.write_chart(report, a.out)
+        write_chart(report, a.out)
     if a.markdown:
         from ..refresh import write_text
         write_text(a.markdown, rep.markdown(report, chart_path=a.out))
