@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Iterable, Optional
 
+from dl_core.markets import MARKETS
+
 from . import freshness
 from .accelerators import AcceleratorSpec, load_accelerators
 from .calibration import Calibration, calibrate
@@ -19,7 +21,7 @@ from .profiles import Profile, get_profile
 from .ranking import (MODEL_METRICS, SPOT_QUOTE_FRESH_DAYS, SUSPECT_SPOT_FRACTION, Market, market_name, ranked_price,
                       sort_key, tie_groups)
 from .record import field, record, replace
-from .requirements import MARKETS, Context, Filters, fails, failures, rules_for
+from .requirements import Context, Filters, fails, failures, rules_for
 from .throughput import Estimate, Measurement, model
 
 __all__ = ["CAPACITY_BLOCK_ONLY", "DEFAULT_REGION", "SPOT_QUOTE_FRESH_DAYS", "SUSPECT_SPOT_FRACTION", "Candidate",

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from dl_core.markets import MARKETS as MARKETS  # the selector's importers read it here too
-
 from .accelerators import AcceleratorSpec, spec_for
 from .facts import InstanceFacts
 from .profiles import Profile
@@ -42,7 +40,7 @@ class Context:
     spot: bool
     named_families: frozenset[str]
     accelerators: dict[str, AcceleratorSpec]
-    market: str = ""  # one of MARKETS; "" = from `spot`
+    market: str = ""  # one of dl_core.markets.MARKETS; "" = from `spot`
     filters: Optional[Filters] = None
 
     def __post_init__(self) -> None:
