@@ -42,6 +42,7 @@ def show(value: Any, limit: int = 60) -> str:
 
 
 def json_kind(value: Any) -> str:
+    """What cdk.json gave, in the words of an error: 'a JSON list', 'JSON null'."""
     if value is None:
         return "JSON null"
     if isinstance(value, bool):
@@ -73,6 +74,7 @@ def named(key: str, value: str, allowed) -> None:
 
 
 def boolean(key: str, value: Any) -> bool:
+    """true/false, also 1/0, yes/no, on/off (any case); anything else is an error with the closest."""
     if isinstance(value, bool):
         return value
     v = str(value).strip().lower()
@@ -84,10 +86,13 @@ def boolean(key: str, value: Any) -> bool:
 
 
 def number(value: Any) -> Optional[float]:
+    """A JSON number or a plain decimal string as a float (inf and nan too, for the caller to refuse
+    with its own range), or None: selector.validate.plain_number."""
     return plain_number(value)
 
 
 def whole(key: str, value: Any, lo: int, hi: int) -> int:
+    """A whole number from lo to hi; a fraction or one out of range names the closest allowed."""
     x = number(value)
     shown = value if isinstance(value, (int, float)) and not isinstance(value, bool) else show(value)
     if x is None:
@@ -108,6 +113,7 @@ def whole(key: str, value: Any, lo: int, hi: int) -> int:
 
 
 def choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """One of `allowed`, exactly; a prefix or a near miss names the closest."""
     v = str(value).strip()
     named(key, v, allowed)
     if v not in allowed:
