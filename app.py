@@ -121,8 +121,8 @@ def _synthesizer_for(ctx: Mapping[str, Any]):
     moto with the legacy synthesizer; a whole portfolio cannot use it (its products' templates would
     reference the portfolio's asset parameters across stacks, which CDK refuses), so its assets keep
     concrete names and the CLI's own credentials deploy them."""
-    from stacks.settings import _bool
-    local = _bool("local", ctx.get("local", False))
+    from stacks.context_values import boolean
+    local = boolean("local", ctx.get("local", False))
     if local and "product" not in ctx:
         import aws_cdk as cdk
         return cdk.CliCredentialsStackSynthesizer()

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from selector.bench.contract import parse_output
+from dl_core.benchline import parse_output
 
 SIZE = ["--device", "cpu", "--model", "resnet50", "--width-div", "8", "--image-size", "96", "--batch", "8",
         "--precision", "fp32", "--warmup-steps", "10", "--steps-per-window", "25", "--threads", "1"]

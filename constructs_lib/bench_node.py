@@ -41,9 +41,9 @@ ROOT_VOLUME_GIB = 120  # the DLAMI needs about 100 GB; a benchmark writes little
 
 
 def build_runner_asset(dest_dir: str) -> None:
-    """selector/__init__.py and selector/bench/*.py: the runner, the contract and the reference
-    benchmark, standard library plus boto3/torch (both on the DLAMI); and dl_core (the runner's
-    uploads back off as every AWS call of the project does)."""
+    """selector/__init__.py and selector/bench/*.py (the runner, the contract and the reference
+    benchmark) and dl_core/ (the dl-bench line it prints, and the runner's uploads back off as every
+    AWS call of the project does): standard library plus boto3/torch (both on the DLAMI)."""
     pkg = os.path.join(dest_dir, "selector")
     os.makedirs(os.path.join(pkg, "bench"))
     shutil.copyfile(os.path.join(SELECTOR, "__init__.py"), os.path.join(pkg, "__init__.py"))

@@ -25,12 +25,8 @@ from .userdata import script_path
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
 RUNTIME = os.path.join(PACKAGE, "runtime")
-SELECTOR = os.path.join(os.path.dirname(PACKAGE), "selector")
 # The bottom package (AWS calls, one-line argparse errors): node code imports it, so it ships whole.
 CORE = os.path.join(os.path.dirname(PACKAGE), "dl_core")
-# The selector's standard-library files the node runs: the dl-bench line format (one source for the
-# benchmark and the node monitor).
-SELECTOR_FILES = (("__init__.py",), ("bench", "__init__.py"), ("bench", "contract.py"))
 
 
 def copy_core(python_dir: str) -> None:
@@ -103,8 +99,8 @@ def unit_texts(*, etc_dir: Optional[str] = None, lib_dir: Optional[str] = None) 
 
 
 def build_bundle(dest_dir: str) -> None:
-    """Lay out the bundle in `dest_dir` (created; must be empty): python/constructs_lib/ (and
-    selector/bench/contract.py, the dl-bench line format), the scripts, contract.sh and units/."""
+    """Lay out the bundle in `dest_dir` (created; must be empty): python/constructs_lib/ and
+    python/dl_core/ (AWS calls, argv errors, the dl-bench line), the scripts, contract.sh and units/."""
     os.makedirs(dest_dir, exist_ok=True)
     if os.listdir(dest_dir):
         raise ValueError(f"{dest_dir} is not empty: the bundle must hold nothing but its own files")
@@ -114,8 +110,6 @@ def build_bundle(dest_dir: str) -> None:
         if name.endswith(".py"):
             _copy(os.path.join(RUNTIME, name), os.path.join(pkg, "runtime", name))
     copy_core(os.path.join(dest_dir, "python"))
-    for rel in SELECTOR_FILES:
-        _copy(os.path.join(SELECTOR, *rel), os.path.join(dest_dir, "python", "selector", *rel))
     for name in BUNDLE_SCRIPTS:
         _copy(script_path(name), os.path.join(dest_dir, name), mode=0o755)
     _write(os.path.join(dest_dir, "contract.sh"), contract.shell())

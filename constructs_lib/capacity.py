@@ -17,6 +17,7 @@ import aws_cdk.aws_logs as logs
 import aws_cdk.aws_s3 as s3
 from constructs import Construct, IConstruct
 
+from dl_core.markets import MARKETS
 from selector.facts import InstanceFacts
 from selector.interchange import RULES, interchangeable
 
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
     from .checkpoints import CheckpointBucket
     from .fsx import LustreData
     from .job import JobDefinition, JobLogs
-
-MARKETS = ("spot", "on-demand", "capacity-block")
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ import aws_cdk.aws_logs as logs
 import aws_cdk.aws_s3 as s3
 from constructs import Construct
 
+from dl_core.markets import MARKETS
 from selector.facts import InstanceFacts
 from selector.interchange import RULES
 
-from .capacity import MARKETS, ClusterCapacity, InstanceOption, usable_options
+from .capacity import ClusterCapacity, InstanceOption, usable_options
 from .launch_template import select_subnets
 from .node_options import NodeOptions
 from .validation import ConfigurationError

@@ -3,6 +3,8 @@ and the selector all use, in the standard library (botocore imported lazily wher
 
     aws.py    one way to talk to AWS: the error code, not-found, transient, backoff with full jitter, retry
     argv.py   one-line argparse errors for every CLI
+    benchline.py  the dl-bench samples/s line: what a benchmark prints, what bench collect and the node monitor read
+    markets.py    the market names (spot, on-demand, capacity-block), spelled once
 
 It imports nothing from the project: the node bundle and the Lambda package ship it whole.
 """

@@ -23,6 +23,7 @@ import sys
 from typing import Any, Optional
 
 from dl_core.argv import OneLineParser
+from dl_core.markets import OPEN_MARKETS
 
 from .errors import CliError
 
@@ -49,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
     pf.add_argument("--profile", required=True, help="a workload profile (dl-launcher profiles)")
     pf.add_argument("--nodes", type=int, help="nodes in the cluster [the profile's default for -c nodes]")
     pf.add_argument("--instance-type", help="check this type instead of the profile's pick")
-    pf.add_argument("--market", choices=("spot", "on-demand"), help="[the profile's default]")
+    pf.add_argument("--market", choices=OPEN_MARKETS, help="[the profile's default]")
     pf.add_argument("--availability-zone", help="the AZ the cluster will use, if you pin one")
     pf.add_argument("--region")
     pf.add_argument("--json", action="store_true")

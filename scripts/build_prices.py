@@ -26,19 +26,16 @@ sys.path.insert(0, str(ROOT))
 
 from selector.errors import UserError
 from selector.price_sources import (
-    Sources,
     build_rows,
     compare_snapshots,
-    load_sources_toml,
     parse_on_demand_js,
     read_csv_rows,
     read_spot_quotes,
     render_csv,
-    render_markdown,
-    render_sources_toml,
     spot_stats,
     unlisted_regions,
 )
+from selector.prices_page import Sources, load_sources_toml, render_markdown, render_sources_toml
 
 DATA = ROOT / "selector" / "data"
 

@@ -15,7 +15,7 @@ from typing import Optional
 
 from dl_core.argv import OneLineParser
 from .errors import UserError
-from .validate import clean, finite_number
+from .validate import clean, family_list, finite_number
 
 # recommend --live: cached live prices younger than this many minutes are used without calling AWS.
 DEFAULT_MAX_AGE = 60
@@ -103,7 +103,7 @@ def _recommend(a: argparse.Namespace) -> str:
         from .throughput import failed_in
         for name, reason in failed_in(a.throughput):
             _warn(f"measurement failed for {name}: {reason}; it ranks on the model")
-    families = _families(a.families)
+    families = family_list(a.families)
     if a.spot and a.capacity_block:
         raise UserError("--spot and --capacity-block name two markets; pick one (neither: on-demand)")
     market = "capacity-block" if a.capacity_block else "spot" if a.spot else "on-demand"
@@ -184,18 +184,6 @@ def _live_capacity_blocks(a: argparse.Namespace, catalog):
     rates = _aws("recommend --live --capacity-block", quote)
     _warn(f"live Capacity Block quotes: {len(rates)} type(s) in {a.region}")
     return catalog.with_capacity_block_prices(a.region, rates)
-
-
-def _families(value: Optional[str]) -> Optional[list[str]]:
-    """--families a,b as a list; an empty name ('', ',', 'p5,,g6') is refused, not read as 'all'."""
-    if value is None:
-        return None
-    names = [f.strip() for f in value.split(",")]
-    if not any(names):
-        raise UserError("--families needs at least one family name, e.g. --families p5,g6 (leave it out for all)")
-    if not all(names):
-        raise UserError(f"--families {clean(value)!r} has an empty name; closest: {','.join(n for n in names if n)}")
-    return names
 
 
 def _show(a: argparse.Namespace) -> str:

@@ -12,8 +12,6 @@ from .facts import InstanceFacts
 from .profiles import Profile
 from .record import record
 
-MARKETS = ("on-demand", "spot", "capacity-block")
-
 
 @record(frozen=True)
 class Filters:
@@ -42,7 +40,7 @@ class Context:
     spot: bool
     named_families: frozenset[str]
     accelerators: dict[str, AcceleratorSpec]
-    market: str = ""  # one of MARKETS; "" = from `spot`
+    market: str = ""  # one of dl_core.markets.MARKETS; "" = from `spot`
     filters: Optional[Filters] = None
 
     def __post_init__(self) -> None:

@@ -92,6 +92,18 @@ def finite_number(value: Any, what: str, lo: Optional[float] = None, hi: Optiona
     return v
 
 
+def family_list(value: Optional[str]) -> Optional[list[str]]:
+    """--families a,b as a list; an empty name ('', ',', 'p5,,g6') is refused, not read as 'all'."""
+    if value is None:
+        return None
+    names = [f.strip() for f in value.split(",")]
+    if not any(names):
+        raise UserError("--families needs at least one family name, e.g. --families p5,g6 (leave it out for all)")
+    if not all(names):
+        raise UserError(f"--families {clean(value)!r} has an empty name; closest: {','.join(n for n in names if n)}")
+    return names
+
+
 def _fmt(v: float, integer: bool = False) -> str:
     return str(int(v)) if integer else f"{v:g}"
 

@@ -32,6 +32,8 @@ from urllib.parse import urlparse
 
 from selector.errors import UserError
 
+from .context_values import number, show
+
 if TYPE_CHECKING:
     from .training_stack import TrainingStack
 
@@ -55,13 +57,11 @@ def approval_from_context(ctx: Mapping[str, Any]) -> ApprovalSettings:
 
 
 def _usd(key: str, value: Any, zero: bool = False) -> float:
-    from .settings import _float, show
-
-    x = _float(value)
+    x = number(value)
     allowed = f"USD per hour, {'0' if zero else 'above 0'} to {LIMIT:,.0f}"
     if x is None or not math.isfinite(x):
         near = str(value).strip().lstrip("$").replace(",", "")
-        hint = f"; closest: {near}" if _float(near) is not None and math.isfinite(_float(near)) else f"; e.g. {key}={EXAMPLES[key]}"
+        hint = f"; closest: {near}" if number(near) is not None and math.isfinite(number(near)) else f"; e.g. {key}={EXAMPLES[key]}"
         raise UserError(f"context {key}={show(value)}: expected {allowed} (a plain decimal number){hint}")
     if x < 0 or (x == 0 and not zero) or x > LIMIT:
         raise UserError(f"context {key}={show(value)}: allowed {allowed}; closest: {min(max(x, 0.01), LIMIT):g}")

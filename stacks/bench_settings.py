@@ -16,7 +16,9 @@ from selector.catalog import load_catalog
 from selector.errors import UserError
 from selector.facts import InstanceFacts
 
-from .settings import _bool, check_only, network_from_context, show
+from .context_keys import check_only
+from .context_values import boolean, show
+from .settings import network_from_context
 
 ALLOWED = ("bench", "local", "vpc_id", "subnet_ids", "availability_zone")
 
@@ -58,7 +60,7 @@ def bench_from_context(ctx: Mapping[str, Any]) -> BenchSettings | None:
     if vpc_id and not subnet_ids:
         raise UserError("context vpc_id with bench needs subnet_ids and availability_zone (the benchmark looks "
                         "nothing up); or leave all three out for a new VPC")
-    return BenchSettings(plan=plan, plan_file=path, facts=facts, local=_bool("local", ctx.get("local", False)),
+    return BenchSettings(plan=plan, plan_file=path, facts=facts, local=boolean("local", ctx.get("local", False)),
                          vpc_id=vpc_id, subnet_ids=subnet_ids, availability_zone=az)
 
 

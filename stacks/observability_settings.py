@@ -27,6 +27,8 @@ from typing import Any, Mapping, Optional
 from selector.errors import UserError
 from selector.profiles import Profile
 
+from .context_values import boolean, choice, number, show, whole
+
 KEYS = ("observability", "idle_guard", "idle_minutes", "idle_threshold", "idle_action", "alarm_topic", "interactive",
         "idle_warning")
 BOOL_KEYS = ("observability", "idle_guard", "interactive")
@@ -64,24 +66,22 @@ class ObservabilitySettings:
 def observability_from_context(ctx: Mapping[str, Any], profile: Profile, region: str,
                                has_command: bool = True) -> ObservabilitySettings:
     """Keys already passed the shared type and text checks (settings.py)."""
-    from .settings import _bool, _choice, _float, _int, show
-
-    enabled = _bool("observability", ctx.get("observability", True))
+    enabled = boolean("observability", ctx.get("observability", True))
     minutes_default, threshold_default, warning_default = GUARD_DEFAULTS.get(profile.workload, GUARD_DEFAULTS["training"])
-    guard = _bool("idle_guard", ctx.get("idle_guard", enabled))
+    guard = boolean("idle_guard", ctx.get("idle_guard", enabled))
     if guard and not enabled:
         raise UserError("context idle_guard=true needs observability=true: the guard reads the GPU metrics "
                         "the CloudWatch agent sends; closest: idle_guard=false")
-    minutes = _int("idle_minutes", ctx.get("idle_minutes", minutes_default), *IDLE_MINUTES)
-    threshold = _float(ctx.get("idle_threshold", threshold_default))
+    minutes = whole("idle_minutes", ctx.get("idle_minutes", minutes_default), *IDLE_MINUTES)
+    threshold = number(ctx.get("idle_threshold", threshold_default))
     lo, hi = IDLE_THRESHOLD
     if threshold is None or not lo <= threshold <= hi:
         near = None if threshold is None or threshold != threshold else min(max(threshold, lo), hi)
         raise UserError(f"context idle_threshold={show(ctx.get('idle_threshold'))}: GPU utilisation in percent, "
                         f"allowed {lo:g} to {hi:g}" + (f"; closest: {near:g}" if near is not None else "; e.g. idle_threshold=5"))
-    action = _choice("idle_action", ctx.get("idle_action", "stop"), ACTIONS)
-    interactive = _bool("interactive", ctx.get("interactive", not has_command))
-    warning = _int("idle_warning", ctx.get("idle_warning", max(warning_default, INTERACTIVE_WARNING if interactive else 0)),
+    action = choice("idle_action", ctx.get("idle_action", "stop"), ACTIONS)
+    interactive = boolean("interactive", ctx.get("interactive", not has_command))
+    warning = whole("idle_warning", ctx.get("idle_warning", max(warning_default, INTERACTIVE_WARNING if interactive else 0)),
                    *IDLE_WARNING)
     topic = None
     if "alarm_topic" in ctx:

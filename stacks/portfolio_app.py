@@ -13,7 +13,9 @@ from selector.errors import UserError, closest
 
 from .portfolio_settings import PortfolioSettings, portfolio_from_file
 from .product_plan import plan_product
-from .settings import _bool, _named, check_only, network_from_context, show
+from .context_keys import check_only
+from .context_values import boolean, named, show
+from .settings import network_from_context
 
 # What a portfolio reads from context; the training stack's other keys mean nothing here.
 PORTFOLIO_KEYS = ("portfolio", "product", "profiles_file", "region", "local", "vpc_id", "subnet_ids",
@@ -33,11 +35,11 @@ def portfolio_from_context(ctx: Mapping[str, Any]) -> PortfolioSettings:
     from selector.catalog import load_catalog
     catalog = load_catalog()
     region = ctx.get("region", "us-east-1").strip()
-    _named("region", region, catalog.regions)
+    named("region", region, catalog.regions)
     region = catalog.check_region(region)
     vpc_id, subnet_ids, az = network_from_context(ctx, region)
     path = ctx["profiles_file"].strip() if "profiles_file" in ctx else None
-    settings = portfolio_from_file(name, region, path, local=_bool("local", ctx.get("local", False)),
+    settings = portfolio_from_file(name, region, path, local=boolean("local", ctx.get("local", False)),
                                    vpc_id=vpc_id, subnet_ids=subnet_ids, availability_zone=az)
     if "product" in ctx:
         product = ctx["product"].strip()
@@ -88,9 +90,6 @@ def _check_snapshots(path: str) -> None:
     or a place that cannot become a directory, is one line before anything is synthesized."""
     import os
 
-    from selector.errors import UserError
-
-    from .settings import show
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"context snapshots={show(path, 300)} is a file: expected the directory where each product "
                         "version's template is kept (default product-stack-snapshots)")

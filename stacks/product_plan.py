@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from dl_core.markets import OPEN_MARKETS as MARKETS
 from selector.errors import UserError, closest
 from selector.profiles import Profile
 from selector.recommend import recommend
@@ -21,8 +22,6 @@ from selector.record import replace
 from .portfolio_settings import DEFAULT_BUDGET_HOURS, MAX_TYPES, ProductLimits
 from .selection import Selection, money, select
 from .settings import Settings
-
-MARKETS = ("spot", "on-demand")
 
 
 @dataclass(frozen=True)

@@ -45,78 +45,38 @@ ASCII lower-case name as the closest value, never silently accepted.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from dl_core.markets import MARKETS
 from selector.catalog import load_catalog
-from selector.errors import UserError, closest
+from selector.errors import UserError
 from selector.interchange import DEFAULT_RULE, RULES
-from selector.validate import plain_number
 from selector.profiles import Profile, get_profile, load_profiles
 from constructs_lib.fleet.job_end import ON_END
 from constructs_lib.runtime import contract
 
-from .approval import EXAMPLES as APPROVAL_EXAMPLES
-from .approval import KEYS as APPROVAL_KEYS
-from .approval import NUMBER_KEYS as APPROVAL_NUMBER_KEYS
 from .approval import ApprovalSettings, approval_from_context
-from .job_settings import EXAMPLES as JOB_EXAMPLES
-from .job_settings import KEYS as JOB_KEYS
-from .job_settings import LONG_KEYS as JOB_LONG_KEYS
-from .job_settings import PATH_KEYS as JOB_PATH_KEYS
+from .context_keys import (COMMAND_LIMIT, EXAMPLES, HEREDOC, KEYS, MAX_PRICE, USER_DATA_LIMIT, check_keys, check_only,
+                           check_text, check_type)
+from .context_values import boolean, choice, fold, named, number, show, whole
 from .job_settings import JobSettings, job_from_context
-from .observability_settings import BOOL_KEYS as OBS_BOOL_KEYS
-from .observability_settings import EXAMPLES as OBS_EXAMPLES
-from .observability_settings import KEYS as OBS_KEYS
-from .observability_settings import NUMBER_KEYS as OBS_NUMBER_KEYS
 from .observability_settings import ObservabilitySettings, observability_from_context
 
+# Importers read these from here too (tests, dl_launcher, training_product).
+__all__ = ["COMMAND_LIMIT", "DEFAULT_PROFILE", "DEFAULT_REGION", "EXAMPLES", "HEREDOC", "KEYS", "MARKETS", "MAX_PRICE",
+           "REGION_ENV", "USER_DATA_LIMIT", "Settings", "check_only", "from_context", "network_from_context",
+           "read_script", "resolve_region", "show"]
+
 DEFAULT_PROFILE = "dev-prototyping"  # cheap (one T4-class GPU) and safe to deploy by mistake
-KEYS = ("profile", "instance_type", "nodes", "spot", "market", "region", "vpc_id", "subnet_ids", "availability_zone",
-        "command", "command_file", "job", "max_price", "interchange", "capacity_reservation", "profiles_file", "local",
-        "bench", "portfolio", "product", "snapshots", "preflight", "budget", "on_end", *JOB_KEYS, *OBS_KEYS, *APPROVAL_KEYS)
-MARKETS = ("spot", "on-demand", "capacity-block")
-_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 _RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
 _RESERVATION_GROUP = re.compile(r"arn:aws(?:-cn|-us-gov)?:resource-groups:(?P<region>[a-z0-9-]+):\d{12}:"
                                 r"group/[A-Za-z0-9_.-]{1,300}", re.ASCII)
-
-# The marker that ends the job file in the user data (constructs_lib.userdata.HEREDOC; kept here so
-# that validating context needs no CDK import; tests/test_bad_context.py checks they agree).
-HEREDOC = "DL_LAUNCHER_EOF"
-USER_DATA_LIMIT = 16 * 1024  # EC2's maximum; the whole user data is checked again at synth
-# What the command may take of it: the node's bootstrap and settings are about 8 KB of the rest.
-COMMAND_LIMIT = 8 * 1024
 NODES = (1, 64)
-MAX_PRICE = 1000.0  # USD per hour per node: above any instance or Capacity Block on record
-_BOOL_KEYS = ("spot", "local", "preflight", *OBS_BOOL_KEYS)
-_NUMBER_KEYS = ("nodes", "max_price", "budget", *OBS_NUMBER_KEYS, *APPROVAL_NUMBER_KEYS)
 BUDGET = (1, 1_000_000)  # USD per month: an AWS Budgets cost budget on the job's tag
-_PATH_KEYS = ("profiles_file", "command_file", "bench", "snapshots", *JOB_PATH_KEYS)
-_NAME_LIMIT, _PATH_LIMIT = 256, 4096
-EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "nodes": "2", "spot": "true",
-            "market": "spot", "region": "us-east-1", "vpc_id": "vpc-0123456789abcdef0",
-            "subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef1", "availability_zone": "us-east-1a",
-            "command": "dl-torchrun train.py", "command_file": "train.sh", "job": "my-job", "max_price": "12.5",
-            "interchange": "same-accelerator", "capacity_reservation": "cr-0123456789abcdef0",
-            "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json", "portfolio": "platform",
-            "product": "dev-prototyping", "snapshots": "product-stack-snapshots", "preflight": "false",
-            "budget": "5000", "on_end": "keep", **JOB_EXAMPLES, **OBS_EXAMPLES, **APPROVAL_EXAMPLES}
-# Look-alikes a copy from a document or chat brings in; NFKC handles full-width forms and the like.
-_LOOKALIKES = str.maketrans({
-    "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
-    "\u00a0": " ", "\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u00ad": "",
-    "\u200b": "", "\u200c": "", "\u200d": "", "\ufeff": "",
-    "\u0430": "a", "\u0435": "e", "\u043e": "o", "\u0440": "p", "\u0441": "c", "\u0443": "y", "\u0445": "x",
-    "\u0456": "i", "\u0455": "s", "\u0458": "j", "\u0501": "d", "\u043a": "k", "\u0442": "t", "\u043d": "h",
-    "\u03bf": "o", "\u03b1": "a", "\u03bd": "v", "\u03c1": "p", "\u03b9": "i", "\u03ba": "k", "\u0391": "A",
-    "\u0410": "A", "\u0415": "E", "\u041e": "O", "\u0420": "P", "\u0421": "C", "\u0422": "T", "\u0425": "X",
-})
 
 
 @dataclass(frozen=True)
@@ -156,171 +116,14 @@ class Settings:
         return self.nodes > 1
 
 
-# ---- showing a value: escaped, short, one line ----------------------------------------------------
-def show(value: Any, limit: int = 60) -> str:
-    """A value as an error message may quote it: ASCII escapes for control and non-ASCII
-    characters (never raw), JSON for what cdk.json carries, cut short with its length."""
-    if isinstance(value, str):
-        if len(value) > limit:
-            return f"{ascii(value[:limit - 20])}... ({len(value)} characters)"
-        return ascii(value)
-    try:
-        text = json.dumps(value, ensure_ascii=True, allow_nan=True)
-    except (TypeError, ValueError):
-        text = ascii(value)
-    return text if len(text) <= limit else text[:limit - 20] + f"... ({len(text)} characters)"
-
-
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "JSON null"
-    if isinstance(value, bool):
-        return f"JSON {str(value).lower()}"
-    if isinstance(value, (int, float)):
-        return "a JSON number"
-    if isinstance(value, (list, tuple)):
-        return "a JSON list"
-    if isinstance(value, dict):
-        return "a JSON object"
-    return type(value).__name__
-
-
-def _fold(value: str) -> str:
-    """The plain-ASCII text a look-alike most likely meant."""
-    folded = unicodedata.normalize("NFKC", value).translate(_LOOKALIKES)
-    return "".join(c for c in folded if c.isascii())
-
-
-def _closest(key: str, suggestion: Optional[str]) -> str:
-    return f"; closest: {suggestion}" if suggestion else f"; e.g. {key}={EXAMPLES[key]}"
-
-
-def _check_type(key: str, value: Any) -> None:
-    """Each key's JSON type; cdk.json can carry any, `-c` only strings."""
-    if key in _BOOL_KEYS:
-        ok, wanted = isinstance(value, (bool, str)), "true or false"
-    elif key in _NUMBER_KEYS:
-        ok = isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool))
-        wanted = {"nodes": "a whole number from 1 to 64", "max_price": f"USD per hour per node, above 0 and at most "
-                  f"{MAX_PRICE:g}", "idle_minutes": "a whole number of minutes",
-                  "idle_threshold": "a percentage", "idle_warning": "a whole number of minutes",
-                  "budget": "a whole number of USD per month", "approve_hourly": "USD per hour",
-                  "approval_threshold": "USD per hour"}[key]
-    else:
-        ok, wanted = isinstance(value, str), "a string"
-    if ok:
-        return
-    near = None
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-        near = ",".join(value) if key == "subnet_ids" else (value[0] if len(value) == 1 else None)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool) and key not in _BOOL_KEYS:
-        near = json.dumps(str(value))
-    hint = "; leave the key out for its default" if value is None else ""
-    raise UserError(f"context {key}={show(value)} ({_json_kind(value)}): expected {wanted}{hint}"
-                    + _closest(key, near))
-
-
-def _check_text(key: str, value: str) -> None:
-    """Empty, control characters, look-alikes and length, for every string value."""
-    if not value.strip():
-        what = "leave it out for nodes that wait for you" if key == "command" else "leave the key out for its default"
-        raise UserError(f"context {key} is empty: give a value or {what}" + _closest(key, None))
-    if key in JOB_LONG_KEYS:
-        bad = [c for c in value if (ord(c) < 32 or ord(c) == 127) and c != "\t"]
-        if bad and not (key == "setup" and set(bad) <= {"\n", "\r"}):
-            shown = "" if key == "secrets" else f"={show(value)}"  # a pasted value must not be echoed
-            raise UserError(f"context {key}{shown} has a control character ({ascii(bad[0])}): not allowed")
-        if len(value) > 16 * 1024:
-            raise UserError(f"context {key} is {len(value)} characters: at most {16 * 1024}")
-        return
-    if key == "command":
-        if "\n" in value.strip() or "\r" in value.strip():
-            raise UserError("context command has a line break: the CDK CLI cuts -c values at one, so a multi-line "
-                            "command goes in a file: -c command_file=PATH")
-        allowed_controls = "\t"
-    else:
-        allowed_controls = ""
-    bad = [c for c in value if (ord(c) < 32 or ord(c) == 127) and c not in allowed_controls]
-    if bad:
-        clean = "".join(c for c in re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", value) if c not in bad).strip()  # ANSI colours too
-        raise UserError(f"context {key}={show(value)} has a control character ({ascii(bad[0])}): not allowed"
-                        + _closest(key, ascii(clean) if clean and key != "command" else None))
-    if key == "command":
-        if len(value.encode()) > COMMAND_LIMIT:
-            raise UserError(f"context command is {len(value.encode())} bytes: at most {COMMAND_LIMIT} (the node's "
-                            f"bootstrap takes the rest of EC2's {USER_DATA_LIMIT}-byte user data); put the script "
-                            "in the image or S3 and run it from there")
-        return
-    if key not in _PATH_KEYS + _NUMBER_KEYS and not value.isascii():  # numbers: see _float
-        c = next(c for c in value if not c.isascii())
-        folded = _fold(value)
-        if key in ("region", "instance_type", "profile", "market", "interchange", "availability_zone", "vpc_id",
-                   "subnet_ids", "capacity_reservation"):
-            folded = folded.strip().lower() if key != "capacity_reservation" else folded.strip()
-        if key == "job":
-            folded = re.sub(r"[^a-z0-9-]+", "-", folded.lower()).strip("-")
-        raise UserError(f"context {key}={show(value)} has a character that is not plain ASCII "
-                        f"(U+{ord(c):04X} {unicodedata.name(c, '?')}): names are ASCII"
-                        + _closest(key, ascii(folded) if folded else None))
-    limit = _PATH_LIMIT if key in _PATH_KEYS else _NAME_LIMIT
-    if len(value) > limit:
-        raise UserError(f"context {key}={show(value)}: at most {limit} characters" + _closest(key, None))
-
-
-def _named(key: str, value: str, allowed) -> None:
-    """Names are case-sensitive and lower-case: say so, with the name meant, instead of a guess."""
-    if value in allowed:
-        return
-    lowered = {a.lower(): a for a in allowed}
-    if value.lower() in lowered:
-        raise UserError(f"context {key}={show(value)}: names are case-sensitive"
-                        f"{' and lower-case' if lowered[value.lower()].islower() else ''}; "
-                        f"closest: {lowered[value.lower()]}")
-
-
-def _bool(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    v = str(value).strip().lower()
-    if v in _TRUE | _FALSE:
-        return v in _TRUE
-    near = closest(v, sorted(_TRUE | _FALSE), n=1) if v else []
-    raise UserError(f"context {key}={show(value)}: expected true or false"
-                    + (f"; closest: {'true' if near[0] in _TRUE else 'false'}" if near else ""))
-
-
-def _float(value: Any) -> Optional[float]:
-    return plain_number(value)
-
-
-def _int(key: str, value: Any, lo: int, hi: int) -> int:
-    x = _float(value)
-    shown = value if isinstance(value, (int, float)) and not isinstance(value, bool) else show(value)
-    if x is None:
-        near = _fold(str(value)).strip()
-        near = near if re.fullmatch(r"[0-9]+", near) and lo <= int(near) <= hi else None
-        raise UserError(f"context {key}={show(value)}: expected a whole number from {lo} to {hi}"
-                        + (f"; closest: {near}" if near else ""))
-    if not math.isfinite(x):
-        raise UserError(f"context {key}={show(value)}: not a finite number; expected a whole number from {lo} to {hi}")
-    n = round(x)
-    if x != n:
-        raise UserError(f"context {key}={shown}: expected a whole number from {lo} to {hi}; "
-                        f"closest: {min(max(math.floor(x + 0.5), lo), hi)}")
-    if not lo <= n <= hi:
-        where = f"{shown} ({n})" if isinstance(value, str) and value.strip() != str(n) else str(n)
-        raise UserError(f"context {key}={where}: allowed {lo} to {hi}; closest: {min(max(n, lo), hi)}")
-    return int(n)
-
-
 def _price(value: Any) -> float:
-    x = _float(value)
+    x = number(value)
     allowed = f"USD per hour per node, above 0 and at most {MAX_PRICE:g}"
     if x is None:
         v = str(value).strip()
         near = v.replace(",", ".") if re.fullmatch(r"[0-9]+,[0-9]+", v) else None
-        if near is None and _float(_fold(v)) is not None and math.isfinite(_float(_fold(v))):
-            near = _fold(v).strip()
+        if near is None and number(fold(v)) is not None and math.isfinite(number(fold(v))):
+            near = fold(v).strip()
         raise UserError(f"context max_price={show(value)}: expected {allowed} (a plain decimal number)"
                         + (f"; closest: {near}" if near else "; e.g. max_price=12.5"))
     if math.isnan(x):
@@ -332,16 +135,6 @@ def _price(value: Any) -> float:
         what = "not a finite number" if math.isinf(x) else "above any price on record"
         raise UserError(f"context max_price={show(value)}: {what}; expected {allowed}; closest: {MAX_PRICE:g}")
     return x
-
-
-def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
-    v = str(value).strip()
-    _named(key, v, allowed)
-    if v not in allowed:
-        near = [a for a in allowed if v and a.startswith(v)] or closest(v, allowed, n=1)  # "same-acc"
-        raise UserError(f"context {key}={show(value)}: allowed {', '.join(allowed)}"
-                        + (f"; closest: {near[0]}" if near else ""))
-    return v
 
 
 def _reservation(value: Any, region: str) -> str:
@@ -362,9 +155,9 @@ def _reservation(value: Any, region: str) -> str:
 
 def _market(ctx: Mapping[str, Any], profile: Profile, reservation: Optional[str]) -> str:
     """market wins; `spot` maps onto it; a reservation is on-demand capacity, never spot."""
-    spot = _bool("spot", ctx["spot"]) if "spot" in ctx else None
+    spot = boolean("spot", ctx["spot"]) if "spot" in ctx else None
     if "market" in ctx:
-        market = _choice("market", ctx["market"], MARKETS)
+        market = choice("market", ctx["market"], MARKETS)
         if spot is not None and spot != (market == "spot"):
             raise UserError(f"context spot={str(spot).lower()} contradicts market={market}; pass market alone")
     elif spot is not None:
@@ -429,36 +222,6 @@ def _command(ctx: Mapping[str, Any]) -> str:
     return command
 
 
-def _check_keys(ctx: Mapping[str, Any]) -> None:
-    """Every key must be ours or the CDK's own: an unknown key is an error (with the closest of ours
-    where one is near), never ignored, or a user's safety setting (on_end, budget) could vanish
-    behind a typo or a key from another version."""
-    by_form = {k.replace("-", "_"): k for k in KEYS}
-    for key in ctx:
-        if key in KEYS or ":" in key or key.startswith(("aws:", "@aws-cdk", "cli-", "acknowledged")):
-            continue
-        form = key.strip().lower().replace("-", "_").replace(" ", "_")
-        near = [by_form[form]] if form in by_form else closest(key, KEYS, n=1) or closest(form, KEYS, n=1)
-        if not near and len(form) >= 4:
-            near = [k for k in KEYS if k.replace("_", "") == form.replace("_", "")]
-        raise UserError(f"unknown context key {show(key)}" + (f"; closest: {near[0]}" if near else "")
-                        + f"; allowed: {', '.join(KEYS)}")
-
-
-def check_only(ctx: Mapping[str, Any], allowed: tuple[str, ...], refuse) -> None:
-    """For a mode that reads only `allowed` keys (bench, portfolio): any other key of ours is an
-    error, `refuse(key)` its message; each allowed key present gets its type and text checked."""
-    _check_keys(ctx)
-    extra = [k for k in KEYS if k in ctx and k not in allowed]
-    if extra:
-        raise UserError(refuse(extra[0]))
-    for key in allowed:
-        if key in ctx:
-            _check_type(key, ctx[key])
-            if isinstance(ctx[key], str):
-                _check_text(key, ctx[key])
-
-
 def network_from_context(ctx: Mapping[str, Any], region: str) -> tuple[Optional[str], tuple[str, ...], Optional[str]]:
     """(vpc_id, subnet_ids, availability_zone) from context, each checked; a new VPC is (None, (), None)."""
     vpc_id = ctx["vpc_id"].strip() if "vpc_id" in ctx else None
@@ -507,7 +270,7 @@ def resolve_region(ctx: Mapping[str, Any], env: Mapping[str, str] = os.environ) 
 
 def from_context(ctx: Mapping[str, Any]) -> Settings:
     """Validate the app's context. Unknown keys that look like ours (typos) are errors."""
-    _check_keys(ctx)
+    check_keys(ctx)
     if "product" in ctx or "snapshots" in ctx:
         raise UserError(f"context {'product' if 'product' in ctx else 'snapshots'} belongs to a portfolio: pass "
                         "-c portfolio=NAME with it, or -c profile=NAME for a training stack")
@@ -516,12 +279,12 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                         "multi-line script)")
     for key in KEYS:
         if key in ctx:
-            _check_type(key, ctx[key])
+            check_type(key, ctx[key])
             if isinstance(ctx[key], str):
-                _check_text(key, ctx[key])
+                check_text(key, ctx[key])
     profiles = load_profiles(ctx["profiles_file"]) if "profiles_file" in ctx else None
     profile_name = ctx.get("profile", DEFAULT_PROFILE).strip()
-    _named("profile", profile_name, profiles if profiles is not None else load_profiles())
+    named("profile", profile_name, profiles if profiles is not None else load_profiles())
     profile = get_profile(profile_name, profiles)
     catalog = load_catalog()
     region, region_source = resolve_region(ctx)
@@ -530,16 +293,16 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
             catalog.check_region(region)
         except UserError as e:
             raise UserError(f"{e} (from {region_source}; -c region=NAME sets it)") from None
-    _named("region", region, catalog.regions)
+    named("region", region, catalog.regions)
     region = catalog.check_region(region)
     instance_type = ctx["instance_type"].strip() if "instance_type" in ctx else None
     if instance_type is not None:
-        _named("instance_type", instance_type, catalog.types)
+        named("instance_type", instance_type, catalog.types)
         catalog.get(instance_type)  # unknown type: closest names
-    nodes = _int("nodes", ctx.get("nodes", profile.nodes), *NODES)
+    nodes = whole("nodes", ctx.get("nodes", profile.nodes), *NODES)
     reservation = _reservation(ctx["capacity_reservation"], region) if "capacity_reservation" in ctx else None
     market = _market(ctx, profile, reservation)
-    interchange = _choice("interchange", ctx.get("interchange", DEFAULT_RULE), RULES)
+    interchange = choice("interchange", ctx.get("interchange", DEFAULT_RULE), RULES)
     vpc_id, subnet_ids, az = network_from_context(ctx, region)
     job = ctx.get("job", profile.name).strip()
     if not re.fullmatch(contract.JOB_NAME, job):
@@ -551,11 +314,11 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
     return Settings(profile=profile, instance_type=instance_type, nodes=nodes,
                     spot=market == "spot", region=region, vpc_id=vpc_id, subnet_ids=subnet_ids,
                     availability_zone=az, command=command, job=job,
-                    max_price=max_price, local=_bool("local", ctx.get("local", False)),
+                    max_price=max_price, local=boolean("local", ctx.get("local", False)),
                     market=market, interchange=interchange, capacity_reservation=reservation,
                     observability=observability_from_context(ctx, profile, region, has_command=bool(command)),
                     job_settings=job_from_context(ctx, region, read_script, job), region_source=region_source,
-                    preflight=_bool("preflight", ctx.get("preflight", True)),
-                    budget=_int("budget", ctx["budget"], *BUDGET) if "budget" in ctx else None,
+                    preflight=boolean("preflight", ctx.get("preflight", True)),
+                    budget=whole("budget", ctx["budget"], *BUDGET) if "budget" in ctx else None,
                     approval=approval_from_context(ctx),
-                    on_end=_choice("on_end", ctx.get("on_end", "stop"), ON_END))
+                    on_end=choice("on_end", ctx.get("on_end", "stop"), ON_END))

@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-MARKETS = ("spot", "on-demand", "capacity-block")
+from dl_core.markets import MARKETS
+
 # CreateFleet's MinTargetCapacity is at most 1000.
 MAX_NODES = 1000
 

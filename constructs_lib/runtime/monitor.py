@@ -119,7 +119,7 @@ def follow(command: str, handler: Callable[[], Handler], stop: threading.Event, 
 
 
 def on_job_line(minute: Minute) -> Callable[[], Handler]:
-    from selector.bench.contract import LineError, parse_line
+    from dl_core.benchline import LineError, parse_line
 
     def handle(line: str) -> None:
         try:

@@ -10,7 +10,7 @@ import argparse
 from typing import Callable
 
 from ..errors import UserError
-from ..validate import finite_number
+from ..validate import family_list, finite_number
 from . import DEFAULT_PLAN_FILE, DEFAULT_RESULTS_FILE
 
 
@@ -60,7 +60,6 @@ def run(a: argparse.Namespace, aws: Callable) -> str:
 
 def _plan(a: argparse.Namespace, aws: Callable) -> str:
     from ..catalog import load_catalog
-    from ..cli import _families
     from ..profiles import get_profile, load_profiles
     from ..refresh import check_writable, write_text
     from ..render import dumps
@@ -86,7 +85,7 @@ def _plan(a: argparse.Namespace, aws: Callable) -> str:
     check_writable(a.out)
     result = make_plan(profile, catalog=catalog, region=a.region, rank_market="spot" if a.spot else "on-demand",
                        launch_market="on-demand" if a.on_demand else "spot", top=top, minutes=minutes,
-                       command=a.bench_run, model=a.model or "resnet50", precision=a.precision, families=_families(a.families),
+                       command=a.bench_run, model=a.model or "resnet50", precision=a.precision, families=family_list(a.families),
                        name=a.name, max_cost=max_cost)
     write_text(a.out, result.plan.to_json())
     if a.json:
@@ -127,8 +126,9 @@ def _report(a: argparse.Namespace, aws: Callable) -> str:
     report = rep.build_report(results)
     if a.out:
         from ..refresh import check_writable
+        from .chart import write_chart
         check_writable(a.out)
-        rep.write_chart(report, a.out)
+        write_chart(report, a.out)
     if a.markdown:
         from ..refresh import write_text
         write_text(a.markdown, rep.markdown(report, chart_path=a.out))

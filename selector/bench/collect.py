@@ -16,10 +16,11 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
 from dl_core.aws import error_code
+from dl_core.benchline import Window, parse_output
 
 from ..errors import UserError
 from ..validate import clean, parse_json, read_text
-from .contract import (COLLECTED_VERSION, Plan, Result, Window, parse_output, result_key, started_key)
+from .contract import COLLECTED_VERSION, Plan, Result, result_key, started_key
 
 # Fewer timed windows than this and the spread says nothing; the figure is kept, with a note.
 MIN_WINDOWS_FOR_SPREAD = 3

@@ -1,26 +1,16 @@
-"""The measured-selection loop's contract, in one place: the samples/s line a benchmark prints,
-the plan file (`bench plan` writes it, the benchmark stack reads it), and the S3 layout and
-result object each node writes for `bench collect`. Standard library only: nodes import it.
-
-The line (README, "Measured selection"): one per timed window, anywhere in the output,
-
-    dl-bench samples_per_second=1234.5 window=2 samples=4096 seconds=3.318 model=resnet50
-
-`dl-bench` first, then `key=value` tokens separated by spaces; `samples_per_second` is required
-(finite, > 0), `window`, `samples` and `seconds` are optional numbers, anything else is a label
-(no spaces in a value). Any program that prints it can be benchmarked and monitored.
+"""The measured-selection loop's contract, in one place: the plan file (`bench plan` writes it,
+the benchmark stack reads it), and the S3 layout and result object each node writes for `bench
+collect`. Standard library only: benchmark nodes import it. The samples/s line a benchmark prints
+is dl_core/benchline.py (the node monitor reads it too, and nodes ship dl_core, not the selector).
 """
 from __future__ import annotations
 
 import json
-import math
 import re
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Optional
 
-LINE_TAG = "dl-bench"
-_KEY = re.compile(r"[a-z_][a-z0-9_]*\Z")
-_NUMBERS = ("samples_per_second", "samples", "seconds")
+from dl_core.markets import OPEN_MARKETS as MARKETS
 
 PLAN_VERSION = 1
 RESULT_VERSION = 1
@@ -28,83 +18,6 @@ RESULT_VERSION = 1
 OUTPUT_TAIL_BYTES = 64 * 1024
 # A plan's name names the stack (dl-bench-<name>) and the S3 prefix (bench/<name>/).
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z")
-MARKETS = ("spot", "on-demand")
-
-
-class LineError(ValueError):
-    """A line that starts with the tag but does not follow the format (the collector says which)."""
-
-
-@dataclass(frozen=True)
-class Window:
-    samples_per_second: float
-    window: Optional[int] = None
-    samples: Optional[float] = None
-    seconds: Optional[float] = None
-    labels: dict = field(default_factory=dict)
-
-
-def format_line(samples_per_second: float, **fields: Any) -> str:
-    """`dl-bench samples_per_second=... k=v ...` (fields in the order given; None left out)."""
-    parts = [LINE_TAG, f"samples_per_second={samples_per_second:.6g}"]
-    for key, value in fields.items():
-        if value is None:
-            continue
-        if not _KEY.match(key):
-            raise ValueError(f"dl-bench key {key!r}: lower-case letters, digits and _ only")
-        text = f"{value:.6g}" if isinstance(value, float) else str(value)
-        if not text or any(c.isspace() for c in text):
-            raise ValueError(f"dl-bench {key}={text!r}: a value is one word")
-        parts.append(f"{key}={text}")
-    return " ".join(parts)
-
-
-def parse_line(line: str) -> Optional[Window]:
-    """The window a line reports, None for any other line, LineError for a broken dl-bench line."""
-    tokens = line.strip().split()
-    if not tokens or tokens[0] != LINE_TAG:
-        return None
-    values: dict[str, str] = {}
-    for token in tokens[1:]:
-        key, eq, value = token.partition("=")
-        if not eq or not _KEY.match(key) or not value:
-            raise LineError(f"token {token[:60]!r} is not key=value")
-        if key in values:
-            raise LineError(f"{key} given twice")
-        values[key] = value
-    if "samples_per_second" not in values:
-        raise LineError("no samples_per_second=")
-    numbers: dict[str, float] = {}
-    for key in _NUMBERS:
-        if key in values:
-            try:
-                numbers[key] = float(values.pop(key))
-            except ValueError:
-                raise LineError(f"{key} is not a number") from None
-            if not math.isfinite(numbers[key]) or numbers[key] <= 0:
-                raise LineError(f"{key} must be finite and above 0, got {numbers[key]:g}")
-    window = None
-    if "window" in values:
-        raw = values.pop("window")
-        if not raw.isdigit():
-            raise LineError(f"window must be a whole number, got {raw[:20]!r}")
-        window = int(raw)
-    return Window(samples_per_second=numbers["samples_per_second"], window=window,
-                  samples=numbers.get("samples"), seconds=numbers.get("seconds"), labels=values)
-
-
-def parse_output(text: str) -> tuple[list[Window], list[str]]:
-    """Every window in a program's output, and one problem per broken dl-bench line."""
-    windows, problems = [], []
-    for number, line in enumerate(text.splitlines(), start=1):
-        try:
-            w = parse_line(line)
-        except LineError as e:
-            problems.append(f"line {number}: {e}")
-            continue
-        if w is not None:
-            windows.append(w)
-    return windows, problems
 
 
 # --- S3 layout: s3://<bucket>/bench/<name>/{started,results}/<instance_type>.json ---------------

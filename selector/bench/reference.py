@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Optional
 
-from .contract import format_line
+from dl_core.benchline import format_line
 
 MODELS = ("resnet50", "gpt2")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from selector.bench.contract import parse_output
+from dl_core.benchline import parse_output
 
 TINY = ["--device", "cpu", "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "3", "--threads", "1"]
 RESNET = ["--model", "resnet50", "--width-div", "16", "--image-size", "64", "--batch", "4"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from selector.bench import chart
 from selector.bench import report as rep
 from selector.bench.contract import Plan, PlannedCandidate
 from selector.cli import main
@@ -163,7 +164,7 @@ def test_chart_is_a_real_png_with_one_point_per_candidate(tmp_path):
     from PIL import Image
 
     r = rep.build_report(_doc())
-    fig = rep.chart_figure(r)
+    fig = chart.chart_figure(r)
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert ax.get_xlabel() == "$ per hour (on-demand / spot)"
@@ -179,19 +180,19 @@ def test_chart_is_a_real_png_with_one_point_per_candidate(tmp_path):
     assert any(t.get_text().startswith("d.type") and "failed" in t.get_text() for t in ax.texts)
 
     png = tmp_path / "chart.png"
-    fig = rep.write_chart(r, str(png))
+    fig = chart.write_chart(r, str(png))
     width, height = (round(v * fig.dpi) for v in fig.get_size_inches())
-    assert (width, height) == (round(rep.FIGSIZE[0] * rep.DPI), round(rep.FIGSIZE[1] * rep.DPI))
+    assert (width, height) == (round(chart.FIGSIZE[0] * chart.DPI), round(chart.FIGSIZE[1] * chart.DPI))
     with Image.open(png) as im:
         assert im.format == "PNG" and im.size == (width, height)
         colours = im.convert("RGB").getcolors(maxcolors=1 << 20)
     assert len(colours) > 50  # drawn on, not a blank canvas
-    rep.write_chart(r, str(tmp_path / "again.png"))
+    chart.write_chart(r, str(tmp_path / "again.png"))
     assert (tmp_path / "again.png").read_bytes() == png.read_bytes()  # same input, same bytes
 
 
 def test_chart_labels_do_not_overlap_each_other():
-    fig = rep.chart_figure(rep.build_report(_doc()))
+    fig = chart.chart_figure(rep.build_report(_doc()))
     renderer = fig.canvas.get_renderer()
     boxes = [t.get_window_extent(renderer) for t in fig.axes[0].texts]
     assert not [(i, j) for i, a in enumerate(boxes) for j, b in enumerate(boxes[:i]) if a.overlaps(b)]
@@ -203,7 +204,7 @@ def test_chart_labels_do_not_overlap_each_other():
 ])
 def test_chart_and_text_survive_few_results(tmp_path, fixture):
     r = rep.build_report(rep.load_results(_write(tmp_path, _doc(fixture=fixture))))
-    rep.write_chart(r, str(tmp_path / "few.png"))
+    chart.write_chart(r, str(tmp_path / "few.png"))
     assert rep.table_text(r) and rep.markdown(r)
     if not r.ranked:
         assert "no candidate was measured" in rep.table_text(r)
@@ -212,7 +213,7 @@ def test_chart_and_text_survive_few_results(tmp_path, fixture):
 def test_the_chart_without_matplotlib_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     with pytest.raises(UserError, match=r"pip install 'dl-launcher\[bench\]'"):
-        rep.chart_figure(rep.build_report(_doc()))
+        chart.chart_figure(rep.build_report(_doc()))
 
 
 def _set(d: dict, path: str, value) -> None:

@@ -16,7 +16,8 @@ import pytest
 
 from selector.bench import runner
 from selector.bench.collect import judge
-from selector.bench.contract import parse_output, result_key, started_key
+from dl_core.benchline import parse_output
+from selector.bench.contract import result_key, started_key
 
 BUCKET = "bench-results"
 PREFIX = "bench/t"

@@ -25,7 +25,6 @@ SCRIPTS = ["dl_job.sh", "dl_runtime.sh", "dl_torchrun.sh", "dl_env.sh", "nvme_ra
            "dl_cwagent.sh", "dl_container.sh"]
 UNITS = ["dl-nvme-raid0.service", "dl-efa-env.service", "dl-node-agent.service", "dl-logs.service", "dl-job.service",
          "dl-monitor.service"]
-SELECTOR = PACKAGE.parent / "selector"
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -47,18 +46,17 @@ def test_layout_is_the_package_files_as_they_are(bundle):
                 **{n: (PACKAGE / "scripts" / n).read_bytes() for n in SCRIPTS},
                 "contract.sh": contract.shell().encode(),
                 **{f"units/{u}": unit_texts()[u].encode() for u in UNITS},
-                # the bottom package (AWS calls, the CLIs' one-line argparse errors), whole
-                **{f"python/dl_core/{p.name}": p.read_bytes() for p in (PACKAGE.parent / "dl_core").glob("*.py")},
-                # the dl-bench line format, which the node monitor parses (one source with the benchmark)
-                **{f"python/selector/{r}": (SELECTOR / r).read_bytes()
-                   for r in ("__init__.py", "bench/__init__.py", "bench/contract.py")}}
+                # the bottom package (AWS calls, the CLIs' one-line argparse errors, the dl-bench line
+                # format the node monitor parses), whole; nothing of the selector
+                **{f"python/dl_core/{p.name}": p.read_bytes() for p in (PACKAGE.parent / "dl_core").glob("*.py")}}
     assert files == expected
     assert "contract.py" in runtime and "__init__.py" in runtime
 
 
 def test_the_bundled_runtime_runs_from_the_bundle_alone(bundle):
     r = subprocess.run([sys.executable, "-B", "-c", "import constructs_lib.runtime.contract as c; print(c.__file__)\n"
-                        "from selector.bench.contract import parse_line; assert parse_line('dl-bench samples_per_second=2')\n"
+                        "from dl_core.benchline import parse_line; assert parse_line('dl-bench samples_per_second=2')\n"
+                        "import constructs_lib.runtime.monitor\n"
                         "import constructs_lib.runtime.cli"],
                        env={"PYTHONPATH": str(bundle / "python"), "PATH": "/usr/bin:/bin"}, cwd="/", capture_output=True,
                        text=True)

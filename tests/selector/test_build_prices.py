@@ -19,14 +19,13 @@ from selector.price_sources import (
     Quote,
     is_region,
     is_regular_az,
-    load_sources_toml,
     parse_on_demand_js,
     read_csv_rows,
     read_spot_quotes,
-    render_markdown,
     spot_stats,
     unlisted_regions,
 )
+from selector.prices_page import load_sources_toml, render_markdown
 from selector.prices import load_prices
 
 ROOT = Path(__file__).resolve().parents[2]

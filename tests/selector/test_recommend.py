@@ -89,6 +89,19 @@ def test_a_faster_type_is_never_ranked_below_a_cheaper_tied_one():
     assert "ties with" in rec.why and "measure these to decide" in rec.why
 
 
+def test_equal_samples_per_dollar_goes_to_the_faster_type():
+    """The tie-break under max_samples_per_dollar (selector/ranking.py, sort_key): on the real catalog in
+    eu-south-1, g4dn.metal (8 x T4) costs exactly twice g4dn.12xlarge (4 x T4) for twice the
+    throughput, so parallel-experiments' samples per dollar tie exactly, at rank 1. The faster
+    type wins the tie: the same work for the same money, finished sooner."""
+    rec = recommend("parallel-experiments", region="eu-south-1", market="on-demand")
+    assert get_profile("parallel-experiments").objective == "max_samples_per_dollar"
+    first, second = rec.candidates[:2]
+    assert (first.instance_type, second.instance_type) == ("g4dn.metal", "g4dn.12xlarge")
+    assert first.ranked_per_dollar("on-demand") == second.ranked_per_dollar("on-demand"), "the tie is exact"
+    assert first.samples_per_second > second.samples_per_second
+
+
 def test_ties_are_overlapping_intervals_and_measured_figures_are_points():
     rec = recommend("multi-gpu-training")
     assert any(c.tied_with for c in rec.candidates), "the full catalog has types the model cannot tell apart"
