@@ -20,6 +20,7 @@ busiest second at production periods is taken from the recorded times, and extra
 
     python bench/control_plane.py                       # N = 8, 16, 32, 64
     python bench/control_plane.py --nodes 8 16          # quicker
+    python bench/control_plane.py --nodes 32 64 --scale 2   # slower periods where 2 cores cannot keep up
     python bench/control_plane.py --code /path/to/checkout   # the same bench on another revision's code
 """
 from __future__ import annotations
@@ -35,10 +36,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SCALE = 5.0
 PROD_POLL, PROD_LIVENESS, PROD_GRACE, PROD_BOOT = 2.0, 10.0, 600.0, 60.0  # SupervisorConfig's defaults
-POLL, LIVENESS, GRACE, BOOT = PROD_POLL / SCALE, PROD_LIVENESS / SCALE, PROD_GRACE / SCALE, PROD_BOOT / SCALE
-STALE = 3 * LIVENESS  # what runtime/cli.py gives Liveness: three liveness periods
+
+
+def set_scale(scale: float) -> None:
+    """Every period divided by `scale` (--scale): one ratio for all, so times scale back exactly."""
+    global SCALE, POLL, LIVENESS, GRACE, BOOT, STALE
+    SCALE = scale
+    POLL, LIVENESS, GRACE, BOOT = PROD_POLL / scale, PROD_LIVENESS / scale, PROD_GRACE / scale, PROD_BOOT / scale
+    STALE = 3 * LIVENESS  # what runtime/cli.py gives Liveness: three liveness periods
+
+
+set_scale(5.0)
 STEADY_POLLS = 15
 JOB = "jobs/bench"
 
@@ -209,9 +218,13 @@ def detection(rows: list, out=print) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, nargs="+", default=[8, 16, 32, 64])
+    p.add_argument("--scale", type=float, default=5.0,
+                   help="how many times faster than on a node every period runs [5]; lower it where the machine "
+                        "cannot keep up with N nodes (their formation takes many polls longer than at N=8)")
     p.add_argument("--code", type=Path, default=ROOT,
                    help="the checkout whose constructs_lib is measured [this one]: a 'before' column")
     a = p.parse_args()
+    set_scale(a.scale)
     sys.path[:0] = [str(a.code.resolve()), str(Path(__file__).resolve().parent), str(ROOT)]
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
