@@ -76,6 +76,8 @@ class Node:
         self.sup = Supervisor(SupervisorConfig(cluster="bench", nodes=nodes, nproc_per_node=1, node=instance, addr=addr,
                                                poll=POLL, liveness_poll=LIVENESS, member_grace=GRACE),
                               store, self.cluster, self.liveness, log=lambda line: None)
+        # The supervisor's liveness with its cache: Membership.gone since the supervisor's split (issue 36).
+        self.gone = self.sup.membership.gone if hasattr(self.sup, "membership") else self.sup._gone
         self.plan = None
         self.started = self.formed = self.found = 0.0
         self.found_by = ""
@@ -96,7 +98,7 @@ class Node:
         others = [n for n in self.plan.nodes() if n != self.instance]
         for _ in range(polls):
             self.cluster.activity(self.plan.generation + 1)
-            self.sup._gone(others)
+            self.gone(others)
             time.sleep(POLL)
 
     def survive(self) -> None:
@@ -108,7 +110,7 @@ class Node:
             if self.cluster.activity(g + 1):
                 self.found_by = "a join or leave in the next generation"
                 break
-            if self.sup._gone(others):
+            if self.gone(others):
                 self.found_by = "liveness"
                 break
             time.sleep(POLL)

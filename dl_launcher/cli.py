@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any, Optional
 
-from selector.argv import OneLineParser
+from dl_core.argv import OneLineParser
 
 from .errors import CliError
 

@@ -94,7 +94,7 @@ def _curves(widget: dict[str, Any], t: list[float], nodes: int = 2) -> list[tupl
     def level(before: float, after: float, amp: float, shift: float = 0.0) -> list[float]:
         return [(after if s else before) + amp * w + shift for s, w in zip(staged, wave)]
 
-    price = _price_per_node_hour(widget)
+    cluster_hour = _cluster_price_per_hour(widget, nodes) or nodes * 30.0  # no price on record: a stand-in
     asked = _metrics_asked(widget)
     names = [n for n, _ in asked]
     out: list[tuple[str, list[float]]] = []
@@ -113,12 +113,11 @@ def _curves(widget: dict[str, Any], t: list[float], nodes: int = 2) -> list[tupl
         elif name == contract.M_CPU_IOWAIT:
             out += [(f"iowait, node {n}", level(41, 2, 2, -n)) for n in range(nodes)]
         elif name == contract.M_SAMPLES and "per dollar" in widget["properties"].get("title", ""):
-            cluster_hour = nodes * (price or 30.0)
             out.append(("samples/$", [s * 3600 / cluster_hour for s in level(2100, 5200, 150)]))
         elif name == contract.M_SAMPLES:
             out.append(("samples/s", level(2100, 5200, 150)))
         elif name == contract.M_TRAINING and "cost" in widget["properties"].get("title", "").lower():
-            out.append(("USD", [nodes * (price or 30.0) * x for x in t]))
+            out.append(("USD", [cluster_hour * x for x in t]))
         elif name == contract.M_TRAINING:
             out.append(("training", [float(nodes) if x > 0.3 else 0.0 for x in t]))
         elif name == contract.M_RESTORING:
@@ -133,9 +132,24 @@ def _curves(widget: dict[str, Any], t: list[float], nodes: int = 2) -> list[tupl
     return out
 
 
-def _price_per_node_hour(widget: dict[str, Any]) -> Optional[float]:
-    m = re.search(r"\$([0-9,.]+)/node-hour", json.dumps(widget["properties"]))
-    return float(m.group(1).replace(",", "")) if m else None
+def _cluster_price_per_hour(widget: dict[str, Any], nodes: int) -> Optional[float]:
+    """The cluster's price per hour as the graph's own label states it: samples per dollar names
+    the cluster-hour, the cost so far the node-hour."""
+    text = json.dumps(widget["properties"])
+    m = re.search(r"\$([0-9,.]+) per cluster-hour", text)
+    if m:
+        return float(m.group(1).replace(",", ""))
+    m = re.search(r"\$([0-9,.]+)/node-hour", text)
+    return nodes * float(m.group(1).replace(",", "")) if m else None
+
+
+def _nodes(body: dict[str, Any], default: int = 2) -> int:
+    """The cluster's size as the dashboard's heading states it ("## JOB: N x TYPE ...")."""
+    for w in body["widgets"]:
+        m = re.search(r"^## [^:]+: (\d+) x ", w["properties"].get("markdown", ""), re.M)
+        if m:
+            return int(m.group(1))
+    return default
 
 
 def _plain(markdown: str) -> list[str]:
@@ -172,6 +186,7 @@ def render(body: dict[str, Any], out: str, *, source: str = "") -> list[str]:
         return x0, 1 - (top_px + h_px) / height_px, w0, h_px / height_px
 
     drawn: list[str] = []
+    nodes = _nodes(body)
     pad_x, pad_y = 4 / WIDTH_PX, 4 / height_px
     for w in widgets:
         x0, y0, wd, ht = box(w)
@@ -211,7 +226,7 @@ def render(body: dict[str, Any], out: str, *, source: str = "") -> list[str]:
         left_px, bottom_px, top_px = 46, 30, 34
         ax = fig.add_axes((x0 + pad_x + left_px / WIDTH_PX, y0 + pad_y + bottom_px / height_px,
                            wd - 2 * pad_x - (left_px + 10) / WIDTH_PX, ht - 2 * pad_y - (bottom_px + top_px) / height_px))
-        curves = _curves(w, t)
+        curves = _curves(w, t, nodes)
         for label, ys in curves:
             ax.plot(t, ys, linewidth=1.0, label=label)
         y_axis = props.get("yAxis", {}).get("left", {})

@@ -94,6 +94,17 @@ def test_the_home_page_includes_the_readmes_set_up_as_written(site):
     assert "--8&lt;--" not in text
 
 
+def test_every_mermaid_block_reaches_the_page_as_a_diagram(site):
+    """mkdocs-material draws `<pre class="mermaid">` (the superfences custom fence in mkdocs.yml);
+    without that fence a ```mermaid block would be shown as highlighted source."""
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        blocks = len(re.findall(r"^```mermaid$", page.read_text(), flags=re.M))
+        if blocks:
+            rel = page.relative_to(ROOT / "docs").with_suffix("").as_posix()
+            html = (site / f"{rel}/index.html").read_text()
+            assert html.count('<pre class="mermaid">') == blocks, page.name
+
+
 def test_one_way_to_read_a_jobs_logs():
     """`dl-launcher logs JOB` is the way the pages show; no page shows another command for it (the
     README, your-job.md and the stack's output once showed three)."""

@@ -218,7 +218,8 @@ def _job(store, local_dir: str) -> int:
     from .agent import write_health
     from .cluster import ClusterState, Liveness
     from .config import node_identity
-    from .supervisor import Supervisor, SupervisorConfig, set_phase
+    from .rundir import set_phase
+    from .supervisor import Supervisor, SupervisorConfig
 
     me = node_identity()
     cfg = SupervisorConfig.from_env(cluster=me.cluster, nodes=me.nodes, nproc_per_node=me.nproc_per_node,
@@ -246,7 +247,7 @@ def _status(store, as_json: bool) -> int:
     from .cluster import ClusterState
     from .records import printable
     from .rundir import health as _health
-    from .supervisor import _State
+    from .supervisor_state import State as _State
 
     store.log = lambda line: None  # the report lists what was set aside
     cluster = ClusterState(store)

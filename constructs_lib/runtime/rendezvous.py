@@ -3,7 +3,7 @@
 torchrun runs with its static rendezvous (dl-torchrun passes --node-rank, --master-addr and
 --master-port from here), so torch's group rank IS the plan's rank: no second ordering (torch
 sorts agents by host name as text, which disagrees with numbers: .10 before .9) can disagree
-with where the checkpoint writer and MASTER_ADDR are.
+with where rank 0 (MASTER_ADDR, the writer of full-state saves) is.
 """
 from __future__ import annotations
 

@@ -124,3 +124,11 @@ def test_threshold_and_window_are_configurable():
     assert decide([n], GONE, NOW, GuardConfig(threshold_pct=10.0)).stop
     short = node(util=0.0, length=12)
     assert decide([short], GONE, NOW, GuardConfig(idle_minutes=10, grace_minutes=5)).stop
+
+
+def test_a_gpu_exactly_at_the_threshold_is_busy():
+    """The rule is "under threshold_pct is idle" (docs/observability.md): a GPU that sits exactly at
+    the threshold is working, and a cluster of them is never stopped."""
+    d = decide([node(util=5.0)], GONE, NOW)
+    assert not d.stop and d.state == "busy" and "reached 5% or more" in d.reason
+    assert decide([node(util=4.99)], GONE, NOW).stop

@@ -345,3 +345,20 @@ def test_the_rendering_draws_one_titled_box_per_widget_of_the_body(synthesized, 
     img = mpimg.imread(str(out))
     assert 1300 <= img.shape[1] <= 1500 and img.shape[0] >= 900 and img.std() > 0.05
     assert ILLUSTRATION == "illustration, not data"
+
+
+def test_the_illustrations_cost_and_samples_per_dollar_use_the_price_each_graph_states(synthesized):
+    """The made-up curves are priced at the cluster-hour the dashboard's own labels state (the
+    picture once showed samples per dollar at a stand-in $30/node-hour beside the real cost)."""
+    from scripts.render_dashboard import _curves, _nodes
+
+    _, body, _ = synthesized
+    graphs = by_title(body)
+    t = [0.0, 1.0, 5.0]  # hours: before and after the illustrated staging
+    assert _nodes(body) == NODES
+    (_, per_second), = _curves(graphs["Samples per second, whole job"], t, NODES)
+    (_, per_dollar), = _curves(graphs["Samples per dollar, live"], t, NODES)
+    (_, usd), = _curves(graphs["Estimated cost so far (USD)"], t, NODES)
+    cluster_hour = round(NODES * PRICE, 2)  # the labels show cents
+    assert per_dollar == pytest.approx([s * 3600 / cluster_hour for s in per_second], rel=1e-3)
+    assert usd == pytest.approx([NODES * PRICE * h for h in t], rel=1e-3)

@@ -186,3 +186,32 @@ def test_an_unknown_id_among_many_is_gone_and_the_rest_asked_again(aws):
     assert Liveness(fake).gone([*ids, dead]) == {dead, ids[7]}
     # The unknown id sorts first: its chunk of 200 fails, is asked again without it (199), then the rest.
     assert [len(a) for a in fake.asked] == [200, 199, 51], "chunks of 200; the chunk with the unknown id once more"
+
+
+def test_an_id_ec2_answers_without_is_gone_not_running():
+    """EC2 stops listing a terminated instance about an hour after it ends, without an error: an id
+    its answer leaves out is gone (a dead member counted running would hold every plan)."""
+    from botocore.stub import Stubber
+    ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    live, listed = "i-0123456789abcdef0", "i-0123456789abcdef1"
+    with Stubber(ec2) as stub:
+        stub.add_response("describe_instances", {"Reservations": [{"Instances": [
+            {"InstanceId": live, "State": {"Name": "running", "Code": 16}}]}]},
+            {"InstanceIds": sorted([live, listed])})
+        assert Liveness(ec2).gone([live, listed]) == {listed}
+        stub.assert_no_pending_responses()
+
+
+def test_a_node_that_joined_twice_keeps_its_first_join_time(store):
+    """Join order decides newcomers' ranks: a node that joined again (a restarted supervisor) keeps
+    its place from the first join, or a restart would push it behind nodes that came later."""
+    cluster = ClusterState(store)
+    a, b = Member("i-0000000000000000a", "10.0.0.1"), Member("i-0000000000000000b", "10.0.0.2")
+    cluster.join(3, a)
+    time.sleep(0.01)
+    cluster.join(3, b)
+    time.sleep(0.01)
+    cluster.join(3, a)  # again, later
+    joins = cluster.joins(3)
+    assert joins[a.node]["at"] < joins[b.node]["at"]
+    assert [m.node for m in choose_members(2, joins, None)] == [a.node, b.node]

@@ -1,0 +1,155 @@
+"""What the supervisor decides, as pure functions: no S3, no EC2, no process, no clock.
+
+The loops (membership.py, run.py, supervisor.py) gather the facts and act; every rule that turns
+facts into "what next" lives here, so each one has a unit test that runs in microseconds and pins
+the edges a two-node drill cannot reach (a run that finished and was interrupted, a peer whose
+heartbeat lands in the same second as the exit, the failure count across a checkpoint).
+
+Outcomes of one generation's run:
+    finished      exit 0, no notice: the job is done
+    interrupted   the ranks stopped together for a termination notice (Checkpointer's record)
+    peer-lost     a member is gone, or a node joined or left the next generation
+    failed        non-zero exit with every member alive (or recorded as failed by another node)
+    job-error     the job cannot run here as deployed (no command, a final setup error)
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional
+
+Outcome = tuple[str, str]  # (outcome, detail)
+
+# Names the runtime sets in a run's environment: the deployer's env may not shadow them.
+RENDEZVOUS_NAMES = frozenset({"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE"})
+# What a container keeps of the host's environment besides the deployer's own names.
+CONTAINER_PREFIXES = ("DL_", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "NCCL_", "FI_")
+# A run's resume names come only from this generation's restore (resume_env), never from the unit's env.
+STALE_NAMES = ("DL_RESUME_FROM", "DL_RESUME_STEP")
+
+
+# ---- counting failures ------------------------------------------------------------------------------
+def failures_after(outcome: str, failures: int, resume_step: Optional[int], last_resume: Optional[int]) -> int:
+    """Failed runs in a row without a newer checkpoint. A failure that resumed from a newer step than
+    the previous generation made progress first: it starts the count again at 1. Any other outcome
+    clears it (a lost peer or a notice says nothing about the command)."""
+    if outcome != "failed":
+        return 0
+    progressed = (resume_step if resume_step is not None else -1) > (last_resume if last_resume is not None else -1)
+    return 1 if progressed else failures + 1
+
+
+def gives_up(outcome: str, failures: int, max_failures: int) -> bool:
+    """Whether the job is failed for every node now (exit 3, no restart)."""
+    return outcome == "failed" and failures >= max_failures
+
+
+def agreed_outcome(outcome: str, detail: str, me: str, failed_on: Iterable[str]) -> Outcome:
+    """The same outcome on every node: a node that saw only "peer lost" (its run was stopped by the
+    failing node's next join) counts the generation failed when another node recorded a failure."""
+    if outcome != "peer-lost":
+        return outcome, detail
+    elsewhere = sorted(n for n in failed_on if n != me)
+    if elsewhere:
+        return "failed", f"the command failed on {', '.join(elsewhere)} ({detail})"
+    return outcome, detail
+
+
+# ---- how a run ended ------------------------------------------------------------------------------
+def exit_outcome(rc: int, outcomes: Mapping[str, object]) -> Optional[Outcome]:
+    """The outcome an exit settles by itself, or None when a non-zero exit needs the cluster's word
+    (settled_outcome). A notice's record wins over exit 0: the ranks that stopped together for a
+    termination notice exit 0 too, and the job is not finished."""
+    if "interrupted" in outcomes:
+        return "interrupted", f"termination notice; saved step {outcomes['interrupted']}"
+    if rc == 0:
+        return "finished", ""
+    return None
+
+
+def stop_reason(next_generation: int, next_active: bool, gone: Iterable[str]) -> str:
+    """Why a running generation must stop now ("" to go on): a node joined or left the next
+    generation (a failing node records itself there), or a member is gone."""
+    if next_active:
+        return f"a node joined or left generation {next_generation}"
+    gone = sorted(gone)
+    return f"{', '.join(gone)} gone" if gone else ""
+
+
+def settle_seconds(poll: float, liveness_poll: float, stale: float) -> float:
+    """How long a non-zero exit waits for the cluster's word before it counts as the job's failure:
+    a peer's death fails the collectives here before S3 or EC2 show it; it shows as a heartbeat
+    stale for half the usual time (the urgent limit) and one node's EC2 check."""
+    return max(3 * poll, stale / 2 + 2 * liveness_poll)
+
+
+def settled_outcome(rc: int, next_generation: int, next_active: bool, gone: Iterable[str], others: Iterable[str],
+                    beats: Optional[Mapping[str, float]] = None, exited_at: Optional[float] = None) -> Optional[Outcome]:
+    """One look while a non-zero exit settles: peer-lost when the cluster shows a loss, failed when every
+    peer beat a full second after the exit by S3's clock (they lived past it: the failure is the job's,
+    LastModified having whole seconds), None to look again."""
+    reason = stop_reason(next_generation, next_active, gone)
+    if reason:
+        return "peer-lost", f"exit {rc}; {reason}"
+    others = list(others)
+    if beats is not None and exited_at is not None and others \
+            and all(beats.get(o, 0.0) >= exited_at + 1 for o in others):
+        return "failed", f"exit {rc}"
+    return None
+
+
+# ---- a run's environment ---------------------------------------------------------------------------
+def run_environment(base: Mapping[str, str], extra: Mapping[str, str], rendezvous: Mapping[str, str],
+                    resume: Mapping[str, str], *, lib_python: str, checkpoint_dir: str, notice_file: str,
+                    notice_signal: str) -> dict[str, str]:
+    """The command's environment: the unit's (less stale resume names), the deployer's env and
+    secrets, then the runtime's names, which the deployer's can never shadow."""
+    env = {k: v for k, v in base.items() if k not in STALE_NAMES}
+    env.update(extra)
+    env.update(rendezvous)
+    env.update(resume)
+    env["PYTHONPATH"] = lib_python + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["DL_CHECKPOINT_DIR"] = checkpoint_dir
+    env["DL_NOTICE_FILE"], env["DL_NOTICE_SIGNAL"] = notice_file, notice_signal
+    return env
+
+
+def container_env(env: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """What a job's container gets of the run's environment: the deployer's env and secrets, the
+    runtime's DL_ names and rendezvous, the region (credentials come from IMDS, as on the host)."""
+    return {k: v for k, v in env.items() if k in extra or k in RENDEZVOUS_NAMES or k.startswith(CONTAINER_PREFIXES)}
+
+
+# ---- rendezvous ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    """What a node does at one look of the rendezvous.
+    action: "run" (the newest plan already holds this node), "rejoin" (it does, but the job was
+    redeployed since: join the next one with the new revision), "join", or "spare-check" (the
+    newest plan is full without this node: wait as a spare unless a member is gone or the next
+    generation is forming)."""
+    action: str
+    generation: int
+
+
+def rendezvous_target(newest: int, members: Optional[Iterable[str]], me: str, last_ran: int,
+                      newest_set_aside: bool, redeployed: bool = False) -> Target:
+    """Which generation to run or join, from the newest generation, its plan's members (None: no
+    plan, or one set aside), and the last generation this node ran. A generation whose plan was set
+    aside is spent (a plan is written once): the next one forms."""
+    if members is None:
+        spent = newest if newest_set_aside else last_ran
+        return Target("join", newest if newest > spent else spent + 1)
+    members = list(members)
+    if me in members and newest > last_ran:
+        return Target("rejoin", newest + 1) if redeployed else Target("run", newest)
+    if me not in members and last_ran < newest:
+        return Target("spare-check", newest + 1)
+    return Target("join", newest + 1)
+
+
+def ready_to_propose(have_members: bool, waiting: Iterable[str], waited: float, grace: float) -> bool:
+    """A plan is written once enough live nodes have joined and no previous member is unaccounted
+    for, or the grace for those members is over (a leaving node's last upload and a slow survivor
+    are waited for, a vanished one not forever)."""
+    return have_members and (not list(waiting) or waited >= grace)

@@ -1,0 +1,186 @@
+"""A node's membership of the cluster: heartbeat, rendezvous, join, gone, leave.
+
+It talks to the cluster's state in S3 (cluster.py) and to Liveness, nothing else: what it needs
+from the rest of the node (how the job ended, the step a new plan resumes from, the job revision,
+the leave on a notice) comes in as `Hooks`. Every call after the node's first generation rides
+out AWS's throttling and 5xx (`ride`): throttling is account-wide, so a supervisor that exited on
+it would stop every node of the cluster together. What to do at each look is decided by
+decisions.rendezvous_target and decisions.ready_to_propose.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional, TypeVar, Union
+
+from dl_core.aws import Backoff, Said, brief, jittered, retry
+from . import notice
+from .cluster import ClusterState, Liveness, Member, Plan, choose_members, unaccounted
+from .decisions import ready_to_propose, rendezvous_target
+from .rundir import health as _health
+
+T = TypeVar("T")
+Log = Callable[[str], None]
+
+
+@dataclass
+class Hooks:
+    """What membership asks of the rest of the node.
+      ended():        an exit code when the job has finished or failed on the cluster, else None
+      last_ran():     the last generation this node ran
+      resume_step():  the newest complete checkpoint's step, for a new plan (None: from scratch)
+      revision():     the job revision a new plan runs (jobdef.Revision's JSON), or None
+      redeployed(p):  whether the job was deployed again since plan p was made
+      leave(g):       this node got a termination notice: push, leave before generation g, wait for AWS
+    """
+    ended: Callable[[], Optional[int]]
+    last_ran: Callable[[], int]
+    resume_step: Callable[[], Optional[int]]
+    revision: Callable[[], Optional[dict]] = lambda: None
+    redeployed: Callable[[Plan], bool] = lambda plan: False
+    leave: Callable[[int], int] = lambda g: 0
+
+
+class Membership:
+    def __init__(self, cluster: ClusterState, liveness: Liveness, me: Member, hooks: Hooks, *, nodes: int,
+                 poll: float = 2.0, liveness_poll: float = 10.0, member_grace: float = 600.0,
+                 retry_base: float = 1.0, log: Log = print) -> None:
+        self.cluster, self.liveness, self.me, self.hooks = cluster, liveness, me, hooks
+        self.nodes, self.poll, self.liveness_poll, self.member_grace = nodes, poll, liveness_poll, member_grace
+        self.log = log
+        self.said = Said(log)
+        self.backoff = Backoff(base=retry_base)
+        self._gone_cache: tuple[float, frozenset, set] = (float("-inf"), frozenset(), set())
+        self._beating: Optional[threading.Event] = None
+
+    # ---- riding out AWS ------------------------------------------------------------------------
+    def ride(self, fn: Callable[[], T], what: str) -> T:
+        """fn(), again and again while AWS throttles or fails transiently (a running command is never
+        stopped for it, and a supervisor never exits on it); other errors propagate."""
+        def note(e: BaseException, delay: float) -> None:
+            self.said(what, f"{what}: AWS answered {brief(e)}; trying again in {delay:.0f} s")
+        got = retry(fn, backoff=self.backoff, on_retry=note)
+        self.backoff.reset()
+        return got
+
+    # ---- heartbeat -----------------------------------------------------------------------------
+    def start_beats(self) -> None:
+        """This node's heartbeat (ClusterState.beat) every liveness period, whatever the supervisor
+        is doing (a long restore included): the others ask EC2 about a node only when it stops."""
+        if self._beating is not None:
+            return
+        stop = self._beating = threading.Event()
+
+        def beat() -> None:
+            while not stop.is_set():
+                try:
+                    self.cluster.beat(self.me.node)
+                except Exception as e:  # noqa: BLE001 - a missed beat makes this node a suspect, never gone
+                    self.said("beat", f"heartbeat not written: {brief(e)}")
+                stop.wait(jittered(self.liveness_poll))
+
+        threading.Thread(target=beat, name="dl-heartbeat", daemon=True).start()
+
+    def stop_beats(self) -> None:
+        if self._beating is not None:
+            self._beating.set()
+
+    # ---- who is gone -----------------------------------------------------------------------------
+    def gone(self, nodes: Iterable[str], urgent: bool = False) -> set[str]:
+        """Liveness, asked at most once per liveness period whatever the nodes asked about: while a
+        fleet boots the set grows at every arrival, and a cache keyed on the set would ask at each
+        one. A node not in the last answer counts as alive until the next period's look.
+        `urgent` (this node's run just failed): a heartbeat counts as stopped after half the usual time."""
+        nodes = frozenset(nodes)
+        at, asked, gone = self._gone_cache
+        if time.monotonic() - at >= self.liveness_poll or (urgent and not nodes <= asked):
+            gone = self.liveness.gone(nodes, self.liveness.stale / 2 if urgent else None)
+            self._gone_cache = (time.monotonic(), nodes, gone)
+        return gone & nodes
+
+    # ---- rendezvous ------------------------------------------------------------------------------
+    def rendezvous(self) -> Union[Plan, int]:
+        """The plan this node runs next, or an exit code (the job ended; a notice, which never returns)."""
+        self.start_beats()
+        state: dict = {"waiting_logged": None}
+        while True:
+            got = self.ride(lambda: self._look(state), "rendezvous")
+            if got is not None:
+                return got
+
+    def _look(self, state: dict) -> Optional[Union[Plan, int]]:
+        """One look: the plan to run, an exit code, or None to look again."""
+        end = self.hooks.ended()
+        if end is not None:
+            return end
+        if notice.read().terminating:
+            return self.hooks.leave(max(self.cluster.newest_generation(), self.hooks.last_ran()) + 1)
+        newest = self.cluster.newest_generation()
+        current = self.cluster.plan(newest)
+        redeployed = bool(current and self.me.node in current.nodes() and newest > self.hooks.last_ran()
+                          and self.hooks.redeployed(current))
+        target = rendezvous_target(newest, current.nodes() if current else None, self.me.node, self.hooks.last_ran(),
+                                   bool(current is None and self.cluster.bad_plan(newest)), redeployed)
+        if target.action == "run":
+            self.log(f"generation {newest} already includes this node: running it")
+            return current
+        if target.action == "spare-check" and current is not None:
+            if not (self.gone(current.nodes()) or self.cluster.activity(target.generation)):
+                if state["waiting_logged"] != newest:
+                    self.log(f"generation {newest} is full and healthy: this node waits as a spare")
+                    state["waiting_logged"] = newest
+                time.sleep(jittered(self.poll))
+                return None
+        return self.join(target.generation)
+
+    def join(self, g: int) -> Optional[Union[Plan, int]]:
+        """Join generation g and wait for its plan; None: look again (outvoted or overtaken)."""
+        self.cluster.join(g, self.me, health=_health())
+        self.log(f"joined generation {g} as {self.me.node} ({self.me.addr})")
+        started = time.monotonic()
+        previous = self.cluster.plan(g - 1)
+        last_note = 0.0
+        while True:
+            plan = self.cluster.plan(g)
+            if plan is not None:
+                return self._joined(g, plan)
+            if self.cluster.bad_plan(g):
+                return None  # look again: the next generation forms
+            end = self.hooks.ended()
+            if end is not None:
+                return end
+            if notice.read().terminating:
+                self.cluster.unjoin(g, self.me)
+                return self.hooks.leave(g)
+            if self.cluster.newest_generation() > g:
+                return None
+            joins, leaves = self.cluster.joins(g), self.cluster.leaves(g)
+            for n in leaves:
+                joins.pop(n, None)
+            gone = self.gone(set(joins) | set(previous.nodes() if previous else []))
+            waiting = unaccounted(previous, joins, leaves, gone)
+            members = choose_members(self.nodes, joins, previous, gone)
+            if ready_to_propose(bool(members), waiting, time.monotonic() - started, self.member_grace):
+                self.cluster.propose(Plan(g, tuple(members or ()), self.hooks.resume_step(), job=self.hooks.revision()))
+                continue
+            if time.monotonic() - last_note > 60:
+                alive = len([n for n in joins if n not in gone])
+                self.log(f"generation {g}: {alive} of {self.nodes} nodes here"
+                         + (f"; waiting for {', '.join(waiting)} (previous members)" if waiting else ""))
+                last_note = time.monotonic()
+            time.sleep(jittered(self.poll))
+
+    def _joined(self, g: int, plan: Plan) -> Optional[Plan]:
+        if self.me.node in plan.nodes():
+            self.log(f"generation {g}: rank {plan.rank_of(self.me.node)} of {len(plan.members)}, master "
+                     f"{plan.master_addr}:{plan.port}, resume step {plan.resume_step}")
+            return plan
+        self.log(f"generation {g} was formed without this node (spare)")
+        self.cluster.unjoin(g, self.me)
+        return None
+
+    # ---- what a running generation watches ---------------------------------------------------------
+    def next_active(self, g: int) -> bool:
+        """Whether a node has joined or left generation g (the run of g - 1 is then over)."""
+        return self.cluster.activity(g)

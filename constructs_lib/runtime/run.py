@@ -1,0 +1,141 @@
+"""One generation's run of the training command: start it, watch it and the cluster, stop it.
+
+A run stops at once when the cluster changes under it (a member gone, a node joining or leaving
+the next generation): waiting out a collective's timeout on a dead rank 0 costs minutes. A
+non-zero exit waits a little for the cluster's word before it counts as the job's failure: a
+peer's death fails the collectives here before S3 or EC2 show it (decisions.settle_seconds).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Callable, Optional
+
+from dl_core.aws import Said, brief, jittered, transient
+from . import contract, framework_checkpoints, notice
+from .cluster import Plan
+from .decisions import Outcome, exit_outcome, settle_seconds, settled_outcome, stop_reason
+from .joblog import JobLog
+from .membership import Membership
+from .rundir import outcomes as _outcomes
+
+Log = Callable[[str], None]
+
+
+class Run:
+    def __init__(self, proc: subprocess.Popen, plan: Plan, me: str, membership: Membership, *, poll: float,
+                 liveness_poll: float, stop_timeout: float, log: Log, pump=None,
+                 collector: Optional[framework_checkpoints.Collector] = None,
+                 stop_container: Callable[[], None] = lambda: None) -> None:
+        self.proc, self.plan, self.me, self.membership = proc, plan, me, membership
+        self.poll, self.liveness_poll, self.stop_timeout = poll, liveness_poll, stop_timeout
+        self.log, self.pump, self.collector, self.stop_container = log, pump, collector, stop_container
+        self.said = Said(log)
+        self.others = [n for n in plan.nodes() if n != me]
+
+    @classmethod
+    def start(cls, argv: list[str], *, cwd: str, env: dict[str, str], joblog: Optional[JobLog],
+              **kw) -> "Run":
+        """The command in a session of its own (a stop signals its whole process group), its output
+        through the job log where there is one."""
+        out = subprocess.PIPE if joblog else None
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True, stdout=out,
+                                stderr=subprocess.STDOUT if out else None)
+        pump = joblog.pump(proc.stdout) if joblog and proc.stdout else None
+        return cls(proc, pump=pump, **kw)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    # ---- watching ------------------------------------------------------------------------------------
+    def watch(self) -> Outcome:
+        """Until the command exits or the cluster changes under it; then how the run ended."""
+        g = self.plan.generation
+        stamp = notice.mtime()
+        while True:
+            try:
+                self.proc.wait(timeout=self.poll)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            stamp = self._pass_notice(stamp)
+            self.collect()
+            try:
+                reason = stop_reason(g + 1, self.membership.next_active(g + 1), self.membership.gone(self.others))
+            except Exception as e:  # noqa: BLE001 - AWS's trouble is no evidence of a lost member
+                if not transient(e):
+                    raise
+                self.said("watch", f"generation {g}: cannot watch the cluster ({brief(e)}); the run goes on")
+                reason = ""
+            if reason:
+                self.log(f"stopping generation {g}: {reason}")
+                self.stop()
+                return "peer-lost", reason
+        if self.pump is not None:
+            self.pump.join(timeout=10)  # the last lines, before the outcome is logged after them
+        rc = self.proc.returncode
+        outcomes = _outcomes(g)
+        if rc == 0 or "interrupted" in outcomes:
+            self.collect(exited=True)  # its last save, before the supervisor pushes the newest
+        return exit_outcome(rc, outcomes) or self.settle(rc)
+
+    def settle(self, rc: int) -> Outcome:
+        """A non-zero exit: peer-lost if the cluster shows a loss within the settling time, else failed."""
+        g, liveness = self.plan.generation, self.membership.liveness
+        stale = liveness.stale if liveness.cluster is not None else 0.0
+        until = time.monotonic() + settle_seconds(self.poll, self.liveness_poll, stale)
+        exited_at = None  # S3's clock when the run ended: a peer that beats after it was alive then
+        while time.monotonic() < until:
+            try:
+                beats = None
+                active = self.membership.next_active(g + 1)
+                gone = set() if active else self.membership.gone(self.others, urgent=True)
+                if stale and not active and not gone:
+                    beats, s3_now = self.membership.cluster.beats()
+                    exited_at = s3_now if exited_at is None else exited_at
+                settled = settled_outcome(rc, g + 1, active, gone, self.others, beats, exited_at)
+                if settled:
+                    return settled
+            except Exception as e:  # noqa: BLE001
+                if not transient(e):
+                    raise
+                until += self.poll  # the look that failed does not count toward the settling time
+            time.sleep(jittered(self.poll))
+        return "failed", f"exit {rc}"
+
+    def _pass_notice(self, stamp: float) -> float:
+        """A new notice (termination or rebalance) reaches the command's processes as a signal."""
+        now = notice.mtime()
+        if now != stamp and now:
+            sent = notice.deliver(self.proc.pid)
+            self.log(f"notice passed to the command: {contract.NOTICE_SIGNAL} to "
+                     + (f"{len(sent)} process(es) that handle it" if sent else "no process (none handles it; "
+                        "DL_NOTICE_FILE has it)"))
+        return now
+
+    def collect(self, *, exited: bool = False) -> None:
+        if self.collector is None:
+            return
+        try:
+            self.collector.poll(exited=exited)
+        except OSError as e:  # a full disk or a vanished directory: the next look tries again
+            self.said("collect", f"checkpoint_dir: cannot collect ({type(e).__name__}: {e})")
+
+    # ---- stopping --------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """SIGTERM to the process group, SIGKILL after stop_timeout."""
+        for sig, wait in ((signal.SIGTERM, self.stop_timeout), (signal.SIGKILL, 10.0)):
+            if sig == signal.SIGKILL:
+                self.stop_container()  # docker passes SIGTERM on to the container, not SIGKILL
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
