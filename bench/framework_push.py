@@ -45,7 +45,7 @@ def main(model_mib: int = 96, runs: int = 3) -> None:
     import boto3
 
     from constructs_lib.runtime.framework_checkpoints import Collector
-    from constructs_lib.runtime.jobdef import stream
+    from constructs_lib.runtime.stream import stream
     from constructs_lib.runtime.store import CheckpointStore
 
     if not AWS.exists():

@@ -36,7 +36,7 @@ def main(objects: int = 64, size: int = 4 * MiB, runs: int = 3) -> None:
     import boto3
 
     from constructs_lib.runtime import staging
-    from constructs_lib.runtime.jobdef import stream
+    from constructs_lib.runtime.stream import stream
 
     if not AWS.exists():
         raise SystemExit("needs .venv-awscli (bash scripts/test.sh installs it)")

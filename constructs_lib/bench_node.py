@@ -27,7 +27,7 @@ from constructs import Construct
 from selector.facts import InstanceFacts
 
 from .ami import DeepLearningAmi
-from .bundle import acknowledge_asset_parameters, staged
+from .bundle import acknowledge_asset_parameters, copy_core, staged
 from .launch_template import select_subnets
 
 SELECTOR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "selector")
@@ -42,13 +42,15 @@ ROOT_VOLUME_GIB = 120  # the DLAMI needs about 100 GB; a benchmark writes little
 
 def build_runner_asset(dest_dir: str) -> None:
     """selector/__init__.py and selector/bench/*.py: the runner, the contract and the reference
-    benchmark, standard library plus boto3/torch (both on the DLAMI)."""
+    benchmark, standard library plus boto3/torch (both on the DLAMI); and dl_core (the runner's
+    uploads back off as every AWS call of the project does)."""
     pkg = os.path.join(dest_dir, "selector")
     os.makedirs(os.path.join(pkg, "bench"))
     shutil.copyfile(os.path.join(SELECTOR, "__init__.py"), os.path.join(pkg, "__init__.py"))
     for name in sorted(os.listdir(os.path.join(SELECTOR, "bench"))):
         if name.endswith(".py"):
             shutil.copyfile(os.path.join(SELECTOR, "bench", name), os.path.join(pkg, "bench", name))
+    copy_core(dest_dir)
 
 
 class RunnerAsset(Construct):

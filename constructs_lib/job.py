@@ -29,8 +29,9 @@ from .runtime import contract
 from .job_rules import (KMS_ARN, data_list_problem, env_problem, image_problem, secret_problem, secret_resource,
                         shipped_overlap)
 from .nag import resource_of
+from .runtime.container import ecr_registry
 from .runtime.framework_checkpoints import checkpoint_dir_problem, normalized
-from .runtime.jobdef import definition_bytes, ecr_registry
+from .runtime.job_definition import definition_bytes
 from .runtime.staging import data_source
 from .validation import ConfigurationError
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from typing import Any, Callable, NamedTuple, Optional
 
+from dl_core.aws import brief, error_code
 from selector.facts import InstanceFacts
 
 BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"  # the CDK's default qualifier
@@ -70,7 +71,7 @@ def quota_for(instance_type: str, market: str) -> tuple[str, str]:
 
 
 def _code(e: BaseException) -> str:
-    return getattr(e, "response", {}).get("Error", {}).get("Code", "") or type(e).__name__
+    return error_code(e) or type(e).__name__
 
 
 def credentials(sts: Any, plan: Plan) -> tuple[Result, Optional[str]]:
@@ -78,7 +79,7 @@ def credentials(sts: Any, plan: Plan) -> tuple[Result, Optional[str]]:
     try:
         me = sts.get_caller_identity()
     except Exception as e:
-        return Result("fail", "credentials", f"none usable ({_code(e)}: {' '.join(str(e).split())[:160]})",
+        return Result("fail", "credentials", f"none usable ({brief(e)})",
                       "aws configure sso (or set AWS_PROFILE), then run preflight again"), None
     return Result("ok", "credentials", f"account {me['Account']} as {me['Arn']}"), me["Account"]
 

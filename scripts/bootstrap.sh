@@ -11,13 +11,18 @@ fi
 
 stamp_inputs=$(cat pyproject.toml constraints.txt package.json package-lock.json | sha256sum | cut -d' ' -f1)
 if [ ! -f .deps-stamp ] || [ "$(cat .deps-stamp)" != "$stamp_inputs" ] || [ ! -d node_modules/aws-cdk ]; then
-  echo "==> installing Python packages into .venv (first run takes about two minutes)"
+  echo "==> installing Python packages into .venv and the pinned CDK CLI into node_modules, side by side"
+  # The two installs wait mostly on the network and the disk: together they take the longer one's time.
+  npm ci --no-audit --no-fund --loglevel=error &
+  npm_pid=$!
   # pyproject.toml gives ranges; constraints.txt the exact versions the tests were run with.
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
-  echo "==> installing the pinned CDK CLI into node_modules"
-  npm ci --no-audit --no-fund --loglevel=error
+  if ! .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'; then
+    kill "$npm_pid" 2>/dev/null || true
+    exit 1
+  fi
+  wait "$npm_pid"
   echo "$stamp_inputs" > .deps-stamp
 fi
 # Byte-compile the project's own packages: environments that set PYTHONDONTWRITEBYTECODE would
 # otherwise recompile them on every CLI start (about a quarter of `python -m selector`'s time).
-.venv/bin/python -m compileall -q selector constructs_lib stacks dl_launcher app.py >/dev/null
+.venv/bin/python -m compileall -q selector constructs_lib stacks dl_launcher dl_core app.py >/dev/null

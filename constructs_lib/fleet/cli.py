@@ -17,8 +17,8 @@ import sys
 from typing import Any, Optional
 
 from dl_core.argv import OneLineParser
+from dl_core.aws import error_code
 
-from .errors import error_code
 
 EXIT_USAGE = 2
 

@@ -25,9 +25,10 @@ import json
 from collections import Counter
 from typing import Iterable, Optional, Sequence
 
+from dl_core.aws import error_code
+
 from ..runtime.contract import HEALTH_REPLACE
 from . import job_end, shortfall
-from .errors import error_code
 from .instances import Node, terminate
 from .leased import KINDS, LeasedRun, Transition, OutOfLease
 from .spec import CapacityOption

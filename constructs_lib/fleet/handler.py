@@ -32,9 +32,10 @@ import time
 import urllib.request
 from typing import Any, Optional
 
+from dl_core.aws import error_code
+
 from ..runtime.contract import TAG_CLUSTER
 from .controller import Controller
-from .errors import error_code
 from .instances import LIVE_STATES, list_cluster, terminate
 from .job_end import JOB_END_ENV, JobEndWatch
 from .launch_check import RESOURCE_TYPE as LAUNCH_CHECK, check_launch

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Any, Mapping, Sequence
 
+from dl_core.aws import error_code
+
 from ..runtime.contract import TAG_CLUSTER, TAG_HEALTH, TAG_STACK
-from .errors import error_code
 from .spec import CapacityOption, ClusterSpec
 
 LIVE_STATES = ("pending", "running")

@@ -28,9 +28,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
+from dl_core.aws import error_code
+
 from ..runtime.contract import CLUSTER_DIR, S3_BUCKET
 from ..runtime.layout import prefix_problem
-from .errors import error_code
 
 JOB_END_ENV = "DL_JOB_END"
 ON_END = ("stop", "keep")

@@ -11,7 +11,8 @@ import re
 import time
 from typing import Any, Callable, Optional
 
-from .errors import error_code
+from dl_core.aws import error_code
+
 from .instances import fleet_request
 from .spec import ClusterSpec
 

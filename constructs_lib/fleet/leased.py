@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence, Mapping
 
+from dl_core.aws import error_code
+
 from . import job_end
-from .errors import error_code
 from .instances import (LIVE_STATES, Launched, Node, fleet_request, launch, list_cluster, states, tag_volumes,
                         terminate)
 from .spec import CapacityOption, ClusterSpec

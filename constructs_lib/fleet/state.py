@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
-from .errors import error_code
+from dl_core.aws import error_code
 
 HISTORY = 200
 # Longer than any one reconcile needs (a few CreateFleet calls); the Lambda's timeout must exceed

@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Callable, Optional
 
+from dl_core.aws import Backoff
+
 from . import contract, notice, sharded_store, shards
 from .errors import RuntimeUserError
 from .imds import Imds
@@ -95,6 +97,8 @@ class NodeAgent:
         self.log = log
         self._stop = threading.Event()
         self._failures = 0
+        # Failed uploads are tried again after full-jitter waits, from twice the poll up to a minute.
+        self._backoff = Backoff(2 * upload_poll_seconds, 60.0)
         self._commits: dict[tuple[int, str], float] = {}  # (step, attempt) -> not before (monotonic)
 
     # ---- notices --------------------------------------------------------------------------------
@@ -197,17 +201,18 @@ class NodeAgent:
                 if self._failures:
                     write_health("upload", "ok", "uploads work again")
                 self._failures = 0
+                self._backoff.reset()
                 wait = self.upload_poll
             except RuntimeUserError as e:
                 self._failures += 1
                 write_health("upload", "failed", str(e))
                 self.log(f"upload failed: {e}")
-                wait = min(60.0, self.upload_poll * 2 ** self._failures)
+                wait = self._backoff.next()
             except Exception as e:  # S3 unreachable after botocore's own retries: try again later
                 self._failures += 1
                 write_health("upload", "degraded", f"upload failing ({type(e).__name__}: {e}); retrying")
                 self.log(f"upload failed ({type(e).__name__}: {e}); retrying")
-                wait = min(60.0, self.upload_poll * 2 ** self._failures)
+                wait = self._backoff.next()
             self._stop.wait(wait)
 
     def run(self, duration: Optional[float] = None) -> None:

@@ -38,6 +38,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
+from dl_core.aws import error_code
+
 from . import contract, records
 from .cluster_records import (
     GEN_NAME, failed_problem, finished_problem, join_problem, nodes_in, object_problem, plan_problem,
@@ -138,8 +140,7 @@ class ClusterState:
                              Body=json.dumps(self.redact(body)).encode(), ContentType="application/json", **kw)
             return True
         except ClientError as e:
-            if if_absent and e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412",
-                                                                         "ConditionalRequestConflict"):
+            if if_absent and error_code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                 return False
             raise
 
@@ -306,4 +307,3 @@ def _server_time(page: dict) -> Optional[float]:
         return parsedate_to_datetime(date).timestamp() if date else None
     except (TypeError, ValueError):
         return None
-

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Optional
 
+from .job_definition import Revision
 from .records import addr_problem, node_problem, printable, texts, whole
 
 GEN_NAME = re.compile(r"^gen-[0-9]{6,12}\Z", re.ASCII)  # gen_name's, below 10**12 (whole()): a key stays short
@@ -35,7 +36,6 @@ def plan_problem(d: Any, g: int) -> Optional[str]:
     if step is not None and not whole(step):
         return f"resume_step {printable(step, 40)} is not a whole number 0 <= step < 10**12"
     if d.get("job") is not None:
-        from .jobdef import Revision
         try:
             Revision.from_json(d["job"])
         except ValueError as e:

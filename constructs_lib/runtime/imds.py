@@ -1,7 +1,8 @@
 """A small IMDSv2 client: token first, then the metadata paths the node needs.
 
 IMDS on a busy node is not always quick, and it throttles (HTTP 429) past its packet limit:
-a timeout, a reset or a 429/5xx is asked again with backoff, up to `attempts` tries. A refused
+a timeout, a reset or a 429/5xx is asked again after a full-jitter wait (dl_core.aws.Backoff: the
+nodes of a cluster ask together), up to `attempts` tries. A refused
 connection is not retried: nothing listens there, so this is not an EC2 instance.
 """
 from __future__ import annotations
@@ -9,11 +10,14 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import random
 import socket
 import time
 import urllib.error
 import urllib.request
 from typing import Callable, Optional, TypeVar
+
+from dl_core.aws import Backoff
 
 from .errors import ImdsUnavailable
 
@@ -37,15 +41,18 @@ def transient(e: BaseException) -> bool:
 
 class Imds:
     """timeout: seconds per request. attempts: tries per request for transient failures (1 asks
-    once, for tools that must answer fast off EC2); backoff: the first wait, doubling, at most 4 s."""
+    once, for tools that must answer fast off EC2); backoff: the longest first wait, doubling, at most
+    4 s (each wait drawn from [0, that], so nodes throttled together do not ask again together)."""
 
     def __init__(self, endpoint: Optional[str] = None, timeout: float = 2.0, *, attempts: int = 1,
-                 backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> None:
+                 backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep,
+                 rng: Optional[random.Random] = None) -> None:
         self.endpoint = (endpoint or os.environ.get("DL_IMDS_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
         self.timeout = timeout
         self.attempts = max(1, attempts)
         self.backoff = backoff
         self._sleep = sleep
+        self._rng = rng
         self._token: Optional[str] = None
         self._token_expiry = 0.0
 
@@ -60,6 +67,7 @@ class Imds:
         return cls(endpoint, timeout=2.0, attempts=6, backoff=backoff)
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
+        backoff = Backoff(self.backoff, 4.0, self._rng)
         for attempt in range(1, self.attempts + 1):
             try:
                 return call()
@@ -69,7 +77,7 @@ class Imds:
                 if attempt == self.attempts:
                     raise ImdsUnavailable(f"IMDS at {self.endpoint} did not answer {what} in {self.attempts} "
                                           f"tries of {self.timeout:g} s (last: {_words(e)})") from e
-                self._sleep(min(4.0, self.backoff * 2 ** (attempt - 1)))
+                self._sleep(backoff.next())
         raise AssertionError("unreachable")
 
     def _fetch_token(self) -> str:

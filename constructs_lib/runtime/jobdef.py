@@ -1,14 +1,7 @@
 """The deployer's job on a node: which revision a generation runs, the working directory that
 holds exactly its code, its setup (once per boot), the environment and secrets the command gets,
-and the command line (on the host, or in the job's container image).
-
-A revision is two CDK assets and a pointer:
-- the definition: a small JSON file (command, setup, env, secret ARNs, image, the code's digest),
-  made by `definition_bytes` at synth; its S3 key is its content hash;
-- the code: the deployer's directory as a zip (constructs_lib.code), checked on the node
-  against the digest the definition records (codetree.py);
-- the pointer: the SSM parameter contract.job_parameter(cluster), which CloudFormation rewrites
-  on every deploy and nothing on a node can write.
+and the command line (on the host, or in the job's container image). What a revision is:
+job_definition.py; the secrets: job_secrets.py; the container: container.py.
 
 Who may change what a node runs: the proposer of a generation reads the pointer and records the
 revision in the plan, so every member runs the same one. A node fetches the definition itself,
@@ -22,8 +15,7 @@ torch.save file loaded without weights_only: code of its choosing then runs in e
 with the job's secrets in its environment), and the end records. The nodes of one job are one trust domain; the boundary is the job's role: its prefix,
 its secrets, its definition (docs: the trust model). Records are checked for their form
 (records.py) so that a bad one is set aside, never a crash.
-Secret values are read at each run and handed to the command's environment only: never written
-to disk or logged, and masked in every record the supervisor writes to S3 (redact.py).
+Secret values never reach disk or a log (job_secrets.py, redact.py).
 
 Standard library and boto3 only: this module ships to the node with the runtime.
 """
@@ -34,200 +26,26 @@ import glob
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import time
 import zipfile
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional
 
 from . import contract
 from .codetree import UnsafeArchive, digest_tree, unpack
-from .framework_checkpoints import checkpoint_dir_problem, normalized
+from .container import CONTAINER, docker_run, ecr_registry, shell_quote
+from .job_definition import Definition, JobError, Log, Revision, read_retrying, revision_from_env, split_s3
+from .job_secrets import read_secrets
 from .layout import write_atomic
 from .redact import Redactor
+from .staging import StagingError, prepare_data
+from .stream import stream
 
-Log = Callable[[str], None]
-DEFINITION_FORMAT = 1
-SETUP_TAIL = 20          # lines of a failed setup's output kept for health and the log
-_SHA = re.compile(r"^[0-9a-f]{64}\Z")
-_S3_URL = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(.+)\Z")
-CONTAINER = "dl-job"     # the job's container name: one per node, removed before each run
+__all__ = ["Definition", "JobError", "NodeJob", "Prepared", "Revision"]
 
 
-class JobError(Exception):
-    """The job cannot run on this node as deployed; `final` when retrying cannot help (a setup
-    that failed, an image that does not exist) and the job should stop, not loop."""
-
-    def __init__(self, message: str, *, final: bool = False) -> None:
-        super().__init__(message)
-        self.final = final
-
-
-# ---- what the constructs write at synth ---------------------------------------------------------
-def definition_bytes(*, command: Optional[str], setup: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
-                     secrets: Optional[Mapping[str, str]] = None, image: Optional[str] = None,
-                     code: Optional[Mapping[str, object]] = None, data: Sequence[str] = (),
-                     checkpoint_dir: Optional[str] = None) -> bytes:
-    """The definition file, canonical (sorted keys, no spaces): equal jobs give equal bytes, so
-    an unchanged job keeps its asset hash and its revision (a job without data has no data key,
-    as before there was one)."""
-    body: dict[str, object] = {"format": DEFINITION_FORMAT, "command": command, "setup": setup, "env": dict(env or {}),
-                               "secrets": dict(secrets or {}), "image": image, "code": dict(code) if code else None}
-    if data:
-        body["data"] = list(data)
-    if checkpoint_dir:
-        body["checkpoint_dir"] = checkpoint_dir
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-
-@dataclass(frozen=True)
-class Revision:
-    """What a plan records: the definition's object and sha256, and the code's object."""
-
-    definition: str
-    sha256: str
-    code: Optional[str] = None
-
-    def to_json(self) -> dict:
-        return {"definition": self.definition, "sha256": self.sha256, "code": self.code}
-
-    @classmethod
-    def from_json(cls, d: object) -> "Revision":
-        if not isinstance(d, dict):
-            raise ValueError(f"a job revision is a JSON object, got {type(d).__name__}")
-        url, sha, code = d.get("definition"), d.get("sha256"), d.get("code")
-        if not isinstance(url, str) or not _S3_URL.match(url):
-            raise ValueError(f"job revision: definition {url!r} is not an s3:// URL")
-        if not isinstance(sha, str) or not _SHA.match(sha):
-            raise ValueError(f"job revision: sha256 {sha!r} is not a SHA-256 in hex")
-        if code is not None and (not isinstance(code, str) or not _S3_URL.match(code)):
-            raise ValueError(f"job revision: code {code!r} is not an s3:// URL")
-        return cls(url, sha, code or None)
-
-
-def revision_from_env(env: Mapping[str, str] = os.environ) -> Optional[Revision]:
-    """The revision this node was launched with (node.env), or None for a node without one."""
-    if not env.get("DL_JOB_DEFINITION_URL"):
-        return None
-    return Revision.from_json({"definition": env["DL_JOB_DEFINITION_URL"], "sha256": env.get("DL_JOB_DEFINITION_SHA256"),
-                               "code": env.get("DL_JOB_CODE_URL") or None})
-
-
-@dataclass(frozen=True)
-class Definition:
-    sha256: str
-    command: Optional[str]
-    setup: Optional[str]
-    env: dict[str, str]
-    secrets: dict[str, str]
-    image: Optional[str]
-    code: Optional[dict]
-    data: tuple[str, ...] = ()  # s3://bucket/prefix/ URIs staged onto scratch before the first generation
-    checkpoint_dir: Optional[str] = None  # the framework's own checkpoints, relative to the working directory
-
-    @classmethod
-    def parse(cls, data: bytes, sha256: str) -> "Definition":
-        try:
-            d = json.loads(data)
-        except ValueError as e:
-            raise JobError(f"the job definition is not JSON: {e}") from None
-        if not isinstance(d, dict) or d.get("format") != DEFINITION_FORMAT:
-            raise JobError(f"the job definition has format {d.get('format') if isinstance(d, dict) else None!r}; "
-                           f"this runtime reads format {DEFINITION_FORMAT}", final=True)
-
-        def text(key: str) -> Optional[str]:
-            v = d.get(key)
-            if v is not None and not isinstance(v, str):
-                raise JobError(f"the job definition's {key} is not text", final=True)
-            return v
-
-        def mapping(key: str) -> dict[str, str]:
-            v = d.get(key) or {}
-            if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
-                raise JobError(f"the job definition's {key} is not a map of names to text", final=True)
-            return dict(v)
-
-        code = d.get("code")
-        if code is not None and not (isinstance(code, dict) and isinstance(code.get("sha256"), str)
-                                     and _SHA.match(code["sha256"])):
-            raise JobError("the job definition's code has no sha256", final=True)
-        data = d.get("data") or []
-        if not isinstance(data, list) or not all(isinstance(u, str) and u.startswith("s3://") for u in data):
-            raise JobError("the job definition's data is not a list of s3:// URIs", final=True)
-        ckpt = d.get("checkpoint_dir")
-        if ckpt is not None and checkpoint_dir_problem(ckpt):
-            raise JobError(f"the job definition's {checkpoint_dir_problem(ckpt)}", final=True)
-        return cls(sha256, text("command"), text("setup"), mapping("env"), mapping("secrets"), text("image"), code,
-                   tuple(data), normalized(ckpt) if ckpt else None)
-
-
-# ---- S3 -----------------------------------------------------------------------------------------
-def split_s3(url: str) -> tuple[str, str]:
-    m = _S3_URL.match(url)
-    if not m:
-        raise JobError(f"{url!r} is not an s3:// URL", final=True)
-    return m[1], m[2]
-
-
-def _error_code(e: Exception) -> str:
-    return getattr(e, "response", {}).get("Error", {}).get("Code", type(e).__name__)
-
-
-def _retrying(what: str, fn, *, log: Log, attempts: int = 5, base: float = 1.0):
-    """fn() with backoff: S3 and SSM throttle (SlowDown, ThrottlingException) under a whole
-    cluster's boot; access and missing objects are not retried."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except Exception as e:  # botocore's ClientError and connection errors alike
-            code = _error_code(e)
-            if code in ("AccessDenied", "AccessDeniedException", "NoSuchKey", "404", "403", "NoSuchBucket",
-                        "ParameterNotFound", "ResourceNotFoundException") or attempt == attempts:
-                raise JobError(f"{what}: {code}: {e}") from None
-            delay = min(30.0, base * 2 ** (attempt - 1))
-            log(f"{what}: {code}; retrying in {delay:.0f} s")
-            time.sleep(delay)
-
-
-# ---- secrets ------------------------------------------------------------------------------------
-def _service(arn: str) -> str:
-    parts = arn.split(":")
-    return parts[2] if len(parts) > 5 and parts[0] == "arn" else ""
-
-
-def parameter_name(arn: str) -> str:
-    """An SSM parameter's name from its ARN: hierarchical names keep their leading '/'."""
-    name = arn.split(":parameter/", 1)[1] if ":parameter/" in arn else ""
-    return f"/{name}" if "/" in name else name
-
-
-def read_secrets(secrets: Mapping[str, str], *, region: Optional[str], log: Log,
-                 client: Callable[..., object]) -> dict[str, str]:
-    """Each name's value, read now (so a rotated secret reaches the next run). Errors name the
-    variable and ARN, never a value."""
-    out = {}
-    for name, arn in sorted(secrets.items()):
-        service = _service(arn)
-        if service == "secretsmanager":
-            sm = client("secretsmanager", region_name=region)
-            got = _retrying(f"secret {name} ({arn})", lambda: sm.get_secret_value(SecretId=arn), log=log)
-            if "SecretString" not in got:
-                raise JobError(f"secret {name} ({arn}) holds binary data: environment variables take text", final=True)
-            out[name] = got["SecretString"]
-        elif service == "ssm":
-            ssm = client("ssm", region_name=region)
-            got = _retrying(f"secret {name} ({arn})",
-                            lambda: ssm.get_parameter(Name=parameter_name(arn), WithDecryption=True), log=log)
-            out[name] = got["Parameter"]["Value"]
-        else:
-            raise JobError(f"secret {name}: {arn} is neither a Secrets Manager secret nor an SSM parameter", final=True)
-    return out
-
-
-# ---- the job on this node ---------------------------------------------------------------------
 @dataclass
 class Prepared:
     revision: Revision
@@ -283,7 +101,7 @@ class NodeJob:
             return None
         ssm = self.client("ssm", region_name=self.region)
         try:
-            value = _retrying(f"job parameter {name}", lambda: ssm.get_parameter(Name=name)["Parameter"]["Value"],
+            value = read_retrying(f"job parameter {name}", lambda: ssm.get_parameter(Name=name)["Parameter"]["Value"],
                               log=self.log, attempts=3, base=self.retry_base)
             return Revision.from_json(json.loads(value))
         except (JobError, ValueError) as e:
@@ -306,7 +124,7 @@ class NodeJob:
         except FileNotFoundError:
             bucket, key = split_s3(rev.definition)
             s3 = self.client("s3", region_name=self.region)
-            data = _retrying(f"job definition {rev.definition}",
+            data = read_retrying(f"job definition {rev.definition}",
                              lambda: s3.get_object(Bucket=bucket, Key=key)["Body"].read(),
                              log=self.log, attempts=self.attempts, base=self.retry_base)
         got = hashlib.sha256(data).hexdigest()
@@ -345,7 +163,7 @@ class NodeJob:
         s3 = self.client("s3", region_name=self.region)
         started = time.monotonic()
         try:
-            _retrying(f"code {url}", lambda: s3.download_file(bucket, key, archive), log=self.log,
+            read_retrying(f"code {url}", lambda: s3.download_file(bucket, key, archive), log=self.log,
                       attempts=self.attempts, base=self.retry_base)
             try:
                 unpack(archive, partial)
@@ -421,7 +239,7 @@ class NodeJob:
 
     def _ecr_login(self, host: str, region: str, emit: Log) -> None:
         ecr = self.client("ecr", region_name=region)
-        auth = _retrying(f"ECR login for {host}", lambda: ecr.get_authorization_token()["authorizationData"][0],
+        auth = read_retrying(f"ECR login for {host}", lambda: ecr.get_authorization_token()["authorizationData"][0],
                          log=self.log, attempts=self.attempts, base=self.retry_base)
         user, password = base64.b64decode(auth["authorizationToken"]).decode().split(":", 1)
         r = subprocess.run([self.docker, "login", "--username", user, "--password-stdin", host], input=password,
@@ -431,8 +249,6 @@ class NodeJob:
 
     def prepare_data(self, d: Definition, emit: Log) -> None:
         """The job's data (staging.prepare_data); what cannot be fixed by trying again is final."""
-        from .staging import StagingError, prepare_data
-
         try:
             prepare_data(d.data, s3=lambda: self.client("s3", region_name=self.region), region=self.region, emit=emit,
                          on_phase=self.on_phase, health=self.health)
@@ -491,41 +307,6 @@ class NodeJob:
             pass
 
 
-def shell_quote(value: str) -> str:
-    return "'" + value.replace("'", "'\\''") + "'"
-
-
-def docker_run(docker: str, image: str, *, script: str, workdir: str, names: list[str], sdk: str,
-               secrets_file: Optional[str] = None) -> list[str]:
-    argv = [docker, "run", "--rm", "--name", CONTAINER, "--network", "host", "--ipc", "host",
-            "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
-    if sdk == "cuda":
-        argv += ["--gpus", "all"]
-    devices = sorted(glob.glob("/dev/infiniband/uverbs*")) + sorted(glob.glob("/dev/neuron*"))
-    for dev in devices:
-        argv += ["--device", dev]
-    mounts = [contract.lib_dir() + ":ro", contract.etc_dir() + ":ro", contract.run_dir(), contract.scratch_dir()]
-    for m in mounts:
-        path, _, mode = m.partition(":")
-        argv += ["--volume", f"{path}:{path}" + (f":{mode}" if mode else "")]
-    if not workdir.startswith(contract.scratch_dir() + os.sep):
-        argv += ["--volume", f"{workdir}:{workdir}"]
-    argv += ["--workdir", workdir]
-    for name in names:
-        argv += ["--env", name]
-    # The run directory is mounted at its own path, so the entry script finds the secrets file there.
-    return argv + [image, "/bin/bash", os.path.join(contract.lib_dir(), "dl_container.sh"), script,
-                   *([secrets_file] if secrets_file else [])]
-
-
-_ECR = re.compile(r"^(\d{12})\.dkr\.ecr(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/", re.ASCII)
-
-
-def ecr_registry(image: str) -> Optional[tuple[str, str]]:
-    """(registry host, region) of a private ECR image, or None (public registries need no login)."""
-    m = _ECR.match(image)
-    return (image.split("/", 1)[0], m[2]) if m else None
-
 
 def _link(target: str, link: str) -> None:
     tmp = f"{link}.new-{os.getpid()}"
@@ -534,35 +315,3 @@ def _link(target: str, link: str) -> None:
     os.symlink(target, tmp)
     os.replace(tmp, link)
 
-
-def stream(argv: list[str], *, emit: Log, timeout: float, cwd: Optional[str] = None,
-           env: Optional[Mapping[str, str]] = None) -> tuple[Optional[int], list[str]]:
-    """Run argv with its output, line by line, to `emit`; (exit code or None on timeout, last lines)."""
-    tail: deque[str] = deque(maxlen=SETUP_TAIL)
-    proc = subprocess.Popen(argv, cwd=cwd, env=dict(env) if env is not None else None, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + timeout
-    import threading
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for raw in iter(proc.stdout.readline, b""):
-            line = raw.decode(errors="replace").rstrip("\n")
-            tail.append(line)
-            emit(line)
-
-    t = threading.Thread(target=pump, daemon=True)
-    t.start()
-    try:
-        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        import signal
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-        t.join(timeout=5)
-        return None, list(tail)
-    t.join(timeout=5)
-    return proc.returncode, list(tail)

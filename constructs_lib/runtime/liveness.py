@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Iterable, Optional
 
+from dl_core.aws import error_code, not_found
+
 if TYPE_CHECKING:
     from .cluster import ClusterState
 
@@ -64,8 +66,8 @@ class Liveness:
                 try:
                     states = self._states(chunk)
                 except ClientError as e:
-                    code = e.response.get("Error", {}).get("Code", "")
-                    unknown = set(_NOT_FOUND.findall(str(e))) & set(chunk) if "NotFound" in code else set()
+                    code = error_code(e)
+                    unknown = set(_NOT_FOUND.findall(str(e))) & set(chunk) if not_found(e) else set()
                     if not unknown:  # throttled, 5xx, or an answer we cannot read: nothing is confirmed
                         self.log(f"liveness: EC2 said {code or type(e).__name__}; no node is counted gone on that")
                         break

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from dl_core.aws import error_code
+
 KiB, MiB = 1024, 1024 * 1024
 # Per kind of record, the most bytes read. A plan of 10,000 members is ~600 KiB; a sharded part
 # lists one node's files and its ranks' read sets; a manifest, every file of a step.
@@ -60,12 +62,10 @@ def read(store: Any, key: str, *, limit: int, problem: Callable[[Any], Optional[
     """The record at `key` (full key in store.bucket): Got(value) when it passes `problem`,
     Got(problem=why) when set aside, Got() when there is none. S3 errors other than a missing
     key propagate (the callers ride out or report those)."""
-    from botocore.exceptions import ClientError
-
     try:
         r = store._call(store.client.get_object, Bucket=store.bucket, Key=key)
-    except ClientError as e:
-        if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+    except Exception as e:
+        if error_code(e) in ("NoSuchKey", "404"):
             store.set_aside.pop(key, None)
             return Got()
         raise

@@ -3,7 +3,7 @@
 A failed setup's or command's last lines go into failed.json, and a node's health into its join
 records: versioned, retained, readable by every node and by `dl-launcher status`. A job that
 prints a secret (a `set -x`, an error that echoes a token) would leave it there. The values read
-for this job (jobdef.read_secrets) are remembered in memory only and replaced by MASK in every
+for this job (job_secrets.read_secrets) are remembered in memory only and replaced by MASK in every
 record before it is written.
 
 What is searched for: each value whole; each of its lines (a PEM key is printed line by line);

@@ -2,7 +2,7 @@
 
 Every node restores the same step (the plan's), never its own newest: local saves newer than
 that step are set aside, since the cluster did not continue from them. Transient S3 errors are
-retried with backoff; the job does not start until the step is here and verified.
+retried with full-jitter backoff; the job does not start until the step is here and verified.
 """
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import os
 import shutil
 import time
 from typing import Callable, Optional, TypeVar
+
+from dl_core.aws import Backoff, retry
 
 from . import contract
 from .agent import record_pushed, upload_lock, write_health
@@ -23,19 +25,16 @@ T = TypeVar("T")
 
 def with_retries(fn: Callable[[], T], what: str, *, attempts: int = 8, base: float = 1.0, cap: float = 60.0,
                  log: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep) -> T:
-    """fn(), retried with exponential backoff on anything but a user error (which no retry fixes)."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except RuntimeUserError:
-            raise
-        except Exception as e:
-            if attempt == attempts:
-                raise
-            wait = min(cap, base * 2 ** (attempt - 1))
-            log(f"{what} failed ({type(e).__name__}: {e}); retry {attempt}/{attempts - 1} in {wait:.0f} s")
-            sleep(wait)
-    raise AssertionError("unreachable")
+    """fn(), retried with full-jitter backoff (waits up to `base` doubling, at most `cap`) on
+    anything but a user error (which no retry fixes): every node restores at once after a loss."""
+    tried = [0]
+
+    def said(e: BaseException, wait: float) -> None:
+        tried[0] += 1
+        log(f"{what} failed ({type(e).__name__}: {e}); retry {tried[0]}/{attempts - 1} in {wait:.1f} s")
+
+    return retry(fn, attempts=attempts, backoff=Backoff(base, cap), on_retry=said, sleep=sleep,
+                 retryable=lambda e: not isinstance(e, RuntimeUserError))
 
 
 def restore(store: CheckpointStore, local_dir: str, step: Optional[int], *,

@@ -23,9 +23,10 @@ from typing import Any, Optional
 from . import records
 from .errors import RuntimeUserError
 from .layout import FORMAT, name_for, step_of
+from .manifest import file_problem, manifest_problem
 from .records import printable, texts, whole
 from .shards import MARKERS, attempt_problem, rank_of, ranks_are, world_problem
-from .store import CheckpointStore, RemoteCheckpoint, file_problem, manifest_problem
+from .store import CheckpointStore, RemoteCheckpoint
 
 
 _PART_KEY = re.compile(r"^node-(\d{1,7})\.json\Z", re.ASCII)

@@ -20,9 +20,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from dl_core.aws import Backoff, error_code
+
 from . import contract
-from .jobdef import stream  # the transfer tool's lines stream as setup's do
 from .layout import write_atomic
+from .stream import stream  # the transfer tool's lines stream as setup's do
 
 Log = Callable[[str], None]
 GiB = 1024 ** 3
@@ -93,7 +95,7 @@ def plan(sources: list[tuple[str, str]], s3: Any) -> list[Dataset]:
                     if not obj["Key"].endswith("/"):  # folder markers from the console
                         ds.sizes[obj["Key"][len(prefix):]] = int(obj["Size"])
         except Exception as e:  # noqa: BLE001 - botocore's errors, told apart by code
-            code = getattr(e, "response", {}).get("Error", {}).get("Code", "")
+            code = error_code(e)
             if code in ("AccessDenied", "NoSuchBucket", "AllAccessDisabled"):
                 raise StagingError(f"{ds.uri}: {code} (the node role may read the data prefixes the stack was "
                                    "deployed with, in buckets of the account -c data_owner names, the stack's own "
@@ -159,7 +161,7 @@ class Progress:
 def stage(sources: list[tuple[str, str]], *, s3: Any, emit: Log, run: Callable[..., tuple[Optional[int], list[str]]],
           region: Optional[str] = None, aws: str = "aws", timeout: float = 24 * 3600.0,
           health: Callable[[str, str], None] = lambda level, message: None) -> list[Dataset]:
-    """Stage every dataset; `run(argv, emit=, timeout=, env=)` runs the transfer tool (jobdef.stream).
+    """Stage every dataset; `run(argv, emit=, timeout=, env=)` runs the transfer tool (stream.stream).
     Raises StagingError; the caller decides what a failure means for the job."""
     datasets = plan(sources, s3)
     todos = [ds.missing() for ds in datasets]  # one look at the disk each: a dataset may hold millions
@@ -201,9 +203,10 @@ def mounted(target: str, mounts: str = "/proc/mounts") -> bool:
 
 
 def mount_lustre(dns: str, mount_name: str, target: str, *, emit: Log, attempts: int = 5, base: float = 5.0,
-                 run: Callable[..., Any] = subprocess.run, mounts: str = "/proc/mounts") -> None:
+                 cap: float = 80.0, run: Callable[..., Any] = subprocess.run, mounts: str = "/proc/mounts") -> None:
     """FSx for Lustre at `target` (-c data_mode=fsx): once per boot, the Lustre client the Deep
-    Learning AMI carries; a file system still coming up is asked again with growing waits.
+    Learning AMI carries; a file system still coming up is asked again after full-jitter waits
+    (the nodes of a cluster boot together) growing from `base` to `cap`.
     Read-only: the data repository associations would export a file the job creates or changes
     into the user's dataset bucket (`lfs hsm_archive`); a read-only mount gives the job nothing to
     export (docs/data-and-checkpoints.md says what a root process that remounts could still do)."""
@@ -212,7 +215,10 @@ def mount_lustre(dns: str, mount_name: str, target: str, *, emit: Log, attempts:
     os.makedirs(target, exist_ok=True)
     source = f"{dns}@tcp:/{mount_name}"
     last = ""
+    backoff = Backoff(base, cap)
     for attempt in range(attempts):
+        if attempt:
+            time.sleep(backoff.next())
         r = run(["mount", "-t", "lustre", "-o", "ro,relatime,flock", source, target], capture_output=True, text=True,
                 timeout=300)
         if r.returncode == 0:
@@ -220,7 +226,6 @@ def mount_lustre(dns: str, mount_name: str, target: str, *, emit: Log, attempts:
             return
         lines = (r.stderr or r.stdout or "").strip().splitlines()
         last = lines[-1] if lines else f"exit {r.returncode}"
-        time.sleep(base * 2 ** attempt)
     raise StagingError(f"mounting FSx for Lustre {source} at {target} failed {attempts} times: {last} (the Lustre "
                        "client comes with the Deep Learning AMI; the nodes' security group must reach TCP 988 and "
                        "1018-1023 of the file system's)")

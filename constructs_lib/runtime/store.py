@@ -11,9 +11,7 @@ pull:   download the newest complete step and verify every size and checksum; a 
 """
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import hashlib
 import json
 import os
 import shutil
@@ -22,13 +20,15 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from . import contract
+from dl_core.aws import error_code, retries
+
+from . import contract, records
 from .errors import RuntimeUserError
 from .layout import FORMAT, MANIFEST, name_for, prefix_problem, step_of
-from .records import printable
-from .shards import RESTORED, is_sharded, manifest_shards_problem, needed_files
+from .manifest import MiB, local_checksum, manifest_problem, whole_number
+from .shards import RESTORED, is_sharded, needed_files
 
-MiB = 1024 * 1024
+__all__ = ["CheckpointStore", "RemoteCheckpoint", "check_prefix", "manifest_problem", "s3_client"]
 
 
 @dataclass(frozen=True)
@@ -41,91 +41,6 @@ class RemoteCheckpoint:
     def total_bytes(self) -> int:
         return sum(f["size"] for f in self.manifest["files"])
 
-
-def _b64sha256(data: bytes) -> str:
-    return base64.b64encode(hashlib.sha256(data).digest()).decode()
-
-
-def local_checksum(path: str, checksum_type: str, part_size: int) -> str:
-    """What S3 reports as ChecksumSHA256 for this file: SHA-256 of the bytes (FULL_OBJECT), or,
-    for a multipart upload (COMPOSITE), SHA-256 over the concatenated SHA-256 of each part."""
-    with open(path, "rb") as f:
-        if checksum_type != "COMPOSITE":
-            h = hashlib.sha256()
-            for block in iter(lambda: f.read(4 * MiB), b""):
-                h.update(block)
-            return base64.b64encode(h.digest()).decode()
-        digests = b"".join(hashlib.sha256(part).digest() for part in iter(lambda: f.read(part_size), b""))
-    return _b64sha256(digests)
-
-
-_CHECKSUM_TYPES = ("FULL_OBJECT", "COMPOSITE")
-_MAX_PART = 5 * 1024 * MiB  # S3's largest part
-
-
-def _whole(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _path_problem(path: Any) -> Optional[str]:
-    if not isinstance(path, str) or not path or len(path) > 1024:
-        return "not a non-empty string"
-    if path.startswith("/") or "\\" in path or "\x00" in path:
-        return "absolute, or with a backslash or NUL"
-    if any(seg in ("", ".", "..") for seg in path.split("/")):
-        return "with an empty, '.' or '..' segment"
-    if path == MANIFEST:
-        return f"named {MANIFEST}"
-    return None
-
-
-def file_problem(f: Any) -> Optional[str]:
-    """Why one file entry of a manifest (or of a sharded part) cannot be trusted, or None."""
-    if not isinstance(f, dict):
-        return "a file entry that is not an object"
-    why = _path_problem(f.get("path"))
-    if why:
-        return f"file path {printable(f.get('path'), 80)} {why}"
-    size, part = f.get("size"), f.get("part_size")
-    if not _whole(size) or size < 0:
-        return f"{f['path']}: size {printable(size, 40)} is not a whole number >= 0"
-    if not isinstance(f.get("sha256"), str) or not f["sha256"] or len(f["sha256"]) > 128:
-        return f"{f['path']}: no sha256"
-    kind = f.get("checksum_type", "FULL_OBJECT")
-    if kind not in _CHECKSUM_TYPES:
-        return f"{f['path']}: checksum_type {printable(kind, 40)}"
-    if part is not None and (not _whole(part) or part < 0 or part > _MAX_PART):
-        return f"{f['path']}: part_size {printable(part, 40)}"
-    if kind == "COMPOSITE" and not part:
-        return f"{f['path']}: a COMPOSITE checksum without a part_size"
-    return None
-
-
-def manifest_problem(m: Any, name: str) -> Optional[str]:
-    """Why the parsed MANIFEST.json of checkpoint `name` cannot be trusted, or None. A manifest
-    that fails is treated like a missing one: the step is incomplete, never restored."""
-    if not isinstance(m, dict):
-        return "not a JSON object"
-    if m.get("format") != FORMAT:
-        return f"format {printable(m.get('format'), 40)}, expected {FORMAT}"
-    if not _whole(m.get("step")) or m["step"] != step_of(name):
-        return f"step {printable(m.get('step'), 40)} does not match {name}"
-    files = m.get("files")
-    if not isinstance(files, list) or not files:
-        return "no list of files"
-    paths: set[str] = set()
-    for f in files:
-        why = file_problem(f)
-        if why:
-            return why
-        paths.add(f["path"])
-    if len(paths) != len(files):
-        return "a file listed twice"
-    for p in paths:  # a file cannot also be a directory of another
-        segs = p.split("/")
-        if any("/".join(segs[:i]) in paths for i in range(1, len(segs))):
-            return f"file path {p!r} lies under another file"
-    return manifest_shards_problem(m, paths)
 
 
 def check_prefix(prefix: str) -> str:
@@ -140,9 +55,7 @@ def s3_client(region: Optional[str] = None, max_pool: int = 32):
     from botocore.config import Config
     from botocore.exceptions import InvalidRegionError
 
-    from dl_core.aws import retries
-
-    # Standard retries back off on throttling (SlowDown, 503) and 5xx; adaptive mode would
+        # Standard retries back off on throttling (SlowDown, 503) and 5xx; adaptive mode would
     # also rate-limit the client, which a two-minute deadline cannot afford.
 
     try:
@@ -176,10 +89,7 @@ class CheckpointStore:
 
     def _user_error(self, e: Exception) -> Optional[RuntimeUserError]:
         """The one-line error a user can act on, for S3 errors that are the user's to fix."""
-        from botocore.exceptions import ClientError
-        if not isinstance(e, ClientError):
-            return None
-        code = e.response.get("Error", {}).get("Code", "")
+        code = error_code(e)
         if code == "NoSuchBucket":
             return RuntimeUserError(f"checkpoint bucket {self.bucket!r} does not exist (check the name and region)")
         if code in ("AccessDenied", "403", "AllAccessDisabled"):
@@ -294,7 +204,6 @@ class CheckpointStore:
 
     def _manifest(self, name: str) -> Optional[dict]:
         """The step's manifest, or None when it has none or it is set aside (records.read)."""
-        from . import records
         return records.read(self, self._key(name, MANIFEST), limit=records.MAX_MANIFEST,
                             problem=lambda m: manifest_problem(m, name)).value
 
@@ -323,7 +232,7 @@ class CheckpointStore:
         """Restore the newest complete checkpoint (or `step`) as dest_root/step-...; None if none.
         A sharded step brings only what these global ranks read back (all of it without ranks,
         or when world_size is not the one that saved)."""
-        if step is not None and (not _whole(step) or not 0 <= step < 10**12):
+        if step is not None and (not whole_number(step) or not 0 <= step < 10**12):
             raise RuntimeUserError(f"bad step {step!r}: a whole number 0 <= step < 10**12")
         try:
             os.makedirs(dest_root, exist_ok=True)
@@ -390,7 +299,7 @@ class CheckpointStore:
     @staticmethod
     def _verify_local(path: str, manifest: dict, files: Optional[list[dict]] = None) -> bool:
         step = manifest.get("step") if isinstance(manifest, dict) else None
-        if not _whole(step) or not 0 <= step < 10**12 or manifest_problem(manifest, name_for(step)):
+        if not whole_number(step) or not 0 <= step < 10**12 or manifest_problem(manifest, name_for(step)):
             return False
         try:
             for f in manifest["files"] if files is None else files:

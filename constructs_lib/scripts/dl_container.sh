@@ -1,5 +1,5 @@
 #!/bin/bash
-# The job's command inside its container image (runtime/jobdef.py docker_run): dl-torchrun on
+# The job's command inside its container image (runtime/container.py docker_run): dl-torchrun on
 # PATH as on the host (the node's bundle is mounted read-only at its own path), the job's secrets
 # read from the file the supervisor wrote (then removed: they live in the command's environment
 # only, never in the container's config), then the command.

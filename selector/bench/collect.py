@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
+from dl_core.aws import error_code
+
 from ..errors import UserError
 from ..validate import clean, parse_json, read_text
 from .contract import (COLLECTED_VERSION, Plan, Result, Window, parse_output, result_key, started_key)
@@ -150,7 +152,7 @@ def s3_fetch(client, bucket: str) -> Fetch:
         try:
             body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
         except bx.ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            if error_code(e) in ("NoSuchKey", "404"):
                 return None
             raise
         return body.decode("utf-8", errors="replace")

@@ -37,6 +37,8 @@ import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from dl_core.aws import Backoff
+
 from .contract import OUTPUT_TAIL_BYTES, Result, result_key, started_key
 
 UPLOAD_MARGIN = 90  # seconds kept after the command's deadline for the result upload and shutdown
@@ -140,7 +142,10 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def put_with_retry(put: Callable[[str, bytes], None], key: str, body: bytes, log=None,
-                   attempts: int = PUT_ATTEMPTS, delay: float = 1.0) -> bool:
+                   attempts: int = PUT_ATTEMPTS, delay: float = 1.0, cap: float = 16.0) -> bool:
+    """put(key, body) up to `attempts` times, after full-jitter waits growing from `delay` to `cap`;
+    False when every try failed (the caller says so; an upload never crashes the runner)."""
+    backoff = Backoff(delay, cap)
     for i in range(1, attempts + 1):
         try:
             put(key, body)
@@ -148,7 +153,7 @@ def put_with_retry(put: Callable[[str, bytes], None], key: str, body: bytes, log
         except Exception as e:  # noqa: BLE001 - any S3 or network error: retry, then report; never crash the upload path
             print(f"runner: upload of {key} failed ({i}/{attempts}): {e}", file=log or sys.stderr, flush=True)
             if i < attempts:
-                time.sleep(delay * 2 ** (i - 1))
+                time.sleep(backoff.next())
     return False
 
 

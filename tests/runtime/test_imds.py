@@ -23,11 +23,16 @@ def _client(imds, attempts: int = 3):
     return Imds(imds.endpoint, timeout=0.3, attempts=attempts, backoff=0.5, sleep=waits.append), waits
 
 
+def _jittered(waits: list[float], caps: list[float]) -> bool:
+    """Full jitter: each wait lies in [0, its doubling cap]."""
+    return len(waits) == len(caps) and all(0 <= w <= c for w, c in zip(waits, caps))
+
+
 def test_a_stalled_then_throttled_token_request_is_asked_again_with_doubling_waits(imds):
     client, waits = _client(imds)
     imds.faults = [("stall", 1.0), ("status", 429)]
     assert client.instance_id() == imds.instance_id
-    assert waits == [0.5, 1.0]
+    assert _jittered(waits, [0.5, 1.0]), waits
     assert [r for r in imds.requests if r.startswith("PUT")] == ["PUT /latest/api/token"] * 3
 
 
@@ -36,7 +41,7 @@ def test_a_metadata_read_that_meets_5xx_is_asked_again_with_the_same_token(imds)
     client.instance_id()
     imds.faults = [("status", 503), ("status", 500)]
     assert client.get("meta-data/local-ipv4") == imds.local_ipv4
-    assert waits == [0.5, 1.0] and sum(r.startswith("PUT") for r in imds.requests) == 1
+    assert _jittered(waits, [0.5, 1.0]) and sum(r.startswith("PUT") for r in imds.requests) == 1
 
 
 def test_tries_are_bounded_and_the_error_says_how_many_and_the_last_cause(imds):
@@ -44,7 +49,14 @@ def test_tries_are_bounded_and_the_error_says_how_many_and_the_last_cause(imds):
     imds.faults = [("status", 429)] * 3
     with pytest.raises(ImdsUnavailable, match=r"did not answer a token in 3 tries of 0.3 s \(last: HTTP 429 Too Many Requests\)"):
         client.instance_id()
-    assert waits == [0.5, 1.0]
+    assert _jittered(waits, [0.5, 1.0]), waits
+
+
+def test_waits_double_up_to_four_seconds_and_no_further(imds):
+    client, waits = _client(imds, attempts=6)
+    imds.faults = [("status", 503)] * 5
+    assert client.instance_id() == imds.instance_id
+    assert _jittered(waits, [0.5, 1.0, 2.0, 4.0, 4.0]), waits
 
 
 def test_nothing_listening_is_off_ec2_and_is_not_retried():
