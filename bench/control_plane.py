@@ -1,73 +1,62 @@
 """The control plane at scale: N node supervisors (the real `Supervisor.rendezvous`, `ClusterState`
-and `Liveness`; threads, no torch) against one moto_server on 127.0.0.1, every request counted per
-node, in three phases:
+and `Liveness`; threads, no torch) against one moto_server on 127.0.0.1, every request recorded
+with its time, node, operation and key, in four phases:
 
-1. forming generation 1 (every node joins, one proposes, all run the plan);
-2. steady state: every node watches the cluster as a running generation does (the next
-   generation's activity, liveness) and beats, for a fixed number of polls;
-3. re-forming after a loss: one node's instance is terminated and its supervisor stops; a
-   replacement joins; the survivors find the loss (a stale heartbeat, confirmed by one node's
-   DescribeInstances) and form generation 2.
+1. form: generation 1, every node starting at once;
+2. steady: every node watches the cluster as a running generation does (the next generation's
+   activity, liveness) and beats, for STEADY_POLLS polls;
+3. reform: one node's instance is terminated and its supervisor (and heartbeat) stops without a
+   word; the survivors' runs hang, as NCCL's do by default, so only the control plane can find the
+   loss (a stale heartbeat, confirmed by one node's DescribeInstances); a replacement waits as a
+   spare; everyone forms generation 2. The time from the loss to each survivor's stop is the
+   hung-peer detection time;
+4. boot: a second cluster forms generation 1 while its fleet boots, the nodes arriving evenly
+   over 60 s (scaled), as an Auto Scaling launch of many nodes does.
 
-Periods are scaled down (poll 0.5 s, liveness 2 s) so that minutes of cluster time fit in seconds;
-requests are reported per node per poll and converted to per-second rates at the production
-periods (poll 2 s, liveness 10 s), then extrapolated to 256 and 512 nodes and to an account of 10
-clusters, next to AWS's published limits:
-- S3: 5,500 GET/HEAD and 3,500 PUT/COPY/POST/DELETE requests per second per prefix
-  (https://docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance.html); LIST is
-  counted with the GETs here;
-- EC2: non-mutating actions (DescribeInstances) refill at 20 per second per account and region,
-  bucket 100 (https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html).
+Every period runs SCALE times faster than on a node (poll 2 s -> 0.4 s, liveness 10 s -> 2 s, the
+stale limit 30 s -> 6 s, the boot spread 60 s -> 12 s); control_plane_report.py says how the
+busiest second at production periods is taken from the recorded times, and extrapolates it to
+512 and 1,000 nodes against S3's 5,500 reads/s and 3,500 writes/s per prefix.
 
-    python bench/control_plane.py                 # N = 8, 16, 32, 64
-    python bench/control_plane.py --nodes 8 16    # quicker
+    python bench/control_plane.py                       # N = 8, 16, 32, 64
+    python bench/control_plane.py --nodes 8 16          # quicker
+    python bench/control_plane.py --nodes 32 64 --scale 2   # slower periods where 2 cores cannot keep up
+    python bench/control_plane.py --code /path/to/checkout   # the same bench on another revision's code
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-POLL, LIVENESS = 0.5, 2.0          # scaled-down periods used here
-PROD_POLL, PROD_LIVENESS = 2.0, 10.0  # SupervisorConfig's defaults on a node
-S3_GET_PER_PREFIX, S3_PUT_PER_PREFIX, EC2_REFILL = 5500.0, 3500.0, 20.0
-STEADY_POLLS = 12
-WRITES = {"PutObject", "DeleteObject", "CopyObject"}
+PROD_POLL, PROD_LIVENESS, PROD_GRACE, PROD_BOOT = 2.0, 10.0, 600.0, 60.0  # SupervisorConfig's defaults
 
 
-def _before_classes():
-    """The control plane as it was before issue 27, for the side-by-side figures: every join read
-    with its own GET, and liveness by a DescribeInstances of every member from every node."""
-    from constructs_lib.runtime.cluster import ClusterState, Liveness
+def set_scale(scale: float) -> None:
+    """Every period divided by `scale` (--scale): one ratio for all, so times scale back exactly."""
+    global SCALE, POLL, LIVENESS, GRACE, BOOT, STALE
+    SCALE = scale
+    POLL, LIVENESS, GRACE, BOOT = PROD_POLL / scale, PROD_LIVENESS / scale, PROD_GRACE / scale, PROD_BOOT / scale
+    STALE = 3 * LIVENESS  # what runtime/cli.py gives Liveness: three liveness periods
 
-    class BeforeCluster(ClusterState):
-        def joins(self, g):
-            out = {}
-            for name, _ in self._listed(f"gen-{g:06d}/join/"):
-                d = self._get(f"gen-{g:06d}/join/{name}")
-                if d and d.get("node") and d.get("addr"):
-                    out[d["node"]] = d
-            return out
 
-    class BeforeLiveness(Liveness):
-        def gone(self, nodes, stale=None):
-            return self.confirm(nodes)
-
-    return BeforeCluster, BeforeLiveness
+set_scale(5.0)
+STEADY_POLLS = 15
+JOB = "jobs/bench"
 
 
 class Node:
-    """One simulated node: its own clients (counted), store, cluster state, liveness, supervisor."""
+    """One simulated node: its own clients (every call recorded), store, cluster state, liveness and
+    supervisor."""
 
-    def __init__(self, endpoint: str, bucket: str, instance: str, addr: str, nodes: int, before: bool = False) -> None:
+    def __init__(self, endpoint: str, bucket: str, instance: str, addr: str, nodes: int, log: list) -> None:
         import boto3
         from botocore.config import Config
 
@@ -75,183 +64,193 @@ class Node:
         from constructs_lib.runtime.store import CheckpointStore
         from constructs_lib.runtime.supervisor import Supervisor, SupervisorConfig
 
-        self.instance = instance
-        self.calls: Counter = Counter()
-        self.lock = threading.Lock()
+        self.instance, self.log = instance, log
         cfg = Config(retries={"mode": "standard", "max_attempts": 10}, max_pool_connections=4)
         s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint, config=cfg)
         ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint, config=cfg)
         for client in (s3, ec2):
-            client.meta.events.register("before-call", self._count)
-        store = CheckpointStore(bucket, "jobs/bench", client=s3, concurrency=4)
-        cluster_class, liveness_class = _before_classes() if before else (ClusterState, Liveness)
-        self.cluster = cluster_class(store)
-        self.liveness = liveness_class(ec2, self.cluster, me=instance, stale=3 * LIVENESS)
+            client.meta.events.register("before-parameter-build", self._record)
+        store = CheckpointStore(bucket, JOB, client=s3, concurrency=4)
+        self.cluster = ClusterState(store)
+        self.liveness = Liveness(ec2, self.cluster, me=instance, stale=STALE)
         self.sup = Supervisor(SupervisorConfig(cluster="bench", nodes=nodes, nproc_per_node=1, node=instance, addr=addr,
-                                               poll=POLL, liveness_poll=LIVENESS, member_grace=30.0),
+                                               poll=POLL, liveness_poll=LIVENESS, member_grace=GRACE),
                               store, self.cluster, self.liveness, log=lambda line: None)
-        if before:  # no heartbeats then
-            self.sup.membership._beating = threading.Event()
+        # The supervisor's liveness with its cache: Membership.gone since the supervisor's split (issue 36).
+        self.gone = self.sup.membership.gone if hasattr(self.sup, "membership") else self.sup._gone
         self.plan = None
+        self.started = self.formed = self.found = 0.0
+        self.found_by = ""
 
-    def _count(self, model, **_kw) -> None:
-        with self.lock:
-            self.calls[f"{model.service_model.service_name}:{model.name}"] += 1
-
-    def snapshot(self) -> Counter:
-        with self.lock:
-            return Counter(self.calls)
+    def _record(self, params, model, **_kw) -> None:
+        from control_plane_report import Request
+        key = params.get("Key", params.get("Prefix", "")) if isinstance(params, dict) else ""
+        self.log.append(Request(time.monotonic(), self.instance, model.service_model.service_name, model.name, key,
+                                threading.get_ident()))
 
     def form(self) -> None:
+        self.started = time.monotonic()
         self.plan = self.sup.rendezvous()
+        self.formed = time.monotonic()
 
     def watch(self, polls: int) -> None:
         """What a running generation's supervisor does each poll (Supervisor._execute's loop)."""
         others = [n for n in self.plan.nodes() if n != self.instance]
         for _ in range(polls):
             self.cluster.activity(self.plan.generation + 1)
-            self.sup.membership.gone(others)
+            self.gone(others)
             time.sleep(POLL)
 
+    def survive(self) -> None:
+        """A survivor whose run hangs: the watch loop until the loss shows, then what Supervisor.run
+        does after a peer-lost run (the agreed outcome, the end records) and the next rendezvous."""
+        g = self.plan.generation
+        others = [n for n in self.plan.nodes() if n != self.instance]
+        while True:
+            if self.cluster.activity(g + 1):
+                self.found_by = "a join or leave in the next generation"
+                break
+            if self.gone(others):
+                self.found_by = "liveness"
+                break
+            time.sleep(POLL)
+        self.found = time.monotonic()
+        self.sup._agreed_outcome(g, "peer-lost", self.found_by)
+        self.sup.state.last_ran = g
+        ended = getattr(getattr(self.sup, "membership", None), "ended", None) or self.sup._end
+        ended()  # what Supervisor.run reads before the next rendezvous
+        self.form()
 
-def _run_all(targets) -> None:
-    threads = [threading.Thread(target=t, daemon=True) for t in targets]
+
+def _run_all(targets, delays=None) -> None:
+    def later(fn, delay):
+        time.sleep(delay)
+        fn()
+
+    threads = [threading.Thread(target=later, args=(t, (delays or {}).get(i, 0.0)), daemon=True)
+               for i, t in enumerate(targets)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=600)
+        t.join(timeout=900)
         if t.is_alive():
-            raise RuntimeError("a simulated supervisor did not finish in 10 minutes")
+            raise RuntimeError("a simulated supervisor did not finish in 15 minutes")
 
 
-def _delta(nodes, before) -> Counter:
-    total: Counter = Counter()
-    for n in nodes:
-        total += n.snapshot() - before.get(n.instance, Counter())
-    return total
+def _phase(log: list, t0: float, t1: float) -> list:
+    return [r for r in log if t0 <= r.t < t1]
 
 
-def _split(c: Counter) -> tuple[int, int, int]:
-    """(S3 reads incl. LIST, S3 writes, EC2 calls)."""
-    reads = sum(v for k, v in c.items() if k.startswith("s3:") and k.split(":")[1] not in WRITES)
-    writes = sum(v for k, v in c.items() if k.startswith("s3:") and k.split(":")[1] in WRITES)
-    ec2 = sum(v for k, v in c.items() if k.startswith("ec2:"))
-    return reads, writes, ec2
-
-
-def measure(n: int, endpoint: str, before: bool = False) -> dict:
+def _cluster(endpoint: str, n: int, log: list, tag: str):
     import boto3
-
     s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint)
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-    bucket = f"bench-{n}-{int(time.time())}"
+    bucket = f"bench-{tag}-{n}-{int(time.time() * 1000)}"
     s3.create_bucket(Bucket=bucket)
     ids = [i["InstanceId"] for i in ec2.run_instances(ImageId="ami-12c6146b", MinCount=n + 1, MaxCount=n + 1)["Instances"]]
-    nodes = [Node(endpoint, bucket, ids[i], f"10.0.{i // 250}.{i % 250 + 1}", n, before) for i in range(n)]
+    nodes = [Node(endpoint, bucket, ids[i], f"10.0.{i // 250}.{i % 250 + 1}", n, log) for i in range(n + 1)]
+    return ec2, nodes[:n], nodes[n]
+
+
+def _to_form(log: list, nodes) -> float:
+    """Requests per node from its start to its plan (its heartbeats included)."""
+    return statistics.mean(sum(1 for r in log if r.node == x.instance and x.started <= r.t <= x.formed)
+                           for x in nodes)
+
+
+def measure(n: int, endpoint: str) -> dict:
+    log: list = []
+    ec2, nodes, spare = _cluster(endpoint, n, log, "a")
+    phases = {}
 
     t0 = time.monotonic()
     _run_all([x.form for x in nodes])
-    formed = _delta(nodes, {})
-    form_s = time.monotonic() - t0
+    t1 = time.monotonic()
     assert all(x.plan is not None and not isinstance(x.plan, int) and x.plan.generation == 1 for x in nodes)
+    phases["form"] = {"requests": _phase(log, t0, t1), "t0": t0, "seconds": t1 - t0, "per_node": _to_form(log, nodes)}
 
-    base = {x.instance: x.snapshot() for x in nodes}
+    t0 = time.monotonic()
     _run_all([lambda x=x: x.watch(STEADY_POLLS) for x in nodes])
-    steady = _delta(nodes, base)
+    t1 = time.monotonic()
+    phases["steady"] = {"requests": _phase(log, t0, t1), "t0": t0, "seconds": t1 - t0}
 
-    # A loss: the last node's instance ends and its supervisor (and heartbeat) with it; a spare joins.
     lost = nodes[-1]
     lost.sup.stop_beats()
     ec2.terminate_instances(InstanceIds=[lost.instance])
-    survivors = nodes[:-1]
-    spare = Node(endpoint, bucket, ids[n], "10.0.9.9", n, before)
-    everyone = survivors + [spare]
-    base = {x.instance: x.snapshot() for x in everyone}
     t0 = time.monotonic()
-
-    def survive(x: Node) -> None:
-        others = [m for m in x.plan.nodes() if m != x.instance]
-        while not (x.cluster.activity(x.plan.generation + 1) or x.sup.membership.gone(others)):
-            time.sleep(POLL)
-        x.sup.state.last_ran = x.plan.generation
-        x.form()
-
-    _run_all([lambda x=x: survive(x) for x in survivors] + [spare.form])
-    reform = _delta(everyone, base)
-    reform_s = time.monotonic() - t0
-    assert all(x.plan.generation == 2 for x in everyone), [x.plan for x in everyone]
+    last_beat = max((r.t for r in log if r.node == lost.instance and r.op == "PutObject" and "/beat/" in r.key),
+                    default=t0)
+    survivors = nodes[:-1]
+    _run_all([x.survive for x in survivors] + [spare.form])
+    t1 = time.monotonic()
+    assert all(x.plan.generation == 2 for x in survivors + [spare]), [x.plan for x in survivors + [spare]]
+    phases["reform"] = {"requests": _phase(log, t0, t1), "t0": t0, "seconds": t1 - t0,
+                        "found": sorted(x.found - t0 for x in survivors), "since_beat": t0 - last_beat,
+                        "by_liveness": sum(x.found_by == "liveness" for x in survivors)}
     for x in nodes + [spare]:
         x.sup.stop_beats()
-    return {"n": n, "before": before, "form": formed, "form_s": form_s, "steady": steady, "reform": reform, "reform_s": reform_s}
+
+    # A second cluster, forming while its fleet boots.
+    boot_log: list = []
+    _, booting, extra = _cluster(endpoint, n, boot_log, "b")
+    t0 = time.monotonic()
+    _run_all([x.form for x in booting], {i: BOOT * i / max(1, n - 1) for i in range(n)})
+    t1 = time.monotonic()
+    assert all(x.plan.generation == 1 for x in booting), [x.plan for x in booting]
+    phases["boot"] = {"requests": _phase(boot_log, t0, t1), "t0": t0, "seconds": t1 - t0, "per_node": _to_form(boot_log, booting)}
+    for x in booting + [extra]:
+        x.sup.stop_beats()
+    return {"n": n, "job": JOB, "phases": phases}
 
 
-def _label(r: dict) -> str:
-    return f"{'before' if r['before'] else 'now':>6} {r['n']:>4}"
-
-
-def report(rows: list[dict]) -> None:
-    for phase, title in (("form", "forming generation 1 (all nodes)"),
-                         ("reform", "re-forming after one loss (survivors + a replacement)")):
-        print(f"\n{title}, requests:")
-        print(f"{'':>6} {'N':>4} {'S3 reads':>9} {'S3 writes':>9} {'EC2':>6} {'per node':>9} {'seconds':>8}")
-        for r in rows:
-            reads, writes, ec2 = _split(r[phase])
-            print(f"{_label(r)} {reads:>9} {writes:>9} {ec2:>6} {(reads + writes + ec2) / r['n']:>9.1f} "
-                  f"{r[phase + '_s']:>8.1f}")
-    print(f"\nsteady state ({STEADY_POLLS} polls of {POLL} s, liveness every {LIVENESS} s), per node per poll:")
-    for r in rows:
-        reads, writes, ec2 = _split(r["steady"])
-        k = r["n"] * STEADY_POLLS
-        print(f"{_label(r)} S3 reads {reads / k:.2f}, S3 writes {writes / k:.2f}, EC2 {ec2 / k:.3f}"
-              f"   ({', '.join(f'{op} {v}' for op, v in sorted(r['steady'].items()))})")
-    now = [r for r in rows if not r["before"]]
-    if not now:
-        return
-    big = now[-1]
-    for phase in ("steady", "reform"):
-        reads, writes, ec2 = _split(big[phase])
-        if phase == "steady":
-            span = STEADY_POLLS * POLL
-        else:
-            span = big["reform_s"]
-        # Per node per second at the scaled periods, then at production periods (polls are 4x and
-        # liveness 5x slower there: take the slower, 4x, for the S3 rates; EC2 by liveness, 5x).
-        scale_s3, scale_ec2 = PROD_POLL / POLL, PROD_LIVENESS / LIVENESS
-        r_node = reads / big["n"] / span / scale_s3
-        w_node = writes / big["n"] / span / scale_s3
-        e_cluster = ec2 / span / scale_ec2
-        print(f"\n{phase} at production periods, from N={big['n']}: per node {r_node:.3f} S3 reads/s, "
-              f"{w_node:.3f} S3 writes/s; per cluster {e_cluster:.3f} EC2 calls/s")
-        for n in (256, 512):
-            print(f"  {n} nodes: S3 reads {n * r_node:,.0f}/s ({n * r_node / S3_GET_PER_PREFIX:.1%} of {S3_GET_PER_PREFIX:,.0f} "
-                  f"per prefix), writes {n * w_node:,.0f}/s ({n * w_node / S3_PUT_PER_PREFIX:.1%} of "
-                  f"{S3_PUT_PER_PREFIX:,.0f}); EC2 {e_cluster:.2f}/s per cluster ({e_cluster / EC2_REFILL:.1%} of "
-                  f"{EC2_REFILL:g}/s), 10 clusters {10 * e_cluster:.2f}/s ({10 * e_cluster / EC2_REFILL:.1%})")
+def detection(rows: list, out=print) -> None:
+    out(f"\n== a peer lost while the survivors' runs hang (seconds at production periods; x{SCALE:g}) ==")
+    out(f"{'N':>4} {'first stop':>11} {'median':>7} {'last':>6} {'last beat before loss':>22} {'found by liveness':>18}")
+    for row in rows:
+        ph = row["phases"]["reform"]
+        f = [s * SCALE for s in ph["found"]]
+        out(f"{row['n']:>4} {f[0]:>11.1f} {statistics.median(f):>7.1f} {f[-1]:>6.1f} {ph['since_beat'] * SCALE:>22.1f} "
+            f"{ph['by_liveness']:>12} of {len(f)}")
+    out("\n== requests per node to form generation 1 ==")
+    for row in rows:
+        ph = row["phases"]
+        out(f"{row['n']:>4}  all at once {ph['form']['per_node']:.1f}   while booting over {PROD_BOOT:g} s "
+            f"{ph['boot']['per_node']:.1f}   ({ph['boot']['per_node'] / ph['form']['per_node']:.1f}x)")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, nargs="+", default=[8, 16, 32, 64])
-    p.add_argument("--before", type=int, nargs="*", default=[8, 16, 32],
-                   help="also run the pre-issue-27 control plane at these sizes, side by side [8 16 32]")
+    p.add_argument("--scale", type=float, default=5.0,
+                   help="how many times faster than on a node every period runs [5]; lower it where the machine "
+                        "cannot keep up with N nodes (their formation takes many polls longer than at N=8)")
+    p.add_argument("--code", type=Path, default=ROOT,
+                   help="the checkout whose constructs_lib is measured [this one]: a 'before' column")
     a = p.parse_args()
+    set_scale(a.scale)
+    sys.path[:0] = [str(a.code.resolve()), str(Path(__file__).resolve().parent), str(ROOT)]
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
     tmp = Path(tempfile.mkdtemp(prefix="dl-bench-cp-"))
     for var in ("DL_ETC_DIR", "DL_RUN_DIR", "DL_SCRATCH", "DL_LOG_DIR"):
         os.environ[var] = str(tmp / var.lower())
+    import constructs_lib
+    from control_plane_report import report
     from tests.runtime.drill import start_moto_server
 
+    print(f"code: {Path(constructs_lib.__file__).parent}; periods / {SCALE:g}: poll {POLL} s, liveness {LIVENESS} s, "
+          f"stale {STALE} s, boot spread {BOOT} s", flush=True)
     server, endpoint = start_moto_server(tmp / "moto.log")
     try:
         rows = []
-        for n, before in sorted({(n, False) for n in a.nodes} | {(n, True) for n in a.before}):
-            r = measure(n, endpoint, before)
-            rows.append(r)
-            print(f"{'before' if before else 'now'} N={n}: formed in {r['form_s']:.1f} s, re-formed in "
-                  f"{r['reform_s']:.1f} s", flush=True)
-        report(rows)
+        for n in sorted(a.nodes):
+            rows.append(measure(n, endpoint))
+            ph = rows[-1]["phases"]
+            print(f"N={n}: formed in {ph['form']['seconds']:.1f} s, re-formed in {ph['reform']['seconds']:.1f} s, "
+                  f"formed while booting in {ph['boot']['seconds']:.1f} s (measured)", flush=True)
+        report(rows, SCALE, 0.5 * 0.75 * POLL)
+        detection(rows)
     finally:
         server.terminate()
         server.wait(timeout=10)

@@ -3,7 +3,10 @@
 EventBridge (instance state changes, spot interruption warnings, the 1-minute schedule): one
 reconcile. An event that names an instance the controller's state does not list as a member is
 dropped after one S3 GET and no EC2 call (every EC2 state change in the region wakes every
-cluster's controller); without a state yet, after one DescribeInstances.
+cluster's controller); without a state yet, after one DescribeInstances. A member's event costs
+no EC2 call of its own either: the event carries the state, and a member coming up (pending,
+running) changes nothing the state does not already count, so it is dropped after the S3 GET;
+a member going (stopping, shutting-down, terminated) or warned reconciles at once.
 
 {"dl-launcher": "resume"} (aws lambda invoke): reconcile with resume, starting a cluster the idle
 guard or a teardown stopped; it comes back from its newest checkpoint.
@@ -33,7 +36,7 @@ from dl_core.aws import error_code
 
 from ..runtime.contract import TAG_CLUSTER
 from .controller import Controller
-from .instances import list_cluster, terminate
+from .instances import LIVE_STATES, list_cluster, terminate
 from .job_end import JOB_END_ENV, JobEndWatch
 from .launch_check import RESOURCE_TYPE as LAUNCH_CHECK, check_launch
 from .spec import ClusterSpec
@@ -43,6 +46,7 @@ SPEC_ENV = "DL_CLUSTER_SPEC"
 # {"dl-launcher": "resume"}: the payload that starts a cluster the idle guard or a teardown stopped.
 COMMAND_KEY = "dl-launcher"
 SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
+STATE_CHANGE = "EC2 Instance State-change Notification"
 # Answer CloudFormation this long before the Lambda's own timeout.
 WATCHDOG_SECONDS = 5.0
 
@@ -99,7 +103,8 @@ def load_job_end() -> Optional[JobEndWatch]:
 def _eventbridge(event: dict[str, Any]) -> dict[str, Any]:
     spec = load_spec()
     ec2, s3 = _clients()
-    instance = (event.get("detail") or {}).get("instance-id")
+    detail = event.get("detail") or {}
+    instance = detail.get("instance-id")
     noticed: tuple[str, ...] = ()
     if instance:
         known = _members(spec, s3)
@@ -107,9 +112,16 @@ def _eventbridge(event: dict[str, Any]) -> dict[str, Any]:
             # Not a member at the last reconcile: another cluster's, or a launch of this one that
             # the 1-minute schedule will see anyway. No EC2 call for it.
             return {"ignored": f"{instance} is not a member of cluster {spec.cluster}"}
-        owner = _cluster_of(ec2, instance)
-        if owner is not None and owner != spec.cluster:
-            return {"ignored": f"{instance} is not in cluster {spec.cluster}"}
+        if known is None:  # no state to go by: EC2 says whose the instance is
+            owner = _cluster_of(ec2, instance)
+            if owner is not None and owner != spec.cluster:
+                return {"ignored": f"{instance} is not in cluster {spec.cluster}"}
+        elif event.get("detail-type") == STATE_CHANGE and detail.get("state") in LIVE_STATES:
+            # A member the controller launched, coming up: the state already counts it (members
+            # and recent launches), so nothing is decided on it and EC2 is not asked. A launch of
+            # 512 nodes sends 1,024 of these within a minute (issue 36).
+            return {"ignored": f"{instance} is {detail['state']}: a member of cluster {spec.cluster} "
+                               "the controller already counts"}
         if event.get("detail-type") == SPOT_WARNING:
             noticed = (instance,)
     done = _controller(spec, ec2, s3).reconcile(noticed=noticed)

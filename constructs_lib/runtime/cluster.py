@@ -34,17 +34,17 @@ a constant number of S3 requests, and the cluster's EC2 calls at most one per pe
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
-from dl_core.aws import error_code, not_found
+from dl_core.aws import error_code
 
 from . import contract, records
 from .cluster_records import (
     GEN_NAME, failed_problem, finished_problem, join_problem, nodes_in, object_problem, plan_problem,
 )
+from .liveness import Liveness as Liveness  # its callers import it from here
 from .records import addr_problem, node_problem
 from .store import CheckpointStore
 
@@ -89,6 +89,14 @@ class Plan:
                    d.get("resume_step"), d.get("job") if isinstance(d.get("job"), dict) else None)
 
 
+@dataclass(frozen=True)
+class GenerationView:
+    joins: dict[str, dict]
+    leaves: set[str]
+    failures: set[str]
+    planned: bool   # plan.json is there (plan() reads it; bad_plan() says whether it was set aside)
+
+
 def gen_name(g: int) -> str:
     return f"{_GEN}{g:06d}"
 
@@ -121,6 +129,7 @@ class ClusterState:
         # What every record this node writes passes through: the supervisor sets the job's secret
         # values' redaction (redact.Redactor.scrub), so that no value reaches S3 in a failure's text.
         self.redact: Callable[[Any], Any] = lambda body: body
+        self._plans: dict[int, Plan] = {}
 
     # ---- S3 primitives ----------------------------------------------------------------------------
     def _put(self, key: str, body: dict, *, if_absent: bool = False) -> bool:
@@ -162,8 +171,13 @@ class ClusterState:
         """Generation g's plan; None while there is none, or when it was set aside (bad_plan says why)."""
         if g < 1:
             return None
+        if g in self._plans:  # written once (If-None-Match): what was read stays true
+            return self._plans[g]
         d = self._get(f"{gen_name(g)}/plan.json", lambda d: plan_problem(d, g))
-        return Plan.from_json(d) if d else None
+        plan = Plan.from_json(d) if d else None
+        if plan is not None:
+            self._plans[g] = plan
+        return plan
 
     def bad_plan(self, g: int) -> Optional[str]:
         """Why generation g's plan was set aside when last read, or None. Such a generation is
@@ -189,17 +203,17 @@ class ClusterState:
     def joins(self, g: int) -> dict[str, dict]:
         """{node: {"node", "addr", "at"}} from one LIST: the key says who, where and when (the
         joiner's clock, in ms: S3's LastModified has whole seconds, too coarse for join order)."""
-        out: dict[str, dict] = {}
-        for name, _ in self._listed(f"{gen_name(g)}/join/"):
-            parts = name.removesuffix(".json").rsplit("_", 2)
-            if len(parts) != 3 or not name.endswith(".json") or not parts[2].isdigit():
-                continue
-            node, addr, ms = parts
-            if node_problem(node) or addr_problem(addr) or len(ms) > 15:
-                continue  # not a join this runtime wrote: never a member, never a crash
-            if node not in out or int(ms) / 1000 < out[node]["at"]:
-                out[node] = {"node": node, "addr": addr, "at": int(ms) / 1000, "key": name}
-        return out
+        return _joins(name for name, _ in self._listed(f"{gen_name(g)}/join/"))
+
+    def view(self, g: int) -> "GenerationView":
+        """Generation g as one LIST of its prefix shows it: its joins (as joins()), leaves and
+        failures, and whether its plan is written: what a node waiting for g's plan polls."""
+        names = [name for name, _ in self._listed(f"{gen_name(g)}/")]
+
+        def below(sub: str) -> list[str]:
+            return [n[len(sub):] for n in names if n.startswith(sub)]
+        return GenerationView(_joins(below("join/")), nodes_in(below("leave/")), nodes_in(below("failed/")),
+                              "plan.json" in names)
 
     def join_details(self, g: int) -> dict[str, dict]:
         """The joins' bodies (health and the like), one GET each: for people, never in a poll."""
@@ -270,6 +284,22 @@ class ClusterState:
         self._put("failed.json", {"at": time.time(), **info}, if_absent=True)
 
 
+def _joins(names: Iterable[str]) -> dict[str, dict]:
+    """{node: join} from the names below a generation's join/ (node_addr_ms.json); a node that
+    joined twice counts from its first join; names this runtime does not write are left out."""
+    out: dict[str, dict] = {}
+    for name in names:
+        parts = name.removesuffix(".json").rsplit("_", 2)
+        if len(parts) != 3 or not name.endswith(".json") or not parts[2].isdigit():
+            continue
+        node, addr, ms = parts
+        if node_problem(node) or addr_problem(addr) or len(ms) > 15:
+            continue  # not a join this runtime wrote: never a member, never a crash
+        if node not in out or int(ms) / 1000 < out[node]["at"]:
+            out[node] = {"node": node, "addr": addr, "at": int(ms) / 1000, "key": name}
+    return out
+
+
 def _server_time(page: dict) -> Optional[float]:
     from email.utils import parsedate_to_datetime
     date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
@@ -277,78 +307,3 @@ def _server_time(page: dict) -> Optional[float]:
         return parsedate_to_datetime(date).timestamp() if date else None
     except (TypeError, ValueError):
         return None
-
-
-_NOT_FOUND = re.compile(r"i-[0-9a-f]{8,17}")
-
-
-class Liveness:
-    """Which nodes are gone: terminated, shutting down, stopping or stopped, or unknown to EC2.
-
-    Every node beats (ClusterState.beat, once a period); a node whose beat is older than `stale`
-    seconds by S3's clock is a suspect. One node, the first of those beating in id order, asks
-    EC2 about the suspects (at most 200 ids a call) and records the ones it confirms; every node
-    reads those records. So EC2 is asked at most once a period per cluster, and only while a beat
-    is missing; a node that is only slow (a long restore, S3 throttling its beats) is confirmed
-    running and stays. EC2 throttling, 5xx and timeouts confirm nothing: never gone on an error.
-    """
-
-    ALIVE = ("pending", "running")
-    CHUNK = 200  # DescribeInstances' most instance ids per filter (EC2 API reference)
-
-    def __init__(self, ec2, cluster: Optional["ClusterState"] = None, *, me: str = "", stale: float = 30.0,
-                 log=lambda line: None) -> None:
-        self.ec2, self.cluster, self.me, self.stale, self.log = ec2, cluster, me, stale, log
-
-    def gone(self, nodes: Iterable[str], stale: Optional[float] = None) -> set[str]:
-        """`stale` [self.stale]: shorter right after this node's run failed (its peers' probably
-        did too): a dead peer is then found sooner, at the price of an EC2 call about a slow one."""
-        nodes = set(nodes)
-        if not nodes:
-            return set()
-        if self.cluster is None:  # no heartbeats to go by: ask EC2 about every node
-            return self.confirm(nodes)
-        recorded = self.cluster.gone_nodes()
-        beats, now = self.cluster.beats()
-        limit = self.stale if stale is None else stale
-        fresh = sorted(n for n, t in beats.items() if now - t <= limit)
-        suspects = {n for n in nodes - recorded if n not in fresh}
-        if suspects and fresh and fresh[0] == self.me:
-            for n in self.confirm(suspects):
-                self.cluster.record_gone(n, "terminated or unknown to EC2")
-                recorded.add(n)
-        return nodes & recorded
-
-    def confirm(self, nodes: Iterable[str]) -> set[str]:
-        """The nodes EC2 says are gone. An error other than 'this id does not exist' confirms
-        nothing (logged): throttling is account-wide and must not end every run at once."""
-        from botocore.exceptions import BotoCoreError, ClientError
-        todo, gone = sorted(set(nodes)), set()
-        for i in range(0, len(todo), self.CHUNK):
-            chunk = todo[i:i + self.CHUNK]
-            while chunk:
-                try:
-                    states = self._states(chunk)
-                except ClientError as e:
-                    code = error_code(e)
-                    unknown = set(_NOT_FOUND.findall(str(e))) & set(chunk) if not_found(e) else set()
-                    if not unknown:  # throttled, 5xx, or an answer we cannot read: nothing is confirmed
-                        self.log(f"liveness: EC2 said {code or type(e).__name__}; no node is counted gone on that")
-                        break
-                    gone |= unknown
-                    chunk = [n for n in chunk if n not in unknown]
-                    continue
-                except BotoCoreError as e:  # timeouts, connection errors
-                    self.log(f"liveness: EC2 unreachable ({type(e).__name__}); no node is counted gone on that")
-                    break
-                gone |= {n for n in chunk if states.get(n) not in self.ALIVE}  # not listed: unknown
-                break
-        return gone
-
-    def _states(self, nodes: list[str]) -> dict[str, str]:
-        out = {}
-        for page in self.ec2.get_paginator("describe_instances").paginate(InstanceIds=nodes):
-            for r in page["Reservations"]:
-                for i in r["Instances"]:
-                    out[i["InstanceId"]] = i["State"]["Name"]
-        return out

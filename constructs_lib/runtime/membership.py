@@ -9,6 +9,7 @@ decisions.rendezvous_target and decisions.ready_to_propose.
 """
 from __future__ import annotations
 
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -43,6 +44,10 @@ class Hooks:
 
 
 class Membership:
+    # A node waiting for a plan reads the job's end records and the newest generation once in this
+    # many polls, not at every look: at 1,000 nodes each read is 500 requests a second (issue 36).
+    LOOK_POLLS = 3
+
     def __init__(self, cluster: ClusterState, liveness: Liveness, me: Member, hooks: Hooks, *, nodes: int,
                  poll: float = 2.0, liveness_poll: float = 10.0, member_grace: float = 600.0,
                  retry_base: float = 1.0, log: Log = print) -> None:
@@ -53,6 +58,7 @@ class Membership:
         self.backoff = Backoff(base=retry_base)
         self._gone_cache: tuple[float, frozenset, set] = (float("-inf"), frozenset(), set())
         self._beating: Optional[threading.Event] = None
+        self._ended_at = float("-inf")  # when hooks.ended() was last asked (time.monotonic())
 
     # ---- riding out AWS ------------------------------------------------------------------------
     def ride(self, fn: Callable[[], T], what: str) -> T:
@@ -99,10 +105,22 @@ class Membership:
             self._gone_cache = (time.monotonic(), nodes, gone)
         return gone & nodes
 
+    # ---- the job's end -----------------------------------------------------------------------------
+    def ended(self, lately: bool = False) -> Optional[int]:
+        """hooks.ended(); `lately`: None without asking when it was asked within LOOK_POLLS polls."""
+        if lately and time.monotonic() - self._ended_at < self.LOOK_POLLS * self.poll:
+            return None
+        self._ended_at = time.monotonic()
+        return self.hooks.ended()
+
     # ---- rendezvous ------------------------------------------------------------------------------
     def rendezvous(self) -> Union[Plan, int]:
         """The plan this node runs next, or an exit code (the job ended; a notice, which never returns)."""
         self.start_beats()
+        # After a loss every survivor starts this within a poll of the others (they see the next
+        # generation's first join at their next poll), and at a fleet's start many nodes at once:
+        # spread over a poll, their first looks do not all land in one second of S3's budget.
+        time.sleep(random.uniform(0.0, self.poll))
         state: dict = {"waiting_logged": None}
         while True:
             got = self.ride(lambda: self._look(state), "rendezvous")
@@ -111,7 +129,7 @@ class Membership:
 
     def _look(self, state: dict) -> Optional[Union[Plan, int]]:
         """One look: the plan to run, an exit code, or None to look again."""
-        end = self.hooks.ended()
+        end = self.ended(lately=True)
         if end is not None:
             return end
         if notice.read().terminating:
@@ -141,21 +159,25 @@ class Membership:
         started = time.monotonic()
         previous = self.cluster.plan(g - 1)
         last_note = 0.0
+        looks = 0  # the end records and the newest generation were read just before: again every LOOK_POLLS looks
         while True:
-            plan = self.cluster.plan(g)
+            looks += 1
+            view = self.cluster.view(g)  # joins, leaves and whether a plan is there: one LIST
+            plan = self.cluster.plan(g) if view.planned else None
             if plan is not None:
                 return self._joined(g, plan)
-            if self.cluster.bad_plan(g):
+            if view.planned and self.cluster.bad_plan(g):
                 return None  # look again: the next generation forms
-            end = self.hooks.ended()
-            if end is not None:
-                return end
             if notice.read().terminating:
                 self.cluster.unjoin(g, self.me)
                 return self.hooks.leave(g)
-            if self.cluster.newest_generation() > g:
-                return None
-            joins, leaves = self.cluster.joins(g), self.cluster.leaves(g)
+            if looks % self.LOOK_POLLS == 0:
+                end = self.ended()
+                if end is not None:
+                    return end
+                if self.cluster.newest_generation() > g:
+                    return None
+            joins, leaves = view.joins, view.leaves
             for n in leaves:
                 joins.pop(n, None)
             gone = self.gone(set(joins) | set(previous.nodes() if previous else []))

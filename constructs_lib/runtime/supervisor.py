@@ -92,7 +92,7 @@ class Supervisor:
         while True:
             # At start an AWS error ends the supervisor (systemd starts it again, and the journal
             # says why); between generations it is ridden out, as everything after.
-            end = self._end() if first else self.ride(self._end, "reading how the job ended")
+            end = self.membership.ended() if first else self.ride(self.membership.ended, "reading how the job ended")
             first = False
             if end is not None:
                 return end
