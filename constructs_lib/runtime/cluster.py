@@ -167,6 +167,18 @@ class ClusterState:
         gens = [int(n[len(_GEN):]) for n in self._names("", dirs=True) if GEN_NAME.match(n)]
         return max(gens, default=0)
 
+    def top(self) -> tuple[int, bool]:
+        """(the newest generation, whether finished.json or failed.json is there) from one LIST of
+        the cluster's top level: what a waiting node checks every few looks, reading the end
+        records themselves only once one exists."""
+        prefix = f"{self.base}/"
+        gens, ended = [0], False
+        for page in self._pages(prefix, Delimiter="/"):
+            gens += [int(n[len(_GEN):]) for n in (p["Prefix"][len(prefix):].rstrip("/") for p in page.get("CommonPrefixes", []))
+                     if GEN_NAME.match(n)]
+            ended = ended or any(o["Key"][len(prefix):] in ("finished.json", "failed.json") for o in page.get("Contents", []))
+        return max(gens), ended
+
     def plan(self, g: int) -> Optional[Plan]:
         """Generation g's plan; None while there is none, or when it was set aside (bad_plan says why)."""
         if g < 1:

@@ -153,3 +153,13 @@ def ready_to_propose(have_members: bool, waiting: Iterable[str], waited: float, 
     for, or the grace for those members is over (a leaving node's last upload and a slow survivor
     are waited for, a vanished one not forever)."""
     return have_members and (not list(waiting) or waited >= grace)
+
+
+def waiting_poll(poll: float, liveness_poll: float, complete: bool) -> float:
+    """Seconds between looks of a node waiting for a generation's plan. While fewer live nodes have
+    joined than the job needs, this node cannot write the plan: the node whose join completes the
+    set writes it at its own first look, and a waiting node need only find it. So it looks at half
+    the liveness period (5 s on a node) rather than every poll: a fleet that boots over a minute
+    costs each node about what an all-at-once start does, for a start up to a few seconds later."""
+    return poll if complete else max(poll, liveness_poll / 2)
+

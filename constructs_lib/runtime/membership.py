@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Optional, TypeVar, Union
 from dl_core.aws import Backoff, Said, brief, jittered, retry
 from . import notice
 from .cluster import ClusterState, Liveness, Member, Plan, choose_members, unaccounted
-from .decisions import ready_to_propose, rendezvous_target
+from .decisions import ready_to_propose, rendezvous_target, waiting_poll
 from .rundir import health as _health
 
 T = TypeVar("T")
@@ -172,15 +172,18 @@ class Membership:
                 self.cluster.unjoin(g, self.me)
                 return self.hooks.leave(g)
             if looks % self.LOOK_POLLS == 0:
-                end = self.ended()
+                newest, end_records = self.cluster.top()
+                end = self.ended() if end_records else None
                 if end is not None:
                     return end
-                if self.cluster.newest_generation() > g:
+                if newest > g:
                     return None
             joins, leaves = view.joins, view.leaves
             for n in leaves:
                 joins.pop(n, None)
-            gone = self.gone(set(joins) | set(previous.nodes() if previous else []))
+            # Who is gone matters only once enough nodes have joined to write a plan: until then no
+            # plan can be written whoever is gone, and a fleet that boots for a minute would ask anyway.
+            gone = self.gone(set(joins) | set(previous.nodes() if previous else [])) if len(joins) >= self.nodes else set()
             waiting = unaccounted(previous, joins, leaves, gone)
             members = choose_members(self.nodes, joins, previous, gone)
             if ready_to_propose(bool(members), waiting, time.monotonic() - started, self.member_grace):
@@ -191,7 +194,7 @@ class Membership:
                 self.log(f"generation {g}: {alive} of {self.nodes} nodes here"
                          + (f"; waiting for {', '.join(waiting)} (previous members)" if waiting else ""))
                 last_note = time.monotonic()
-            time.sleep(jittered(self.poll))
+            time.sleep(jittered(waiting_poll(self.poll, self.liveness_poll, complete=bool(members))))
 
     def _joined(self, g: int, plan: Plan) -> Optional[Plan]:
         if self.me.node in plan.nodes():

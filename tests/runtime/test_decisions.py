@@ -173,3 +173,10 @@ def test_a_failure_that_alternates_between_nodes_reaches_the_limit_on_both():
         if len(given_up) == 2:
             break
     assert given_up == {"a": 3, "b": 3}
+
+
+def test_a_node_that_cannot_write_the_plan_yet_looks_at_half_the_liveness_period():
+    from constructs_lib.runtime.decisions import waiting_poll
+    assert waiting_poll(2.0, 10.0, complete=False) == 5.0
+    assert waiting_poll(2.0, 10.0, complete=True) == 2.0  # enough nodes: the plan is for this node to write
+    assert waiting_poll(2.0, 2.0, complete=False) == 2.0  # never faster than the poll

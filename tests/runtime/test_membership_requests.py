@@ -57,7 +57,7 @@ def _membership(store, ended, *, nodes: int = 2, poll: float = 0.02) -> Membersh
     me = Member("i-0a", "10.0.0.1")
     hooks = Hooks(ended=ended, last_ran=lambda: 0, resume_step=lambda: None)
     return Membership(cluster, Liveness(None, cluster, me=me.node, stale=30.0), me, hooks, nodes=nodes,
-                      poll=poll, liveness_poll=60.0, log=lambda line: None)
+                      poll=poll, liveness_poll=2 * poll, log=lambda line: None)
 
 
 def test_a_node_waiting_for_a_plan_reads_the_end_every_few_looks_and_still_finds_it(store):
@@ -98,3 +98,23 @@ def test_a_rendezvous_reads_the_end_once_after_the_supervisor_did(store):
     m.stop_beats()
     assert isinstance(plan, Plan) and plan.nodes() == ["i-0a"] and cluster.plan(1) == plan
     assert len(asked) == 1, "the first look went by the supervisor's read"
+
+
+def test_a_node_short_of_a_full_generation_asks_neither_liveness_nor_the_end_records(store):
+    """While fewer nodes have joined than the job needs, no plan can be written whoever is gone, and
+    the end records are read only once the top-level listing shows one: a fleet that boots for a
+    minute costs each waiting node one LIST per look and one top-level LIST every few looks."""
+    m = _membership(store, lambda: None, nodes=3)
+    m.liveness_poll = 0.0  # liveness would be asked at every look if it were asked at all
+    seen = Keyed(store.client)
+    m.cluster.join(1, Member("i-0b", "10.0.0.2"))
+    waiting = threading.Thread(target=lambda: m.join(1), daemon=True)
+    waiting.start()  # two of three
+    while seen.count("ListObjectsV2", "/gen-000001/") < 3 * Membership.LOOK_POLLS and waiting.is_alive():
+        waiting.join(0.01)
+    m.cluster.join(1, Member("i-0c", "10.0.0.3"))  # the third: the plan forms and the wait ends
+    waiting.join(30)
+    assert not waiting.is_alive() and m.cluster.plan(1) is not None
+    before_third = seen.calls[:next(i for i, (o, k) in enumerate(seen.calls) if o == "PutObject" and "i-0c" in k)]
+    assert not any(k.endswith(("/beat/", "/gone/")) for o, k in before_third), before_third
+    assert not any(k.endswith(("/finished.json", "/failed.json")) for o, k in before_third), before_third
