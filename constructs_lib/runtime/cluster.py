@@ -42,7 +42,7 @@ from dl_core.aws import error_code
 
 from . import contract, records
 from .cluster_records import (
-    GEN_NAME, failed_problem, finished_problem, join_problem, nodes_in, object_problem, plan_problem,
+    GEN_NAME, failed_problem, failure_problem, finished_problem, join_problem, nodes_in, object_problem, plan_problem,
 )
 from .liveness import Liveness as Liveness  # its callers import it from here
 from .records import addr_problem, node_problem
@@ -269,12 +269,22 @@ class ClusterState:
     def leaves(self, g: int) -> set[str]:
         return nodes_in(self._names(f"{gen_name(g)}/leave/"))
 
-    def record_failure(self, g: int, node: str, detail: str) -> None:
-        self._put(f"{gen_name(g)}/failed/{node}.json", {"node": node, "detail": detail[:500], "at": time.time()})
+    def record_failure(self, g: int, node: str, detail: str, *, signature: str = "",
+                       last_lines: Iterable[str] = ()) -> None:
+        """How the command failed on `node` in generation g: its exit, its error's signature
+        (decisions.error_signature) and its last lines, for the nodes whose runs it stopped."""
+        self._put(f"{gen_name(g)}/failed/{node}.json", {"node": node, "detail": detail[:500], "signature": signature,
+                                                        "last_lines": [line[:500] for line in last_lines][-20:],
+                                                        "at": time.time()})
 
     def failures(self, g: int) -> list[str]:
         """The nodes on which the command failed in generation g (one LIST)."""
         return sorted(nodes_in(self._names(f"{gen_name(g)}/failed/")))
+
+    def failure_records(self, g: int) -> dict[str, dict]:
+        """{node: its failure record} for generation g: one LIST and a GET per failed node (read after a
+        run stops, never in a poll). A record set aside still names its node, with nothing else."""
+        return {n: self._get(f"{gen_name(g)}/failed/{n}.json", failure_problem) or {} for n in self.failures(g)}
 
     def activity(self, g: int) -> bool:
         """Whether any node has joined or left generation g (a run of g-1 is then over)."""

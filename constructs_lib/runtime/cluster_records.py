@@ -70,6 +70,19 @@ def failed_problem(d: Any) -> Optional[str]:
     return None
 
 
+def failure_problem(d: Any) -> Optional[str]:
+    """A generation's failure record (gen-N/failed/<node>.json): how the command failed there."""
+    if not isinstance(d, dict):
+        return "not a JSON object"
+    if not isinstance(d.get("detail", ""), str) or not isinstance(d.get("signature", ""), str):
+        return "a detail or signature that is not text"
+    if len(d.get("signature", "")) > 64:
+        return "a signature over 64 characters"
+    if "last_lines" in d and not texts(d["last_lines"]):
+        return "last_lines that are not a list of lines"
+    return None
+
+
 def join_problem(d: Any) -> Optional[str]:
     if not isinstance(d, dict):
         return "not a JSON object"

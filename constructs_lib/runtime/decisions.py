@@ -14,9 +14,11 @@ Outcomes of one generation's run:
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional, Sequence
 
 Outcome = tuple[str, str]  # (outcome, detail)
 
@@ -39,19 +41,42 @@ def failures_after(outcome: str, failures: int, resume_step: Optional[int], last
     return 1 if progressed else failures + 1
 
 
-def gives_up(outcome: str, failures: int, max_failures: int) -> bool:
-    """Whether the job is failed for every node now (exit 3, no restart)."""
-    return outcome == "failed" and failures >= max_failures
+def gives_up(outcome: str, failures: int, max_failures: int, repeated: bool = False) -> bool:
+    """Whether the job is failed for every node now (exit 3, no restart): after max_failures failures
+    in a row without a newer checkpoint, or at the first repeat of the same error from the same step
+    (a deterministic crash: a third try on every node of a large cluster would only cost the hour)."""
+    return outcome == "failed" and (failures >= max_failures or (repeated and failures >= 2))
 
 
-def agreed_outcome(outcome: str, detail: str, me: str, failed_on: Iterable[str]) -> Outcome:
+_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")
+
+
+def error_signature(lines: Sequence[str], keep: int = 3) -> str:
+    """What makes two failures "the same error": the command's last `keep` non-empty lines, with every
+    number and address made 0 (a timestamp, a pid, a rank or an address differs between two runs of
+    the same crash). "" when the command printed nothing: no two silent failures count as the same."""
+    tail = [line.strip() for line in lines if line.strip()][-keep:]
+    if not tail:
+        return ""
+    return hashlib.sha256("\n".join(_NUMBERS.sub("0", line) for line in tail).encode()).hexdigest()[:16]
+
+
+def repeated_error(signature: str, previous: Optional[str]) -> bool:
+    """Whether a failure repeats the previous failure's error (failures_after says whether it came
+    from the same step: a count of 2 or more means no newer checkpoint in between)."""
+    return bool(signature) and signature == previous
+
+
+def agreed_outcome(outcome: str, detail: str, me: str, failed_on: Mapping[str, str]) -> Outcome:
     """The same outcome on every node: a node that saw only "peer lost" (its run was stopped by the
-    failing node's next join) counts the generation failed when another node recorded a failure."""
+    failing node's next join) counts the generation failed when another node recorded a failure,
+    and says which node failed and how ({node: its detail}, e.g. "exit 5"), not why its own run stopped."""
     if outcome != "peer-lost":
         return outcome, detail
     elsewhere = sorted(n for n in failed_on if n != me)
     if elsewhere:
-        return "failed", f"the command failed on {', '.join(elsewhere)} ({detail})"
+        how = "; ".join(f"{n} ({failed_on[n]})" if failed_on[n] else n for n in elsewhere)
+        return "failed", f"the command failed on {how}; this node's run was stopped for it"
     return outcome, detail
 
 

@@ -58,6 +58,12 @@ class JobLog:
             except (OSError, ValueError):
                 pass
 
+    def new_run(self) -> None:
+        """A run starts: the last lines are its own from here (a failure's lines and its error's
+        signature say what this run printed, not the tail of the ones before)."""
+        with self._lock:
+            self._tail.clear()
+
     def last_lines(self) -> list[str]:
         """The newest lines of the job's own output (not the supervisor's), oldest first."""
         with self._lock:

@@ -36,7 +36,9 @@ from dl_core.aws import Backoff, brief
 from . import contract, framework_checkpoints, notice, rendezvous, sharded_store
 from .agent import NodeAgent, delivered, pushed_step, write_health
 from .cluster import ClusterState, Liveness, Member, Plan
-from .decisions import agreed_outcome, container_env, failures_after, gives_up, run_environment
+from .decisions import (
+    agreed_outcome, container_env, error_signature, failures_after, gives_up, repeated_error, run_environment,
+)
 from .errors import RuntimeUserError
 from .jobdef import JobError, NodeJob, Prepared, Revision
 from .joblog import JobLog
@@ -131,12 +133,14 @@ class Supervisor:
     def _after(self, plan: Plan, outcome: str, detail: str) -> Optional[int]:
         """Count, record and act on how generation `plan.generation` ended; an exit code, or None for the next."""
         g = plan.generation
-        outcome, detail = self._agreed_outcome(g, outcome, detail)
+        outcome, detail, signature, lines = self._agreed_outcome(g, outcome, detail)
         self.state.last_ran = g
         self.state.history = (self.state.history + [{"generation": g, "outcome": outcome, "detail": detail,
                                                      "resume_step": plan.resume_step, "at": time.time()}])[-20:]
         self.log(f"generation {g} ended: {outcome}" + (f" ({detail})" if detail else ""))
         self.state.failures = failures_after(outcome, self.state.failures, plan.resume_step, self.state.last_resume)
+        repeated = outcome == "failed" and repeated_error(signature, self.state.last_signature)
+        self.state.last_signature = signature if outcome == "failed" else None
         self.state.last_resume = plan.resume_step
         self.state.save()
         self.flush()
@@ -146,16 +150,19 @@ class Supervisor:
                       "marking the job finished")
             write_health("job", "ok", "the job finished")
             return contract.EXIT_FINISHED
-        if gives_up(outcome, self.state.failures, self.cfg.max_failures):
-            return self._give_up(g, detail)
+        if gives_up(outcome, self.state.failures, self.cfg.max_failures, repeated):
+            return self._give_up(g, detail, lines, repeated and self.state.failures < self.cfg.max_failures)
         if notice.read().terminating:
             return self.leave(g + 1)
         return None
 
-    def _give_up(self, g: int, detail: str) -> int:
-        reason = f"the command failed {self.state.failures} times in a row without a newer checkpoint ({detail})"
+    def _give_up(self, g: int, detail: str, lines: list[str], repeated: bool) -> int:
+        if repeated:
+            reason = f"the command failed twice in a row with the same error, from the same step ({detail})"
+        else:
+            reason = f"the command failed {self.state.failures} times in a row without a newer checkpoint ({detail})"
         self.ride(lambda: self.cluster.mark_failed(generation=g, node=self.me.node, reason=reason,
-                                                   attempts=self.state.failures, last_lines=self._last_lines()),
+                                                   attempts=self.state.failures, last_lines=lines or self._last_lines()),
                   "marking the job failed")
         # A leave in the next generation stops the others' runs now (what they watch anyway),
         # instead of at their collectives' timeout; they then find the job failed.
@@ -165,20 +172,28 @@ class Supervisor:
         self.log(f"giving up: {reason}")
         return contract.EXIT_FAILED
 
-    def _agreed_outcome(self, g: int, outcome: str, detail: str) -> tuple[str, str]:
-        """The same count of failures on every node: a node whose command failed records it before
-        it joins the next generation (which is what stops the others' runs); a node that saw only
-        "peer lost" then finds that record and counts the generation failed too."""
+    def _agreed_outcome(self, g: int, outcome: str, detail: str) -> tuple[str, str, str, list[str]]:
+        """The same count of failures on every node: a node whose command failed records it (its
+        exit, its error's signature and last lines) before it joins the next generation, which is
+        what stops the others' runs; a node that saw only "peer lost" then finds that record and
+        counts the generation failed too, with the failing node's error. Returns (outcome, detail,
+        the error's signature, its last lines)."""
         if outcome == "failed":
+            lines = self._last_lines()
+            signature = error_signature(lines)
             try:
-                self.ride(lambda: self.cluster.record_failure(g, self.me.node, detail), "recording the failure")
+                self.ride(lambda: self.cluster.record_failure(g, self.me.node, detail, signature=signature,
+                                                              last_lines=lines), "recording the failure")
             except Exception as e:  # noqa: BLE001 - the others then count it as lost, as before; never a crash
                 self.log(f"could not record the failure of generation {g}: {brief(e)}")
-            return outcome, detail
+            return outcome, detail, signature, lines
         if outcome == "peer-lost":
-            return agreed_outcome(outcome, detail, self.me.node,
-                                  self.ride(lambda: self.cluster.failures(g), "reading the generation's failures"))
-        return outcome, detail
+            records = self.ride(lambda: self.cluster.failure_records(g), "reading the generation's failures")
+            outcome, detail = agreed_outcome(outcome, detail, self.me.node,
+                                             {n: str(r.get("detail", "")) for n, r in records.items()})
+            first = next((records[n] for n in sorted(records) if n != self.me.node), {})
+            return outcome, detail, str(first.get("signature", "")), list(first.get("last_lines", []))
+        return outcome, detail, "", []
 
     def _end(self) -> Optional[int]:
         if self.cluster.finished():
@@ -332,6 +347,8 @@ class Supervisor:
             what = self.command_file
         self.log(f"generation {plan.generation}: running {what}")
         write_health("job", "ok", f"running generation {plan.generation}")
+        if self.joblog:
+            self.joblog.new_run()
         return Run.start(argv, cwd=workdir, env=env, joblog=self.joblog, plan=plan, me=self.me.node,
                          membership=self.membership, poll=self.cfg.poll, liveness_poll=self.cfg.liveness_poll,
                          stop_timeout=self.cfg.stop_timeout, log=self.log, collector=collector,

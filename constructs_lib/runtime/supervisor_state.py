@@ -49,6 +49,7 @@ class State:
     failures: int = 0
     last_resume: Optional[int] = None
     history: list = field(default_factory=list)
+    last_signature: Optional[str] = None  # the last failure's error (decisions.error_signature)
 
     @classmethod
     def load(cls) -> "State":

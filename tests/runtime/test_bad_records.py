@@ -264,3 +264,22 @@ def test_hostile_key_names_are_ignored(store):
     assert c.newest_generation() == 1
     assert list(c.joins(1)) == ["i-0e"]
     assert c.beats()[0] == {} and c.gone_nodes() == set() and c.failures(1) == []
+
+
+@pytest.mark.parametrize("body", [b"{nope", [1], {"detail": ["x"]}, {"signature": 5}, {"signature": "s" * 65},
+                                  {"last_lines": "one"}, {"last_lines": [1, 2]}, b"[" * 100000])
+def test_a_hostile_failure_record_names_its_node_and_nothing_else(store, body):
+    """A failure record is read after a run stops (the failing node's exit, error and last lines):
+    one that fails its check still counts its node as failed, with no detail, and never a crash."""
+    said: list[str] = []
+    store.log = said.append
+    _cluster(store, "gen-000001/failed/i-0b.json", body)
+    assert ClusterState(store).failure_records(1) == {"i-0b": {}}
+    assert sum("set aside" in line for line in said) == 1, said
+
+
+def test_a_well_formed_failure_record_is_read_back(store):
+    c = ClusterState(store)
+    c.record_failure(1, "i-0b", "exit 5", signature="ab" * 8, last_lines=["boom"])
+    got = c.failure_records(1)["i-0b"]
+    assert got["detail"] == "exit 5" and got["signature"] == "ab" * 8 and got["last_lines"] == ["boom"]

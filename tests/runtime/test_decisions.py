@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from constructs_lib.runtime.decisions import (
-    Target, agreed_outcome, container_env, exit_outcome, failures_after, gives_up, ready_to_propose,
+    Target, agreed_outcome, container_env, error_signature, exit_outcome, failures_after, gives_up, ready_to_propose,
+    repeated_error,
     rendezvous_target, run_environment, settle_seconds, settled_outcome, stop_reason,
 )
 
@@ -37,18 +38,48 @@ def test_the_job_gives_up_at_max_failures_not_before():
 
 
 # ---- the same outcome on every node -----------------------------------------------------------------
-def test_peer_lost_is_failed_when_another_node_recorded_a_failure():
-    assert agreed_outcome("peer-lost", "i-b gone", "i-a", ["i-c", "i-b"]) == \
-        ("failed", "the command failed on i-b, i-c (i-b gone)")
+def test_peer_lost_is_failed_when_another_node_recorded_a_failure_and_names_it_and_its_exit():
+    """Not "a node joined or left generation 2", which reads like a network fault: which node failed and how."""
+    assert agreed_outcome("peer-lost", "a node joined or left generation 2", "i-a", {"i-c": "exit 5", "i-b": "exit 1"}) \
+        == ("failed", "the command failed on i-b (exit 1); i-c (exit 5); this node's run was stopped for it")
+    assert agreed_outcome("peer-lost", "x", "i-a", {"i-b": ""})[1] == \
+        "the command failed on i-b; this node's run was stopped for it"
 
 
 def test_a_nodes_own_failure_record_does_not_turn_peer_lost_into_failed():
-    assert agreed_outcome("peer-lost", "x", "i-a", ["i-a"]) == ("peer-lost", "x")
+    assert agreed_outcome("peer-lost", "x", "i-a", {"i-a": "exit 1"}) == ("peer-lost", "x")
 
 
 @pytest.mark.parametrize("outcome", ["finished", "interrupted", "failed"])
 def test_only_peer_lost_is_turned_by_failure_records(outcome):
-    assert agreed_outcome(outcome, "d", "i-a", ["i-b"]) == (outcome, "d")
+    assert agreed_outcome(outcome, "d", "i-a", {"i-b": "exit 1"}) == (outcome, "d")
+
+
+# ---- the same error twice ------------------------------------------------------------------------------
+OOM = ["step 40 loss 2.31", "Traceback (most recent call last):", '  File "train.py", line 88, in <module>',
+       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 3; 79.11 GiB total)"]
+
+
+def test_the_same_crash_on_another_rank_or_run_has_the_same_signature():
+    again = [line.replace("GPU 3", "GPU 5").replace("line 88", "line 88") for line in OOM[1:]] + [""]
+    assert error_signature(OOM) == error_signature(again)
+
+
+def test_another_error_has_another_signature():
+    other = OOM[:-1] + ["RuntimeError: NCCL error in: ProcessGroupNCCL.cpp, unhandled system error"]
+    assert error_signature(OOM) != error_signature(other)
+
+
+def test_a_silent_failure_repeats_nothing():
+    assert error_signature([]) == error_signature(["", "  "]) == ""
+    assert not repeated_error("", "")
+    assert repeated_error(error_signature(OOM), error_signature(OOM))
+
+
+def test_the_first_repeat_of_the_same_error_from_the_same_step_gives_up():
+    assert gives_up("failed", 2, 3, repeated=True)
+    assert not gives_up("failed", 1, 3, repeated=True)  # a newer checkpoint came between: it made progress
+    assert not gives_up("failed", 2, 3, repeated=False)  # another error: one more try
 
 
 # ---- how a run ended ------------------------------------------------------------------------------------
@@ -166,7 +197,7 @@ def test_a_failure_that_alternates_between_nodes_reaches_the_limit_on_both():
         failing = "a" if g % 2 else "b"
         for node in ("a", "b"):
             seen = ("failed", "exit 5") if node == failing else ("peer-lost", "a node joined or left")
-            outcome, _ = agreed_outcome(*seen, node, [failing])
+            outcome, _ = agreed_outcome(*seen, node, {failing: "exit 5"})
             counts[node] = failures_after(outcome, counts[node], resume_step=None, last_resume=None)
             if gives_up(outcome, counts[node], 3) and node not in given_up:
                 given_up[node] = g

@@ -45,9 +45,10 @@ def test_a_command_that_always_fails_stops_the_job_on_every_node_without_a_resta
         assert job.exits == [contract.EXIT_FAILED] and job.starts == 1, "systemd does not restart it"
         assert (Path(n.dirs["DL_RUN_DIR"]) / "health.d" / "job").read_text().startswith("failed")
     failed = _cluster_file(d, "failed.json")
-    assert "failed 3 times in a row without a newer checkpoint (exit 7)" in failed["reason"]
+    # The same error from the same step twice: no third try on every node (issue 40, item 3).
+    assert "failed twice in a row with the same error, from the same step (exit 7)" in failed["reason"], failed
     # What `dl-launcher status` shows of a failed job: the attempts and the command's own last lines.
-    assert failed["attempts"] == 3 and failed["last_lines"][-1] == "doomed"
+    assert failed["attempts"] == 2 and failed["last_lines"][-1] == "doomed"
     assert not any(line.startswith("[dl-launcher]") for line in failed["last_lines"]), "the job's output only"
 
 
