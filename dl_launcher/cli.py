@@ -82,7 +82,8 @@ def parser() -> argparse.ArgumentParser:
             v.add_argument("--rank", type=_rank, default=0, help="which node, in launch order [0]")
         if verb == "destroy":
             v.add_argument("--delete-checkpoints", action="store_true",
-                           help="also empty and delete the retained checkpoint and access-log buckets")
+                           help="also empty and delete the retained checkpoint and access-log buckets "
+                                "(also after the stack is gone)")
             v.add_argument("--yes", action="store_true", help="do not ask before deleting checkpoints")
     return p
 

@@ -3,7 +3,8 @@
 The stack's own teardown resource terminates the cluster first (as on `cdk destroy`). The
 checkpoint bucket and its access-log bucket are RETAIN: a deleted stack must never take a month
 of training with it. `--delete-checkpoints` empties and removes them (every version and delete
-marker: the checkpoint bucket is versioned), after the user types the job name or passes --yes.
+marker: the checkpoint bucket is versioned), after the user types the job name or passes --yes;
+once the stack is gone, it finds them in CloudFormation's record of the deleted stack (jobstack.deleted_stacks).
 """
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ import time
 from typing import Any, Callable
 
 from .errors import CliError
-from .jobstack import describe
+from .jobstack import NoStack, deleted_stacks, describe
 
 # S3 Standard in us-east-1, first 50 TB (the S3 pricing page): what a kept checkpoint costs.
 S3_USD_PER_GB_MONTH = 0.023
 
 
 def retained(cfn: Any, name: str) -> list[tuple[str, str, str]]:
-    """(logical id, type, physical id) of the resources the template keeps on delete."""
+    """(logical id, type, physical id) of the resources the template keeps on delete (`name`: a live
+    stack's name, or a deleted stack's id)."""
     body = cfn.get_template(StackName=name, TemplateStage="Processed")["TemplateBody"]
     if isinstance(body, str):
         import json
@@ -70,7 +72,13 @@ def _elapsed(seconds: float) -> str:
 
 def destroy(cfn: Any, s3: Any, job: str, region: str, *, delete_checkpoints: bool, confirm: Callable[[str], bool],
             timeout: float = 3600.0, poll: float = 10.0, say: Callable[[str], Any] = print) -> int:
-    stack = describe(cfn, job, region)
+    try:
+        stack = describe(cfn, job, region)
+    except NoStack:
+        gone = deleted_stacks(cfn, job) if delete_checkpoints else []
+        if not gone:
+            raise
+        return _left_behind(cfn, s3, job, region, gone, confirm=confirm, say=say)
     name = stack["StackName"]
     if stack["StackStatus"].endswith("_IN_PROGRESS") and stack["StackStatus"] != "DELETE_IN_PROGRESS":
         raise CliError(f"stack {name} is {stack['StackStatus']}: wait for it to finish, then destroy it")
@@ -130,3 +138,36 @@ def destroy(cfn: Any, s3: Any, job: str, region: str, *, delete_checkpoints: boo
             "delete the buckets above in the S3 console (they are versioned: `aws s3 rb --force` leaves old "
             f"versions), or next time run `dl-launcher destroy {job} --delete-checkpoints`")
     return 0
+
+
+def _left_behind(cfn: Any, s3: Any, job: str, region: str, stack_ids: list[str], *, confirm: Callable[[str], bool],
+                 say: Callable[[str], Any]) -> int:
+    """--delete-checkpoints once the stack is gone: the buckets CloudFormation says the job's deleted
+    stacks retained, the ones that still exist, with the same confirmation as before."""
+    from dl_core.aws import error_code
+
+    buckets: list[tuple[str, str]] = []
+    for stack_id in stack_ids:
+        for logical, kind, physical in retained(cfn, stack_id):
+            if kind != "AWS::S3::Bucket" or any(physical == b for _, b in buckets):
+                continue
+            try:
+                s3.head_bucket(Bucket=physical)
+            except Exception as e:  # noqa: BLE001 - deleted already: nothing to do; anything else is said
+                if error_code(e) in ("404", "NoSuchBucket", "NotFound"):
+                    continue
+                raise
+            buckets.append((logical, physical))
+    name = f"dl-{job}" if not job.startswith("dl-") else job
+    if not buckets:
+        say(f"stack {name} in {region} is deleted and none of the buckets it kept is left: nothing to delete")
+        return 0
+    for logical, physical in buckets:
+        n, size = bucket_size(s3, physical)
+        say(f"stack {name} is deleted; it kept bucket {physical} ({logical}): {n:,} object versions, {size / 1e9:,.2f} GB")
+    if not confirm(name):
+        raise CliError(f"not confirmed: nothing was deleted (type {job} at the prompt, or pass --yes)")
+    for _logical, physical in buckets:
+        say(f"deleted bucket {physical} ({empty_and_delete(s3, physical):,} object versions)")
+    return 0
+

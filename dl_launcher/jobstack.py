@@ -30,6 +30,10 @@ LIVE = ("CREATE_IN_PROGRESS", "CREATE_FAILED", "CREATE_COMPLETE", "ROLLBACK_IN_P
         "IMPORT_ROLLBACK_FAILED", "IMPORT_ROLLBACK_COMPLETE")
 
 
+class NoStack(CliError):
+    """No live stack of that name (as opposed to one dl-launcher did not make)."""
+
+
 def stack_name(job: str) -> str:
     return job if job.startswith(PREFIX) else f"{PREFIX}{job}"
 
@@ -74,7 +78,7 @@ def describe(cfn: Any, job: str, region: str) -> dict[str, Any]:
                        "acts only on the stacks it deploys")
     jobs = deployed_jobs(cfn)
     near = closest(job, jobs, n=1)
-    raise CliError(f"no stack {name} in {region} (job {job!r})"
+    raise NoStack(f"no stack {name} in {region} (job {job!r})"
                    + (f"; closest: {near[0]}" if near else "")
                    + (f"; deployed jobs there: {', '.join(jobs)}" if jobs else "; no dl-launcher job is deployed there")
                    + "; --region picks another region")
@@ -93,3 +97,27 @@ def deployed_jobs(cfn: Any) -> list[str]:
 
 def output(stack: dict[str, Any], key: str) -> Optional[str]:
     return next((o.get("OutputValue") for o in stack.get("Outputs") or [] if o.get("OutputKey") == key), None)
+
+
+def deleted_stacks(cfn: Any, job: str) -> list[str]:
+    """The ids of the deleted stacks dl-<job> that dl-launcher made, newest first. CloudFormation
+    keeps a deleted stack's record, template and resources for 90 days, under its id: what the
+    stack retained is found there, by CloudFormation's own word, never by a tag anyone could set."""
+    name = stack_name(job)
+    found = [s for page in cfn.get_paginator("list_stacks").paginate(StackStatusFilter=["DELETE_COMPLETE"])
+             for s in page["StackSummaries"] if s.get("StackName") == name]
+    found.sort(key=lambda s: s.get("DeletionTime") or s.get("CreationTime"), reverse=True)
+    return [s["StackId"] for s in found if _made_by_us(cfn, s["StackId"], name[len(PREFIX):])]
+
+
+def _made_by_us(cfn: Any, stack_id: str, job: str) -> bool:
+    """A deleted stack whose record (or, where AWS keeps no outputs for it, its template) names the job."""
+    (stack,) = cfn.describe_stacks(StackName=stack_id)["Stacks"]
+    if job_of(stack) == job:
+        return True
+    body = cfn.get_template(StackName=stack_id)["TemplateBody"]
+    if isinstance(body, str):
+        import json
+        body = json.loads(body)
+    return ((body.get("Outputs") or {}).get(OUTPUT_JOB) or {}).get("Value") == job
+

@@ -160,3 +160,33 @@ def test_destroy_shows_each_stack_event_and_the_time_while_it_waits(deployed, mo
     assert "  [1:10] still DELETE_IN_PROGRESS (instances take a few minutes to terminate)" in said, text
     assert text.count("ClusterTeardown (") == 1, "an event is said once: " + text
     assert "deleted stack dl-llm in [1:30]" in said, text
+
+
+def test_delete_checkpoints_after_the_stack_is_gone_finds_the_buckets_it_kept(deployed, capsys):
+    """Issue 40, item 4: `destroy` kept the buckets; a later `destroy --delete-checkpoints` (the stack
+    gone) finds them in CloudFormation's record of the deleted stack, confirms, and removes them."""
+    cfn, s3, res = deployed
+    destroy(cfn, s3, "llm", "us-east-1", delete_checkpoints=False, confirm=lambda _: False, poll=0.01, say=lambda _: None)
+    assert {res["CheckpointsBucket"], res["CheckpointsAccessLogs"]} <= _buckets(s3)
+    with pytest.raises(CliError, match="not confirmed: nothing was deleted"):
+        destroy(cfn, s3, "llm", "us-east-1", delete_checkpoints=True, confirm=lambda _: False, say=lambda _: None)
+    assert _versions(s3, res["CheckpointsBucket"]) == 4, "unconfirmed: nothing deleted"
+    assert main(["destroy", "llm", "--delete-checkpoints", "--yes", "--region", "us-east-1"]) == 0
+    out = capsys.readouterr().out
+    assert not ({res["CheckpointsBucket"], res["CheckpointsAccessLogs"]} & _buckets(s3))
+    assert f"stack dl-llm is deleted; it kept bucket {res['CheckpointsBucket']} (CheckpointsBucket): 3 object versions" \
+        in out and f"deleted bucket {res['CheckpointsBucket']} (4 object versions)" in out, out
+    said: list[str] = []
+    assert destroy(cfn, s3, "llm", "us-east-1", delete_checkpoints=True, confirm=lambda _: True, say=said.append) == 0
+    assert said == ["stack dl-llm in us-east-1 is deleted and none of the buckets it kept is left: nothing to delete"]
+
+
+def test_after_the_stack_is_gone_only_a_deleted_stack_dl_launcher_made_is_followed(aws, capsys):
+    """A deleted dl-data-lake that was another team's (no job output) leaves its buckets alone: the
+    answer is the usual "no stack" line, exit 2, and every version is still there."""
+    cfn, s3, res = _deploy("dl-data-lake")
+    cfn.delete_stack(StackName="dl-data-lake")
+    before = _versions(s3, res["CheckpointsBucket"])
+    assert main(["destroy", "data-lake", "--delete-checkpoints", "--yes", "--region", "us-east-1"]) == 2
+    assert capsys.readouterr().err.startswith("error: no stack dl-data-lake in us-east-1")
+    assert _versions(s3, res["CheckpointsBucket"]) == before == 4
