@@ -182,8 +182,10 @@ class Membership:
             for n in leaves:
                 joins.pop(n, None)
             # Who is gone matters only once enough nodes have joined to write a plan: until then no
-            # plan can be written whoever is gone, and a fleet that boots for a minute would ask anyway.
-            gone = self.gone(set(joins) | set(previous.nodes() if previous else [])) if len(joins) >= self.nodes else set()
+            # plan can be written whoever is gone, and a fleet that boots for a minute would ask anyway
+            # (the last answer still keeps a known-dead member out of the "waiting for" note).
+            asked = set(joins) | set(previous.nodes() if previous else [])
+            gone = self.gone(asked) if len(joins) >= self.nodes else self._gone_cache[2] & asked
             waiting = unaccounted(previous, joins, leaves, gone)
             members = choose_members(self.nodes, joins, previous, gone)
             if ready_to_propose(bool(members), waiting, time.monotonic() - started, self.member_grace):
