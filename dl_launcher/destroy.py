@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable
 
 from .errors import CliError
-from .jobstack import NoStack, deleted_stacks, describe
+from .jobstack import NoStack, deleted_stacks, describe, stack_name
 
 # S3 Standard in us-east-1, first 50 TB (the S3 pricing page): what a kept checkpoint costs.
 S3_USD_PER_GB_MONTH = 0.023
@@ -144,7 +144,7 @@ def _left_behind(cfn: Any, s3: Any, job: str, region: str, stack_ids: list[str],
                  say: Callable[[str], Any]) -> int:
     """--delete-checkpoints once the stack is gone: the buckets CloudFormation says the job's deleted
     stacks retained, the ones that still exist, with the same confirmation as before."""
-    from dl_core.aws import error_code
+    from dl_core.aws import not_found
 
     buckets: list[tuple[str, str]] = []
     for stack_id in stack_ids:
@@ -154,11 +154,11 @@ def _left_behind(cfn: Any, s3: Any, job: str, region: str, stack_ids: list[str],
             try:
                 s3.head_bucket(Bucket=physical)
             except Exception as e:  # noqa: BLE001 - deleted already: nothing to do; anything else is said
-                if error_code(e) in ("404", "NoSuchBucket", "NotFound"):
+                if not_found(e):
                     continue
                 raise
             buckets.append((logical, physical))
-    name = f"dl-{job}" if not job.startswith("dl-") else job
+    name = stack_name(job)
     if not buckets:
         say(f"stack {name} in {region} is deleted and none of the buckets it kept is left: nothing to delete")
         return 0

@@ -164,8 +164,7 @@ class ClusterState:
 
     # ---- generations ---------------------------------------------------------------------------
     def newest_generation(self) -> int:
-        gens = [int(n[len(_GEN):]) for n in self._names("", dirs=True) if GEN_NAME.match(n)]
-        return max(gens, default=0)
+        return self.top()[0]
 
     def top(self) -> tuple[int, bool]:
         """(the newest generation, whether finished.json or failed.json is there) from one LIST of
