@@ -152,15 +152,9 @@ class ClusterState:
     def _delete(self, key: str) -> None:
         self.store._call(self.client.delete_object, Bucket=self.bucket, Key=f"{self.base}/{key}")
 
-    def _names(self, sub: str, *, dirs: bool = False) -> list[str]:
+    def _names(self, sub: str) -> list[str]:
         prefix = f"{self.base}/{sub}"
-        out = []
-        for page in self._pages(prefix, Delimiter="/"):
-            if dirs:
-                out += [p["Prefix"][len(prefix):].rstrip("/") for p in page.get("CommonPrefixes", [])]
-            else:
-                out += [o["Key"][len(prefix):] for o in page.get("Contents", [])]
-        return out
+        return [o["Key"][len(prefix):] for page in self._pages(prefix, Delimiter="/") for o in page.get("Contents", [])]
 
     # ---- generations ---------------------------------------------------------------------------
     def newest_generation(self) -> int:
