@@ -17,12 +17,12 @@ import threading
 import time
 from typing import Callable, Optional
 
-from dl_core.aws import Backoff
+from dl_core.aws import Backoff, brief
 
 from . import contract, notice, sharded_store, shards
 from .errors import RuntimeUserError
 from .imds import Imds
-from .layout import local_checkpoints, upload_lock, write_atomic
+from .layout import local_checkpoints, newest_local, upload_lock, write_atomic
 from .store import CheckpointStore
 
 Log = Callable[[str], None]
@@ -231,3 +231,28 @@ class NodeAgent:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def push_newest(store: CheckpointStore, local_dir: str, *, until: float, retry_base: float,
+                log: Callable[[str], None]) -> Optional[int]:
+    """Push the newest local save now, trying again until `until` (the supervisor, between runs and
+    before a node leaves: the agent would too; whoever holds the lock first does it). Returns the
+    step pushed last."""
+    agent = NodeAgent(store, local_dir, log=log)
+    backoff = Backoff(base=retry_base, cap=30.0)
+    while True:
+        try:
+            agent.upload_once()
+            newest = newest_local(local_dir)
+            if not newest or (delivered(*newest) and not agent.committing):
+                return pushed_step()
+        except RuntimeUserError as e:
+            log(f"cannot push the last save: {e}")
+            return pushed_step()
+        except Exception as e:  # noqa: BLE001 - every other failure of a push is tried again until `until`
+            log(f"pushing the last save failed ({brief(e)}); retrying")
+        delay = backoff.next()
+        if time.time() + delay > until:
+            log("gave up waiting for the last save's upload")
+            return pushed_step()
+        time.sleep(delay)

@@ -8,6 +8,7 @@ atomic saves. Made for DDP under dl-launcher's supervisor; works in a single pro
         state = torch.load(f"{ckpt.resume_path}/model.pt", map_location="cpu")
         model.load_state_dict(state["model"]); opt.load_state_dict(state["opt"])
         start = ckpt.resume_step + 1
+    ckpt.keep_on_failure(lambda d: torch.save(state, f"{d}/model.pt"))  # DDP: a dead peer costs <= 1 step
     for step in range(start, steps):
         train_one_step()
         if ckpt.should_checkpoint(step, every=500):   # collective: call it on every rank
@@ -40,7 +41,7 @@ import json
 import os
 import shutil
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from . import contract, notice, shards
 from .layout import local_checkpoints, make_final, name_for, step_of, write_atomic
@@ -75,6 +76,7 @@ class Checkpointer:
         self._pending: Optional[threading.Event] = None  # set when the async save in flight is complete
         self._failed: Optional[BaseException] = None  # why the last async save's completion failed
         self.reason: Optional[str] = None  # why the last should_checkpoint said yes
+        self._keeper: Any = None  # survivor.Keeper, once keep_on_failure is called
         os.makedirs(self.directory, exist_ok=True)
 
     @property
@@ -162,7 +164,10 @@ class Checkpointer:
     def should_checkpoint(self, step: int, every: int) -> bool:
         """True every `every` steps, on a rebalance recommendation (once), and when any node got a
         termination notice. Collective: every rank must call it at the same steps, and every rank
-        gets the same answer. `reason` says which: "periodic", "rebalance" or "termination"."""
+        gets the same answer. `reason` says which: "periodic", "rebalance" or "termination".
+        Call it after the step's optimizer step: it also marks `step` complete on this rank."""
+        if self._keeper is not None:
+            self._keeper.step_completed(step)
         stop, early = self._agree(self._local_flags())
         if early:
             self._rebalances_seen = self._notices.rebalances
@@ -172,6 +177,20 @@ class Checkpointer:
         periodic = every > 0 and (step + 1) % every == 0
         self.reason = ("termination" if stop else "rebalance" if early else "periodic" if periodic else None)
         return self.reason is not None
+
+    def keep_on_failure(self, write: Callable[[str], None], *, model: Any = None) -> None:
+        """When a peer dies mid-step, keep the last step every rank completed from memory (DDP:
+        every rank holds the whole state), so a hard kill costs at most the step in flight.
+        write(d): write this rank's state into directory d, the same files your periodic save
+            writes (the next generation resumes from it the same way).
+        model: the module whose buffers forward changes (BatchNorm's running statistics): they are
+            put back to the completed step's before write [None: no such buffers].
+        Under the supervisor only, on each node's first rank. See survivor.py for when it writes."""
+        if not self.managed or self._keeper is not None:
+            return
+        from .survivor import Keeper
+
+        self._keeper = Keeper(self.directory, write, model=model, writer=_env_int("LOCAL_RANK", 0) == 0)
 
     @property
     def interrupted(self) -> bool:

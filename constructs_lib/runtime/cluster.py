@@ -15,9 +15,12 @@ conditional write (If-None-Match: *), and every node runs that one plan.
                                                      7 (before it joins 8): every node counts the
                                                      generation failed, whatever it saw itself
     <prefix>/_cluster/gen-000007/plan.json           members in rank order, port, resume step
+    <prefix>/_cluster/gen-000007/kept/step-N.json    the survivor that sends step N, kept from memory
+                                                     after 7 lost a peer (first claim wins)
     <prefix>/_cluster/finished.json, failed.json      how the job ended
     <prefix>/_cluster/beat/<node>                     rewritten by each node every liveness period
-    <prefix>/_cluster/gone/<node>.json                EC2 confirmed the node terminated or unknown
+    <prefix>/_cluster/gone/<node>.json                EC2 confirmed the node terminated or unknown (a
+                                                     node's check, or the controller's own event)
 
 Every node may write every one of these (any process on a node may): each is read with a byte
 limit and checked for the shape this module writes (records.py, plan_problem and the like below),
@@ -45,6 +48,7 @@ from .cluster_records import (
     GEN_NAME, failed_problem, failure_problem, finished_problem, join_problem, nodes_in, object_problem, plan_problem,
 )
 from .liveness import Liveness as Liveness  # its callers import it from here
+from .layout import name_for
 from .records import addr_problem, node_problem
 from .store import CheckpointStore
 
@@ -261,6 +265,12 @@ class ClusterState:
 
     def leaves(self, g: int) -> set[str]:
         return nodes_in(self._names(f"{gen_name(g)}/leave/"))
+
+    def claim_kept(self, g: int, step: int, node: str) -> bool:
+        """Whether this node sends step `step`, kept from memory after generation g lost a peer
+        (survivor.promote): the first claim wins (If-None-Match), so one survivor uploads it."""
+        return self._put(f"{gen_name(g)}/kept/{name_for(step)}.json", {"node": node, "step": step, "at": time.time()},
+                         if_absent=True)
 
     def record_failure(self, g: int, node: str, detail: str, *, signature: str = "",
                        last_lines: Iterable[str] = ()) -> None:

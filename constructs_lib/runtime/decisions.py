@@ -102,10 +102,36 @@ def stop_reason(next_generation: int, next_active: bool, gone: Iterable[str]) ->
 
 
 def settle_seconds(poll: float, liveness_poll: float, stale: float) -> float:
-    """How long a non-zero exit waits for the cluster's word before it counts as the job's failure:
-    a peer's death fails the collectives here before S3 or EC2 show it; it shows as a heartbeat
-    stale for half the usual time (the urgent limit) and one node's EC2 check."""
+    """How long a non-zero exit waits for the cluster's word before it counts as the job's failure.
+    A peer's death fails the collectives here before S3 or EC2 show it; the askers ask EC2 about
+    every peer at once (urgent suspects), so a terminated peer is known within a look. A live
+    peer proves itself with a beat after the exit (one liveness period); one that never beats
+    while EC2 says "running" (a hung host) is not confirmed gone, and after this long the exit
+    counts as the job's failure."""
     return max(3 * poll, stale / 2 + 2 * liveness_poll)
+
+
+# ---- who asks EC2, and about whom ------------------------------------------------------------------
+def askers(candidates: Iterable[str], fresh: Iterable[str], recorded: Iterable[str], urgent: bool) -> list[str]:
+    """The nodes that ask EC2: the first of `candidates` in id order that beat lately and are not
+    recorded gone; under urgency the first two. An urgent suspect may have died a second after its
+    last beat and still look fresh: if it is also first in id order, a single asker would be the
+    dead node itself and nobody would ask until its beat went stale. With two, one death never
+    leaves the cluster without an asker, at two DescribeInstances per look instead of one."""
+    fresh, recorded = set(fresh), set(recorded)
+    return sorted(n for n in set(candidates) if n in fresh and n not in recorded)[:2 if urgent else 1]
+
+
+def suspects(nodes: Iterable[str], recorded: Iterable[str], beats: Mapping[str, float], now: float, *,
+             stale: float, urgent: Iterable[str] = (), since: Optional[float] = None) -> set[str]:
+    """Whom an asker asks EC2 about: a node whose beat is older than `stale` by S3's clock, and every
+    `urgent` node (this node's run just failed; a previous member has not joined the next generation)
+    whatever its beat's age, unless it beat a full second after `since` (alive after the exit;
+    LastModified has whole seconds). EC2 knows a terminated instance at once; a heartbeat takes `stale`."""
+    recorded = set(recorded)
+    out = {n for n in set(nodes) - recorded if now - beats.get(n, float("-inf")) > stale}
+    alive_since = set() if since is None else {n for n, t in beats.items() if t >= since + 1}
+    return out | (set(urgent) - recorded - alive_since)
 
 
 def settled_outcome(rc: int, next_generation: int, next_active: bool, gone: Iterable[str], others: Iterable[str],

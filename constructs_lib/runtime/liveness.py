@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Iterable, Optional
 
 from dl_core.aws import error_code, not_found
 
+from .decisions import askers, suspects
+
 if TYPE_CHECKING:
     from .cluster import ClusterState
 
@@ -27,6 +29,11 @@ class Liveness:
     reads those records. So EC2 is asked at most once a period per cluster, and only while a beat
     is missing; a node that is only slow (a long restore, S3 throttling its beats) is confirmed
     running and stays. EC2 throttling, 5xx and timeouts confirm nothing: never gone on an error.
+
+    Urgent suspects skip the wait for a stale beat: when a run's collectives fail, or a previous
+    member has not rejoined, the first two of the nodes sharing that urgency ask EC2 at once about
+    the peers not proven alive since (issue 37: a kill is known in seconds, not after 30 s). The
+    fleet controller records a member's termination here too, from its own EC2 event.
     """
 
     ALIVE = ("pending", "running")
@@ -35,22 +42,28 @@ class Liveness:
     def __init__(self, ec2, cluster: Optional["ClusterState"] = None, *, me: str = "", stale: float = 30.0,
                  log=lambda line: None) -> None:
         self.ec2, self.cluster, self.me, self.stale, self.log = ec2, cluster, me, stale, log
+        self.last_beats: Optional[tuple[dict[str, float], float]] = None  # the last look's (beats, S3's now)
 
-    def gone(self, nodes: Iterable[str], stale: Optional[float] = None) -> set[str]:
-        """`stale` [self.stale]: shorter right after this node's run failed (its peers' probably
-        did too): a dead peer is then found sooner, at the price of an EC2 call about a slow one."""
-        nodes = set(nodes)
+    def gone(self, nodes: Iterable[str], *, urgent: Iterable[str] = (), among: Optional[Iterable[str]] = None,
+             since: Optional[float] = None) -> set[str]:
+        """The `nodes` recorded gone, after the askers' EC2 check of the suspects (decisions.suspects).
+        urgent: ask EC2 about these now whatever their heartbeat (a failed run's peers, a previous
+            member that has not rejoined), unless they beat a full second after `since` (S3's clock).
+        among: the nodes whose first live ones ask (decisions.askers) [every beating node]: under
+            urgency the members that share the urgency, so a node that does not is never relied on."""
+        nodes, urgent = set(nodes), set(urgent)
         if not nodes:
             return set()
         if self.cluster is None:  # no heartbeats to go by: ask EC2 about every node
             return self.confirm(nodes)
         recorded = self.cluster.gone_nodes()
         beats, now = self.cluster.beats()
-        limit = self.stale if stale is None else stale
-        fresh = sorted(n for n, t in beats.items() if now - t <= limit)
-        suspects = {n for n in nodes - recorded if n not in fresh}
-        if suspects and fresh and fresh[0] == self.me:
-            for n in self.confirm(suspects):
+        self.last_beats = (beats, now)
+        fresh = {n for n, t in beats.items() if now - t <= self.stale}
+        asking = askers(beats if among is None else among, fresh, recorded, urgent=bool(urgent))
+        ask = suspects(nodes, recorded, beats, now, stale=self.stale, urgent=urgent & nodes, since=since)
+        if ask and self.me in asking:
+            for n in self.confirm(ask):
                 self.cluster.record_gone(n, "terminated or unknown to EC2")
                 recorded.add(n)
         return nodes & recorded

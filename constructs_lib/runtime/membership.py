@@ -56,7 +56,7 @@ class Membership:
         self.log = log
         self.said = Said(log)
         self.backoff = Backoff(base=retry_base)
-        self._gone_cache: tuple[float, frozenset, set] = (float("-inf"), frozenset(), set())
+        self._gone_cache: tuple[float, frozenset, set, bool] = (float("-inf"), frozenset(), set(), False)
         self._beating: Optional[threading.Event] = None
         self._ended_at = float("-inf")  # when hooks.ended() was last asked (time.monotonic())
 
@@ -93,16 +93,20 @@ class Membership:
             self._beating.set()
 
     # ---- who is gone -----------------------------------------------------------------------------
-    def gone(self, nodes: Iterable[str], urgent: bool = False) -> set[str]:
+    def gone(self, nodes: Iterable[str], *, urgent: Iterable[str] = (), among: Optional[Iterable[str]] = None,
+             since: Optional[float] = None) -> set[str]:
         """Liveness, asked at most once per liveness period whatever the nodes asked about: while a
         fleet boots the set grows at every arrival, and a cache keyed on the set would ask at each
         one. A node not in the last answer counts as alive until the next period's look.
-        `urgent` (this node's run just failed): a heartbeat counts as stopped after half the usual time."""
-        nodes = frozenset(nodes)
-        at, asked, gone = self._gone_cache
-        if time.monotonic() - at >= self.liveness_poll or (urgent and not nodes <= asked):
-            gone = self.liveness.gone(nodes, self.liveness.stale / 2 if urgent else None)
-            self._gone_cache = (time.monotonic(), nodes, gone)
+        `urgent` (Liveness.gone): asked at once when the last answer was not urgent or about other
+        nodes, then at most every half period (the askers' EC2 calls with it)."""
+        nodes, urgent = frozenset(nodes), frozenset(urgent)
+        at, asked, gone, was_urgent = self._gone_cache
+        age = time.monotonic() - at
+        if age >= self.liveness_poll or (urgent and (not was_urgent or not nodes <= asked
+                                                      or age >= self.liveness_poll / 2)):
+            gone = self.liveness.gone(nodes, urgent=urgent, among=among, since=since)
+            self._gone_cache = (time.monotonic(), nodes, gone, bool(urgent))
         return gone & nodes
 
     # ---- the job's end -----------------------------------------------------------------------------
@@ -183,12 +187,25 @@ class Membership:
                 joins.pop(n, None)
             # Who is gone matters only once enough nodes have joined to write a plan: until then no
             # plan can be written whoever is gone, and a fleet that boots for a minute would ask anyway
-            # (the last answer still keeps a known-dead member out of the "waiting for" note).
+            # (the last answer still keeps a known-dead member out of the "waiting for" note). Then a
+            # previous member that has not rejoined is an urgent suspect: the first joined nodes ask
+            # EC2 about it at once rather than after its heartbeat goes stale.
             asked = set(joins) | set(previous.nodes() if previous else [])
-            gone = self.gone(asked) if len(joins) >= self.nodes else self._gone_cache[2] & asked
+            known = self._gone_cache[2] & asked
+            if len(joins) >= self.nodes:
+                missing = unaccounted(previous, joins, leaves, known)
+                gone = self.gone(asked, urgent=missing, among=joins) if missing else self.gone(asked)
+            else:
+                gone = known
             waiting = unaccounted(previous, joins, leaves, gone)
             members = choose_members(self.nodes, joins, previous, gone)
             if ready_to_propose(bool(members), waiting, time.monotonic() - started, self.member_grace):
+                # A plan is never written for a member recorded gone since the last look (by a peer's
+                # EC2 check or the controller's event): one more LIST, once per plan.
+                late = self.cluster.gone_nodes() & {m.node for m in members or ()}
+                if late:
+                    self._gone_cache = (float("-inf"), frozenset(), set(), False)
+                    continue
                 self.cluster.propose(Plan(g, tuple(members or ()), self.hooks.resume_step(), job=self.hooks.revision()))
                 continue
             if time.monotonic() - last_note > 60:

@@ -92,7 +92,10 @@ class Run:
             try:
                 beats = None
                 active = self.membership.next_active(g + 1)
-                gone = set() if active else self.membership.gone(self.others, urgent=True)
+                # Every peer not seen alive since the exit is asked about at once, by the first two
+                # live members (the dead one may be first in id order): a kill is known in a look.
+                gone = set() if active else self.membership.gone(self.others, urgent=self.others,
+                                                                 among=self.plan.nodes(), since=exited_at)
                 if stale and not active and not gone:
                     beats, s3_now = self.membership.cluster.beats()
                     exited_at = s3_now if exited_at is None else exited_at
@@ -126,7 +129,9 @@ class Run:
 
     # ---- stopping --------------------------------------------------------------------------------------
     def stop(self) -> None:
-        """SIGTERM to the process group, SIGKILL after stop_timeout."""
+        """SIGTERM to the process group, SIGKILL after stop_timeout. Done when every process of the
+        group has exited, not only the command: torchrun may go first while a rank still writes
+        the step it kept (survivor.py), and the next generation must find that save whole."""
         for sig, wait in ((signal.SIGTERM, self.stop_timeout), (signal.SIGKILL, 10.0)):
             if sig == signal.SIGKILL:
                 self.stop_container()  # docker passes SIGTERM on to the container, not SIGKILL
@@ -134,8 +139,18 @@ class Run:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
                 return
-            try:
-                self.proc.wait(timeout=wait)
+            if self._group_exited(time.monotonic() + wait):
                 return
-            except subprocess.TimeoutExpired:
-                continue
+
+    def _group_exited(self, until: float) -> bool:
+        try:
+            self.proc.wait(timeout=max(0.0, until - time.monotonic()))  # reaped: no zombie keeps the group
+        except subprocess.TimeoutExpired:
+            return False
+        while time.monotonic() < until:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return True
+            time.sleep(0.05)
+        return False

@@ -32,17 +32,15 @@ import os
 import time
 from typing import Callable, Optional, Union
 
-from dl_core.aws import Backoff, brief
-from . import contract, framework_checkpoints, notice, rendezvous, sharded_store
-from .agent import NodeAgent, delivered, pushed_step, write_health
+from dl_core.aws import brief
+from . import contract, framework_checkpoints, notice, rendezvous, sharded_store, survivor
+from .agent import push_newest, pushed_step, write_health
 from .cluster import ClusterState, Liveness, Member, Plan
 from .decisions import (
     agreed_outcome, container_env, error_signature, failures_after, gives_up, repeated_error, run_environment,
 )
-from .errors import RuntimeUserError
 from .jobdef import JobError, NodeJob, Prepared, Revision
 from .joblog import JobLog
-from .layout import newest_local
 from .membership import Hooks, Membership
 from .resume import restore
 from .run import Run
@@ -143,6 +141,7 @@ class Supervisor:
         self.state.last_signature = signature if outcome == "failed" else None
         self.state.last_resume = plan.resume_step
         self.state.save()
+        self._promote_survivor_save(g)
         self.flush()
         if outcome == "finished":
             step = self.ride(self._newest_step, "reading the final step")  # whichever node pushed it
@@ -155,6 +154,19 @@ class Supervisor:
         if notice.read().terminating:
             return self.leave(g + 1)
         return None
+
+    def _promote_survivor_save(self, g: int) -> None:
+        """A step the command's ranks kept from memory when a peer died (survivor.py) becomes this
+        node's newest save, to be pushed before it rejoins, if its claim wins and nothing newer exists."""
+        if not survivor.survivor_saves(self.local_dir):
+            return
+        try:
+            newest = self.ride(self._newest_step, "reading the newest checkpoint")
+            survivor.promote(self.local_dir, newest_remote=newest, log=self.log,
+                             claim=lambda step: self.ride(lambda: self.cluster.claim_kept(g, step, self.me.node),
+                                                          "claiming the kept step"))
+        except OSError as e:  # a full disk or a vanished directory: the newest checkpoint still stands
+            self.log(f"could not keep the step saved from memory: {type(e).__name__}: {e}")
 
     def _give_up(self, g: int, detail: str, lines: list[str], repeated: bool) -> int:
         if repeated:
@@ -284,6 +296,7 @@ class Supervisor:
 
     def _execute(self, plan: Plan) -> tuple[str, str]:
         set_phase("restoring")
+        survivor.clear(self.local_dir)
         rank, n = plan.rank_of(self.me.node) or 0, self.cfg.nproc_per_node
         try:
             restored = restore(self.store, self.local_dir, plan.resume_step, log=self.log,
@@ -356,22 +369,5 @@ class Supervisor:
 
     def flush(self, until: Optional[float] = None) -> Optional[int]:
         """Push the newest local save now (the agent would too; whoever holds the lock first does it)."""
-        end = until if until is not None else time.time() + self.cfg.flush_timeout
-        agent = NodeAgent(self.store, self.local_dir, log=self.log)
-        backoff = Backoff(base=self.cfg.retry_base, cap=30.0)
-        while True:
-            try:
-                agent.upload_once()
-                newest = newest_local(self.local_dir)
-                if not newest or (delivered(*newest) and not agent.committing):
-                    return pushed_step()
-            except RuntimeUserError as e:
-                self.log(f"cannot push the last save: {e}")
-                return pushed_step()
-            except Exception as e:  # noqa: BLE001 - every other failure of a push is tried again until `until`
-                self.log(f"pushing the last save failed ({brief(e)}); retrying")
-            delay = backoff.next()
-            if time.time() + delay > end:
-                self.log("gave up waiting for the last save's upload")
-                return pushed_step()
-            time.sleep(delay)
+        return push_newest(self.store, self.local_dir, until=until if until is not None else
+                           time.time() + self.cfg.flush_timeout, retry_base=self.cfg.retry_base, log=self.log)

@@ -215,3 +215,32 @@ def test_a_node_that_joined_twice_keeps_its_first_join_time(store):
     joins = cluster.joins(3)
     assert joins[a.node]["at"] < joins[b.node]["at"]
     assert [m.node for m in choose_members(2, joins, None)] == [a.node, b.node]
+
+
+@pytest.mark.parametrize("dead_first", [True, False])
+def test_a_failed_runs_peer_killed_a_second_after_its_beat_is_known_at_the_first_urgent_look(store, dead_first):
+    """Issue 37: a kill must be known in seconds whatever the instance-id order. The dead peer's beat
+    is still fresh; the first two live-looking members in id order ask EC2 at once (a single asker
+    would be the dead node itself when it sorts first); the others only read."""
+    ec2, ids = _instances(4)
+    ids = sorted(ids)
+    cluster = ClusterState(store)
+    for i in ids:
+        cluster.beat(i)
+    dead = ids[0] if dead_first else ids[3]
+    ec2.terminate_instances(InstanceIds=[dead])
+    fakes = {n: Throttled(ec2) for n in ids if n != dead}
+    live = {n: Liveness(fakes[n], cluster, me=n, stale=30) for n in fakes}
+    for n in fakes:  # the usual look: every beat is fresh, so nobody is asked about
+        assert live[n].gone(ids) == set() and fakes[n].asked == []
+    askers = ids[:2]
+    bystander = next(n for n in ids[2:] if n != dead)
+    peers = [n for n in ids if n != bystander]
+    assert live[bystander].gone(peers, urgent=peers, among=ids) == set() and fakes[bystander].asked == [], \
+        "not among the first two: it only reads"
+    asker = next(n for n in askers if n != dead)
+    others = [n for n in ids if n != asker]
+    assert live[asker].gone(others, urgent=others, among=ids) == {dead}
+    assert fakes[asker].asked == [others], "every peer not proven alive, asked about at once"
+    assert cluster.gone_nodes() == {dead}, "recorded for every node"
+    assert live[bystander].gone(peers, urgent=peers, among=ids) == {dead}, "the record reaches the others"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from constructs_lib.runtime.decisions import (
+    askers, suspects,
     Target, agreed_outcome, container_env, error_signature, exit_outcome, failures_after, gives_up, ready_to_propose,
     repeated_error,
     rendezvous_target, run_environment, settle_seconds, settled_outcome, stop_reason,
@@ -211,3 +212,23 @@ def test_a_node_that_cannot_write_the_plan_yet_looks_at_half_the_liveness_period
     assert waiting_poll(2.0, 10.0, complete=False) == 5.0
     assert waiting_poll(2.0, 10.0, complete=True) == 2.0  # enough nodes: the plan is for this node to write
     assert waiting_poll(2.0, 2.0, complete=False) == 2.0  # never faster than the poll
+
+
+# ---- who asks EC2, and about whom (issue 37) -----------------------------------------------------
+def test_one_asker_normally_and_two_under_urgency_so_a_dead_first_node_never_blocks():
+    fresh = {"i-a", "i-b", "i-c"}  # i-a died a second ago: its last beat is still fresh
+    assert askers(["i-c", "i-b", "i-a"], fresh, recorded=set(), urgent=False) == ["i-a"]
+    assert askers(["i-c", "i-b", "i-a"], fresh, recorded=set(), urgent=True) == ["i-a", "i-b"]
+    assert askers(["i-c", "i-b", "i-a"], fresh, recorded={"i-a"}, urgent=True) == ["i-b", "i-c"]
+    assert askers(["i-a", "i-z"], {"i-a"}, recorded=set(), urgent=True) == ["i-a"], "a silent node never asks"
+
+
+def test_an_urgent_suspect_is_asked_about_whatever_its_beat_unless_it_beat_after_the_exit():
+    beats, now = {"i-a": 99.0, "i-b": 101.0, "i-c": 100.0}, 102.0
+    assert suspects(["i-a", "i-b"], set(), beats, now, stale=30) == set(), "fresh beats, nothing urgent"
+    assert suspects(["i-a", "i-b", "i-c"], set(), beats, now, stale=30, urgent={"i-a", "i-b", "i-c"}) == \
+        {"i-a", "i-b", "i-c"}, "right after the exit nobody is proven alive"
+    assert suspects(["i-a", "i-b", "i-c"], set(), beats, now, stale=30, urgent={"i-a", "i-b", "i-c"},
+                    since=100.0) == {"i-a", "i-c"}, "i-b beat a full second after the exit; i-c in its second"
+    assert suspects(["i-a", "i-b"], {"i-a"}, beats, now, stale=30, urgent={"i-a"}) == set(), "recorded: not asked"
+    assert suspects(["i-a", "i-d"], set(), beats, now, stale=30) == {"i-d"}, "never beat: stale"

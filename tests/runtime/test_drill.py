@@ -49,6 +49,17 @@ def _check_every_generation(d: Drill, total: int = STEPS) -> dict[str, dict]:
     return gens
 
 
+def _lost(d: Drill, old: str, new: str) -> int:
+    """Steps done in generation `old` that generation `new` does again."""
+    return max(d.steps_seen(old)) + 1 - min(generations(d.read_events())[new]["starts"].values())
+
+
+def _kept(d: Drill, g: str, step: int) -> bool:
+    """Whether a survivor of generation g claimed step `step`, kept from memory (survivor.py)."""
+    key = f"{d.prefix}/{contract.CLUSTER_DIR}/gen-{int(g):06d}/kept/step-{step:012d}.json"
+    return d.s3.list_objects_v2(Bucket=d.bucket, Prefix=key).get("KeyCount", 0) == 1
+
+
 def _check_final(d: Drill, gens: dict[str, dict], tmp_path) -> None:
     rebuilds = sorted({min(info["starts"].values()) for info in gens.values()} - {0})
     ref = reference_run(tmp_path / "ref", steps=STEPS, every=EVERY, rebuild_at=rebuilds, world=d.nodes * d.nproc)
@@ -84,6 +95,7 @@ def test_kills_of_master_and_worker_during_upload_and_after_save(tmp_path, moto_
         g2 = _wait_new_generation(d, "1")
         recovery["master killed"] = generations(d.read_events())[g2]["t0"] - a.killed_at
         assert d.plan(g2)["master_addr"] == "127.0.0.9", "the survivor is rank 0: ranks follow membership, not addresses"
+        assert _lost(d, "1", g2) <= 1 and _kept(d, "1", d.plan(g2)["resume_step"]), "the survivor kept its step"
 
         # 2. The other node dies.
         start2 = min(generations(d.read_events())[g2]["starts"].values())
@@ -93,6 +105,7 @@ def test_kills_of_master_and_worker_during_upload_and_after_save(tmp_path, moto_
         d.add_node("127.0.0.11")
         g3 = _wait_new_generation(d, g2)
         recovery["worker killed"] = generations(d.read_events())[g3]["t0"] - other.killed_at
+        assert _lost(d, g2, g3) <= 1 and _kept(d, g2, d.plan(g3)["resume_step"])
 
         # 3. The rank-0 node dies while its agent uploads a checkpoint.
         writer = d.node_with_rank0(g3)
@@ -112,8 +125,9 @@ def test_kills_of_master_and_worker_during_upload_and_after_save(tmp_path, moto_
         d.add_node("127.0.0.3")
         g4 = _wait_new_generation(d, g3)
         recovery["killed during upload"] = generations(d.read_events())[g4]["t0"] - writer.killed_at
-        assert d.plan(g4)["resume_step"] < step_in_flight, "a half-uploaded step is never resumed from"
-        assert d.plan(g4)["resume_step"] >= resumed
+        # The half-uploaded step is never resumed from: the survivor's own copy of its newest step is.
+        assert d.plan(g4)["resume_step"] >= step_in_flight and _kept(d, g3, d.plan(g4)["resume_step"])
+        assert _lost(d, g3, g4) <= 1
 
         # 4. The rank-0 node dies right after its save, before the agent could upload it.
         writer = d.node_with_rank0(g4)
@@ -130,7 +144,8 @@ def test_kills_of_master_and_worker_during_upload_and_after_save(tmp_path, moto_
         d.add_node("127.0.0.12")
         g5 = _wait_new_generation(d, g4)
         recovery["killed after save"] = generations(d.read_events())[g5]["t0"] - writer.killed_at
-        assert d.plan(g5)["resume_step"] < int(fresh["name"][5:]), "a save that never reached S3 is not resumed"
+        assert _lost(d, g4, g5) <= 1 and _kept(d, g4, d.plan(g5)["resume_step"]), \
+            "a save that never reached S3 is not needed: the survivor kept a newer step"
 
         d.wait("the job to finish on every node", d.finished, timeout=120)
     finally:

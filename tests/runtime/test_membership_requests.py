@@ -118,3 +118,56 @@ def test_a_node_short_of_a_full_generation_asks_neither_liveness_nor_the_end_rec
     before_third = seen.calls[:next(i for i, (o, k) in enumerate(seen.calls) if o == "PutObject" and "i-0c" in k)]
     assert not any(k.endswith(("/beat/", "/gone/")) for o, k in before_third), before_third
     assert not any(k.endswith(("/finished.json", "/failed.json")) for o, k in before_third), before_third
+
+
+def _instances(n):
+    import boto3
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    ids = [i["InstanceId"] for i in ec2.run_instances(ImageId="ami-12c6146b", MinCount=n, MaxCount=n)["Instances"]]
+    return ec2, sorted(ids)
+
+
+def _node(store, ec2, node: str, *, nodes: int = 2, liveness_poll: float = 100.0) -> Membership:
+    cluster = ClusterState(store)
+    me = Member(node, "10.0.0.1")
+    hooks = Hooks(ended=lambda: None, last_ran=lambda: 1, resume_step=lambda: None)
+    return Membership(cluster, Liveness(ec2, cluster, me=node, stale=30.0), me, hooks, nodes=nodes,
+                      poll=0.02, liveness_poll=liveness_poll, member_grace=600.0, log=lambda line: None)
+
+
+def test_a_previous_member_that_has_not_rejoined_is_asked_about_at_once_by_the_joined(store):
+    """Issue 37: a member killed a second after its beat, while the survivors re-form, must not hold
+    the next plan for its heartbeat's 30 s (or the 600 s member grace): the joined nodes ask EC2."""
+    ec2, (a, b, c) = _instances(3)
+    cluster = ClusterState(store)
+    cluster.propose(Plan(1, (Member(a, "10.0.0.1"), Member(b, "10.0.0.2")), None))
+    for n in (a, b, c):
+        cluster.beat(n)
+    ec2.terminate_instances(InstanceIds=[b])
+    cluster.join(2, Member(c, "10.0.0.3"))  # the replacement
+    got: list = []
+    # A liveness period of 100 s: only the urgency can explain an answer within the test.
+    t = threading.Thread(target=lambda: got.append(_node(store, ec2, a).join(2)))
+    t.start()
+    t.join(30)
+    assert got and isinstance(got[0], Plan), "a plan within the test's bound"
+    assert sorted(got[0].nodes()) == sorted([a, c]) and cluster.gone_nodes() == {b}
+
+
+def test_a_plan_never_names_a_member_recorded_gone_since_the_last_look(store):
+    ec2, (a, b, c) = _instances(3)
+    cluster = ClusterState(store)
+    for n in (a, b, c):
+        cluster.beat(n)
+    m = _node(store, ec2, a, liveness_poll=2.0)  # a node short of a full set looks every second
+    assert m.gone([a, b]) == set()  # a fresh answer, kept for the period
+    cluster.join(1, Member(b, "10.0.0.2"))
+    cluster.record_gone(b, "terminated")  # the controller's event, after the last look
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(m.join(1)))
+    t.start()
+    t.join(0.5)
+    assert t.is_alive() and cluster.plan(1) is None, "no plan with the dead member, and none without a second node"
+    cluster.join(1, Member(c, "10.0.0.3"))
+    t.join(30)
+    assert got and sorted(got[0].nodes()) == sorted([a, c])

@@ -70,6 +70,14 @@ if ckpt.resume_path:
     start = ckpt.resume_step + 1
 model, ddp, opt = build(state)
 rebuild_at = {int(s) for s in a.rebuild_at.split(",") if s}
+
+
+def write_state(d: str) -> None:
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, os.path.join(d, "model.pt"))
+
+
+# A peer's death mid-step costs at most that step: the survivors write the last one they completed.
+ckpt.keep_on_failure(write_state)
 event("start", step=start, resume_from=ckpt.resume_step)
 
 for step in range(start, a.steps):
@@ -88,7 +96,7 @@ for step in range(start, a.steps):
         reason = ckpt.reason or "last step"
         with ckpt.save(step) as d:
             if d:
-                torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, os.path.join(d, "model.pt"))
+                write_state(d)
                 if a.pad_mb:
                     with open(os.path.join(d, "pad.bin"), "wb") as f:
                         f.write(bytes(a.pad_mb * 1024 * 1024))
@@ -103,6 +111,6 @@ else:
 # DDP holds the process group: a group still referenced after destroy_process_group aborts the
 # interpreter at exit now and then ("terminate called without an active exception"), which
 # the supervisor would count as a failed run. Let go of it first.
-del model, ddp, opt
+model = ddp = opt = None
 gc.collect()
 dist.destroy_process_group()

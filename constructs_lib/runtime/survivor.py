@@ -1,0 +1,161 @@
+"""When a peer dies mid-step, the survivors keep the last step they completed (issue 37).
+
+With DDP every rank holds the whole model and optimizer state, and a step changes it only in the
+optimizer's step, after the gradients' all-reduce. When that all-reduce fails because a peer died,
+each survivor still holds exactly the state after the last step it completed. So, once the user
+has said how to write it (Checkpointer.keep_on_failure), the first rank of each surviving node
+writes that state, as the user's periodic save would, under `.survivor-step-N`: a name the node
+agent never uploads. Between runs the supervisor promotes the newest such save to `step-N` on the
+one node whose claim in S3 wins (every survivor holds the same state) and pushes it before it
+rejoins; the next generation resumes from it. Steps lost: at most the one in flight.
+
+The state is written only when it is exact:
+- no optimizer step began since the last `should_checkpoint(step)`: that step is then complete
+  on this rank (an all-reduce that completed here included every rank's gradients), and an
+  optimizer half-way through its update is never saved;
+- buffers that the failed step's forward changed (BatchNorm's running statistics) are put back to
+  the completed step's when `model=` is given.
+- the error is a failed collective (gloo, NCCL, torch.distributed's own errors) or a stop of the
+  run (SIGTERM: the supervisor or torchrun stopping it), never the user's own bug.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import sys
+from typing import Any, Callable, Optional
+
+from .layout import make_final, name_for, newest_local, step_of
+
+PREFIX = ".survivor-"
+_COLLECTIVE = re.compile(r"gloo|NCCL|ProcessGroup|Connection (reset|closed) by peer|Broken pipe", re.IGNORECASE)
+
+
+class RunStopped(BaseException):
+    """SIGTERM reached a training process that keeps its state on failure: the run is being stopped
+    (a peer is gone, or torchrun stops the node's other ranks after one failed)."""
+
+
+def survivor_name(step: int) -> str:
+    return PREFIX + name_for(step)
+
+
+def survivor_saves(root: str) -> list[tuple[int, str]]:
+    """Complete survivor saves under root, oldest first: (step, path)."""
+    if not os.path.isdir(root):
+        return []
+    found = [(step_of(e[len(PREFIX):]), os.path.join(root, e)) for e in os.listdir(root) if e.startswith(PREFIX)]
+    return sorted((s, p) for s, p in found if s is not None and os.path.isdir(p))
+
+
+def clear(root: str) -> None:
+    """Every survivor save and half-written one under root: at a run's start they belong to a run
+    that is over (the supervisor promoted what it could when that run ended)."""
+    if os.path.isdir(root):
+        for e in os.listdir(root):
+            if e.startswith((PREFIX, ".tmp" + PREFIX)):
+                shutil.rmtree(os.path.join(root, e), ignore_errors=True)
+
+
+def collective_failure(e: BaseException) -> bool:
+    """Whether `e` says a collective failed (a peer died or the run is being stopped), not the job's own bug."""
+    if isinstance(e, RunStopped):
+        return True
+    try:
+        import torch.distributed as dist
+        if isinstance(e, getattr(dist, "DistError", ())):
+            return True
+    except ImportError:
+        pass
+    return isinstance(e, RuntimeError) and bool(_COLLECTIVE.search(str(e)))
+
+
+class Keeper:
+    """The training process's side: follows the last completed step, writes it on a failed collective."""
+
+    def __init__(self, directory: str, write: Callable[[str], None], *, model: Any = None,
+                 writer: bool, log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        self.directory, self.write, self.model, self.writer, self.log = directory, write, model, writer, log
+        self.completed: Optional[int] = None
+        self.moved = False
+        self._buffers: Optional[dict] = None
+        register_optimizer_step_pre_hook(self._moving)
+        self._previous_hook = sys.excepthook
+        sys.excepthook = self._excepthook
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, self._terminated)
+
+    def step_completed(self, step: int) -> None:
+        """Every rank, after its optimizer step for `step` (Checkpointer.should_checkpoint calls it)."""
+        self.completed, self.moved = step, False
+        if self.model is not None:
+            self._buffers = {k: b.detach().clone() for k, b in self.model.named_buffers()}
+
+    def _moving(self, *_args: Any) -> None:
+        self.moved = True
+
+    def _terminated(self, signum: int, _frame: Any) -> None:
+        raise RunStopped(f"signal {signum}")
+
+    def _excepthook(self, kind: type, e: BaseException, tb: Any) -> None:
+        try:
+            self.keep(e)
+        finally:
+            self._previous_hook(kind, e, tb)
+
+    def keep(self, e: BaseException) -> Optional[str]:
+        """The survivor save's path, or None (not this rank's to write, not exact, not a peer's failure)."""
+        if not self.writer or not collective_failure(e):
+            return None
+        if self.completed is None or self.moved:
+            self.log("dl-launcher: a collective failed mid-update (an optimizer step had begun): no step is kept "
+                     "from memory; the job resumes from its newest checkpoint")
+            return None
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun stops the node's other ranks: not this write
+        if self._buffers is not None:
+            import torch
+            with torch.no_grad():
+                for k, b in self.model.named_buffers():
+                    if k in self._buffers:
+                        b.copy_(self._buffers[k])
+        final = os.path.join(self.directory, survivor_name(self.completed))
+        tmp = os.path.join(self.directory, f".tmp{survivor_name(self.completed)}-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        try:
+            self.write(tmp)
+            make_final(tmp, final, guard_uploads=False)
+        except BaseException as err:  # noqa: BLE001 - the original error is what the run ends with
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.log(f"dl-launcher: could not keep step {self.completed} from memory: {type(err).__name__}: {err}")
+            return None
+        self.log(f"dl-launcher: a collective failed ({type(e).__name__}); kept step {self.completed} from memory")
+        return final
+
+
+def promote(local_dir: str, *, newest_remote: Optional[int], claim: Callable[[int], bool],
+            log: Callable[[str], None]) -> Optional[int]:
+    """The supervisor's side, between runs: the newest survivor save becomes `step-N` (then pushed
+    like any save) when it is newer than every checkpoint here and in S3 and this node's claim on it
+    wins; every other survivor save is removed. Returns the step promoted, or None."""
+    saves = survivor_saves(local_dir)
+    if not saves:
+        return None
+    for _s, path in saves[:-1]:
+        shutil.rmtree(path, ignore_errors=True)
+    step, path = saves[-1]
+    local = newest_local(local_dir)
+    if (newest_remote is not None and step <= newest_remote) or (local is not None and step <= local[0]):
+        shutil.rmtree(path, ignore_errors=True)
+        return None
+    if not claim(step):
+        shutil.rmtree(path, ignore_errors=True)
+        log(f"step {step} kept from memory here too; another survivor sends it")
+        return None
+    os.rename(path, os.path.join(local_dir, name_for(step)))
+    log(f"step {step} kept from memory after the peer's failure: sending it, the next generation resumes there")
+    return step
