@@ -18,6 +18,8 @@ conditional write (If-None-Match: *), and every node runs that one plan.
     <prefix>/_cluster/finished.json, failed.json      how the job ended
     <prefix>/_cluster/beat/<node>                     rewritten by each node every liveness period
     <prefix>/_cluster/gone/<node>.json                EC2 confirmed the node terminated or unknown
+                                                     (the capacity controller writes it too, from
+                                                     EC2's state-change event: "by": "controller")
 
 Every node may write every one of these (any process on a node may): each is read with a byte
 limit and checked for the shape this module writes (records.py, plan_problem and the like below),
@@ -42,7 +44,8 @@ from dl_core.aws import error_code
 
 from . import contract, records
 from .cluster_records import (
-    GEN_NAME, failed_problem, failure_problem, finished_problem, join_problem, nodes_in, object_problem, plan_problem,
+    GEN_NAME, failed_problem, failure_problem, finished_problem, gone_record, join_problem, nodes_in, object_problem,
+    plan_problem,
 )
 from .liveness import Liveness as Liveness  # its callers import it from here
 from .records import addr_problem, node_problem
@@ -250,10 +253,10 @@ class ClusterState:
         return beats, now or time.time()
 
     def record_gone(self, node: str, state: str) -> None:
-        self._put(f"gone/{node}.json", {"node": node, "state": state, "at": time.time()})
+        self._put(*gone_record(node, state))
 
     def gone_nodes(self) -> set[str]:
-        return nodes_in(n for n, _ in self._listed("gone/"))
+        return nodes_in(n for n, _ in self._listed(f"{contract.GONE_DIR}/"))
 
     def leave(self, g: int, node: str, reason: str, pushed: Optional[int]) -> None:
         self._put(f"{gen_name(g)}/leave/{node}.json", {"node": node, "reason": reason, "pushed": pushed,
