@@ -5,7 +5,6 @@ ClusterState.gone_nodes(), never by a restated key."""
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import boto3
 import pytest
@@ -15,7 +14,7 @@ from constructs_lib.fleet.job_end import JOB_END_ENV, JobEndWatch
 from constructs_lib.runtime.cluster import ClusterState
 from constructs_lib.runtime.contract import GONE_DIR
 from constructs_lib.runtime.store import CheckpointStore
-from tests.fleet.conftest import BUCKET, REGION, Cloud, live_instances
+from tests.fleet.conftest import BUCKET, REGION, Cloud, live_instances, recorded, state_change
 
 PREFIX = "jobs/llm"
 SCHEDULE = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
@@ -42,37 +41,6 @@ def _objects(cloud: Cloud) -> dict[str, bytes]:
     return {o["Key"]: cloud.s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listed}
 
 
-class _Refused:
-    """An HTTP answer of S3's, as botocore's Stubber hands one back from before-call."""
-    status_code = 403
-    headers: dict = {}
-    content = b""
-
-
-def _handle(event: dict, refuse: Optional[str] = None) -> tuple[dict, list[tuple[str, dict]]]:
-    """handler.handle(event) with every AWS request it makes recorded (operation, parameters);
-    `refuse`: an S3 error code every PutObject below <prefix>/_cluster/gone/ gets instead of S3's answer."""
-    calls: list[tuple[str, dict]] = []
-    session = boto3.Session()
-    session.events.register("before-parameter-build", lambda params, model, **kw: calls.append(
-        (f"{model.service_model.service_name}:{model.name}", dict(params))))
-
-    def deny(params, model, **kw):
-        if refuse and model.name == "PutObject" and f"/{GONE_DIR}/" in params.get("url_path", ""):
-            return _Refused(), {"Error": {"Code": refuse, "Message": f"{refuse} (injected)"}, "ResponseMetadata": {}}
-        return None
-    session.events.register("before-call.s3.PutObject", deny)
-    boto3.DEFAULT_SESSION = session
-    try:
-        return handler.handle(event, None), calls
-    finally:
-        boto3.DEFAULT_SESSION = None
-
-
-def _state_change(instance: str, state: str) -> dict:
-    return {"source": "aws.ec2", "detail-type": handler.STATE_CHANGE, "detail": {"instance-id": instance, "state": state}}
-
-
 def _puts_below_gone(calls) -> list[str]:
     return [p["Key"] for op, p in calls if op == "s3:PutObject" and f"/{GONE_DIR}/" in p["Key"]]
 
@@ -81,7 +49,7 @@ def _puts_below_gone(calls) -> list[str]:
 def test_a_member_that_goes_is_recorded_gone_for_every_node_before_the_reconcile(cloud, spec, state):
     doomed = sorted(cloud.store(spec).load().members)[0]
     cloud.raw.terminate_instances(InstanceIds=[doomed])
-    got, calls = _handle(_state_change(doomed, state))
+    got, calls = recorded(state_change(doomed, state))
     assert [t["kind"] for t in got["transitions"]] == ["replaced"], got
     assert _nodes_view(cloud).gone_nodes() == {doomed}, "every node's next look finds it"
     # The state's GET, then the record's PUT, then the reconcile: the nodes hear first.
@@ -103,9 +71,9 @@ def test_telling_the_nodes_costs_one_put_per_member_that_goes(cloud, spec, monke
     cloud.raw.terminate_instances(InstanceIds=[first])
     with monkeypatch.context() as m:
         m.setattr(handler, "_tell_the_nodes", lambda *a: None)
-        _, untold = _handle(_state_change(first, "terminated"))
+        _, untold = recorded(state_change(first, "terminated"))
     cloud.raw.terminate_instances(InstanceIds=[second])
-    _, told = _handle(_state_change(second, "terminated"))
+    _, told = recorded(state_change(second, "terminated"))
     # S3's alone: the reconcile's EC2 calls depend on what it finds (the first loss's replacement is still recent).
     count = lambda calls: collections.Counter(op for op, _ in calls if op.startswith("s3:"))  # noqa: E731
     assert count(told) - count(untold) == {"s3:PutObject": 1} and not count(untold) - count(told), (untold, told)
@@ -116,7 +84,7 @@ def test_the_record_reads_as_a_nodes_own_does(cloud, spec):
     """The same shape as ClusterState.record_gone's, plus "by": the nodes cannot tell them apart by key."""
     doomed, other = sorted(cloud.store(spec).load().members)[:2]
     _nodes_view(cloud).record_gone(other, "terminated or unknown to EC2")
-    _handle(_state_change(doomed, "terminated"))
+    recorded(state_change(doomed, "terminated"))
     bodies = {json.loads(b)["node"]: json.loads(b) for k, b in _objects(cloud).items() if f"/{GONE_DIR}/" in k}
     assert set(bodies) == {doomed, other} == _nodes_view(cloud).gone_nodes()
     assert set(bodies[doomed]) - set(bodies[other]) == {"by"}
@@ -127,7 +95,7 @@ def test_a_non_members_event_writes_nothing(cloud, spec):
     other = cloud.raw.run_instances(ImageId="ami-12c6146b", InstanceType="g5.xlarge", MinCount=1, MaxCount=1,
                                     SubnetId=cloud.subnets[0])["Instances"][0]["InstanceId"]
     cloud.raw.terminate_instances(InstanceIds=[other])
-    got, calls = _handle(_state_change(other, "terminated"))
+    got, calls = recorded(state_change(other, "terminated"))
     assert "ignored" in got and [op for op, _ in calls] == ["s3:GetObject"], calls
     assert _objects(cloud) == before and _nodes_view(cloud).gone_nodes() == set()
 
@@ -135,7 +103,7 @@ def test_a_non_members_event_writes_nothing(cloud, spec):
 @pytest.mark.parametrize("state", ["pending", "running"])
 def test_a_member_coming_up_writes_nothing(cloud, spec, state):
     member = sorted(cloud.store(spec).load().members)[0]
-    got, calls = _handle(_state_change(member, state))
+    got, calls = recorded(state_change(member, state))
     assert "ignored" in got and [op for op, _ in calls] == ["s3:GetObject"], calls
     assert _nodes_view(cloud).gone_nodes() == set()
 
@@ -143,7 +111,7 @@ def test_a_member_coming_up_writes_nothing(cloud, spec, state):
 def test_a_spot_warning_is_no_death(cloud, spec):
     """Two minutes' notice: the node saves and leaves by itself; it is not gone yet."""
     warned = live_instances(cloud.raw)[0]["InstanceId"]
-    got, calls = _handle({"source": "aws.ec2", "detail-type": handler.SPOT_WARNING,
+    got, calls = recorded({"source": "aws.ec2", "detail-type": handler.SPOT_WARNING,
                           "detail": {"instance-id": warned, "instance-action": "terminate"}})
     assert [t["kind"] for t in got["transitions"]] == ["replaced"] and not _puts_below_gone(calls)
     assert _nodes_view(cloud).gone_nodes() == set()
@@ -153,7 +121,7 @@ def test_a_spot_warning_is_no_death(cloud, spec):
 def test_a_record_s3_refuses_never_stops_the_reconcile(cloud, spec, refuse, capsys):
     doomed = sorted(cloud.store(spec).load().members)[0]
     cloud.raw.terminate_instances(InstanceIds=[doomed])
-    got, calls = _handle(_state_change(doomed, "shutting-down"), refuse=refuse)
+    got, calls = recorded(state_change(doomed, "shutting-down"), refuse=(refuse, f"/{GONE_DIR}/"))
     assert [t["kind"] for t in got["transitions"]] == ["replaced"], got
     assert cloud.types() == {"p5.48xlarge": spec.nodes}
     assert _nodes_view(cloud).gone_nodes() == set(), "the heartbeats remain the nodes' backstop"
@@ -165,7 +133,7 @@ def test_a_missing_bucket_never_stops_the_reconcile(cloud, spec, monkeypatch, ca
     monkeypatch.setenv(JOB_END_ENV, JobEndWatch("dl-no-such-bucket", PREFIX).to_json())
     doomed = sorted(cloud.store(spec).load().members)[0]
     cloud.raw.terminate_instances(InstanceIds=[doomed])
-    got, _ = _handle(_state_change(doomed, "terminated"))
+    got, _ = recorded(state_change(doomed, "terminated"))
     assert "replaced" in [t["kind"] for t in got["transitions"]], got
     assert "NoSuchBucket" in capsys.readouterr().out
 
@@ -174,7 +142,7 @@ def test_a_job_without_a_command_has_no_generations_to_tell(cloud, spec, monkeyp
     monkeypatch.delenv(JOB_END_ENV)
     doomed = sorted(cloud.store(spec).load().members)[0]
     cloud.raw.terminate_instances(InstanceIds=[doomed])
-    got, calls = _handle(_state_change(doomed, "terminated"))
+    got, calls = recorded(state_change(doomed, "terminated"))
     assert [t["kind"] for t in got["transitions"]] == ["replaced"] and not _puts_below_gone(calls)
 
 
