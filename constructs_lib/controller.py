@@ -102,7 +102,12 @@ class CapacityController(Construct):
         """Act on the job's end: once the nodes record that the job finished or failed for good
         (s3://bucket/prefix/_cluster/finished.json or failed.json), terminate the cluster
         (on_end "stop", checkpoints stay) or keep its nodes ("keep"), and launch nothing more.
-        Only for a job with a command: one without never ends."""
+        Only for a job with a command: one without never ends.
+
+        The nodes of such a job also hear from the controller when a member goes: on EC2's
+        state-change event it writes s3://bucket/prefix/_cluster/gone/<node>.json, the record
+        their liveness check reads (fleet/gone.py). For that the role may PutObject there, and
+        nowhere else in the prefix (with kms:GenerateDataKey on the bucket's key, if it has one)."""
         from .fleet.job_end import JOB_END_ENV, ON_END, RECORDS, JobEndWatch
 
         if on_end not in ON_END:
@@ -122,6 +127,23 @@ class CapacityController(Construct):
             actions=["s3:GetObject"], resources=[bucket.arn_for_objects(k) for k in keys]))
         self.role.add_to_principal_policy(iam.PolicyStatement(
             actions=["s3:ListBucket"], resources=[bucket.bucket_arn], conditions={"StringEquals": {"s3:prefix": keys}}))
+        self._grant_gone(bucket, f"{prefix.rstrip('/')}/{contract.CLUSTER_DIR}/{contract.GONE_DIR}")
+
+    def _grant_gone(self, bucket: s3.IBucket, directory: str) -> None:
+        """Write, never read or list, the job's gone records: one object per node, named by its id."""
+        self.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:PutObject"], resources=[bucket.arn_for_objects(f"{directory}/*")]))
+        if bucket.encryption_key is not None:  # SSE-KMS: a PutObject has S3 ask the key for a data key
+            bucket.encryption_key.grant(self.role, "kms:GenerateDataKey")
+        try:
+            named = f"<{cdk.Stack.of(self).get_logical_id(resource_of(bucket))}.Arn>"
+        except TypeError:  # an imported bucket: cdk-nag names it as its ARN is written
+            return
+        if not cdk.Token.is_unresolved(directory):
+            cdk.Validations.of(self.role).acknowledge(cdk.Acknowledgment(
+                id=f"AwsSolutions-IAM5[Resource::{named}/{directory}/*]",
+                reason="a gone record is named by the node's instance id, known only at run time; "
+                       "PutObject only, confined to the job's gone directory"))
 
     def confine_launches(self, *, launch_templates: Sequence[ec2.LaunchTemplate], subnet_ids: Sequence[str],
                          security_groups: Sequence[ec2.ISecurityGroup] = ()) -> None:

@@ -8,6 +8,14 @@ no EC2 call of its own either: the event carries the state, and a member coming 
 running) changes nothing the state does not already count, so it is dropped after the S3 GET;
 a member going (stopping, shutting-down, terminated) or warned reconciles at once.
 
+A member going, in a job with a command (JOB_END_ENV names its checkpoint prefix), is first told
+to the nodes: one PUT of <prefix>/_cluster/gone/<node>.json, the record a node's liveness check
+writes, plus "by": "controller" (gone.py). Every node lists that directory once per liveness
+period, so it learns of the death at its next look instead of after a 30 s stale heartbeat. The
+id must be an instance id and in the controller's state; a PUT that fails is logged and the
+reconcile runs anyway. Per member event that goes: S3 GET (state), S3 PUT (gone record), then
+the reconcile.
+
 {"dl-launcher": "resume"} (aws lambda invoke): reconcile with resume, starting a cluster the idle
 guard or a teardown stopped; it comes back from its newest checkpoint.
 
@@ -36,7 +44,8 @@ from dl_core.aws import error_code
 
 from ..runtime.contract import TAG_CLUSTER
 from .controller import Controller
-from .instances import LIVE_STATES, list_cluster, terminate
+from .gone import record_gone
+from .instances import GONE_STATES, LIVE_STATES, list_cluster, terminate
 from .job_end import JOB_END_ENV, JobEndWatch
 from .launch_check import RESOURCE_TYPE as LAUNCH_CHECK, check_launch
 from .spec import ClusterSpec
@@ -124,8 +133,22 @@ def _eventbridge(event: dict[str, Any]) -> dict[str, Any]:
                                "the controller already counts"}
         if event.get("detail-type") == SPOT_WARNING:
             noticed = (instance,)
+        elif known is not None and event.get("detail-type") == STATE_CHANGE and detail.get("state") in GONE_STATES:
+            _tell_the_nodes(s3, instance, detail["state"])
     done = _controller(spec, ec2, s3).reconcile(noticed=noticed)
     return {"transitions": [t.to_dict() for t in done]}
+
+
+def _tell_the_nodes(s3: Any, instance: Any, state: str) -> None:
+    """A member goes: its gone record where every node of the job looks (gone.py), before the
+    reconcile; a job without a command has no generations to tell. Never raises."""
+    try:
+        watch = load_job_end()
+    except ValueError as e:  # the reconcile reports a malformed JOB_END_ENV itself
+        print(f"dl-launcher: no gone record: {e}")
+        return
+    if watch is not None:
+        record_gone(s3, watch, instance, state)
 
 
 def _members(spec: ClusterSpec, s3: Any) -> Optional[set[str]]:

@@ -16,6 +16,7 @@ from ..runtime.contract import TAG_CLUSTER, TAG_HEALTH, TAG_STACK
 from .spec import CapacityOption, ClusterSpec
 
 LIVE_STATES = ("pending", "running")
+GONE_STATES = ("stopping", "stopped", "shutting-down", "terminated")  # never a member again (runtime's Liveness too)
 
 
 @dataclass(frozen=True)

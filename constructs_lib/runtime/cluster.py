@@ -19,8 +19,9 @@ conditional write (If-None-Match: *), and every node runs that one plan.
                                                      after 7 lost a peer (first claim wins)
     <prefix>/_cluster/finished.json, failed.json      how the job ended
     <prefix>/_cluster/beat/<node>                     rewritten by each node every liveness period
-    <prefix>/_cluster/gone/<node>.json                EC2 confirmed the node terminated or unknown (a
-                                                     node's check, or the controller's own event)
+    <prefix>/_cluster/gone/<node>.json                EC2 confirmed the node terminated or unknown
+                                                     (the capacity controller writes it too, from
+                                                     EC2's state-change event: "by": "controller")
 
 Every node may write every one of these (any process on a node may): each is read with a byte
 limit and checked for the shape this module writes (records.py, plan_problem and the like below),
@@ -30,9 +31,10 @@ is set aside is skipped (a plan is written once, If-None-Match, so it cannot be 
 Rank order is stable: members of the previous generation keep their order (rank 0, the master
 and the checkpoint writer, stays where it was while it lives), newcomers follow in the order
 they joined. Addresses never decide ranks, so a replacement with a lower address changes nothing.
-EC2 is asked only whether a node is gone, by one node of the cluster, and only about nodes whose
-heartbeat has stopped (Liveness): whatever the cluster's size, every node's requests per poll are
-a constant number of S3 requests, and the cluster's EC2 calls at most one per period.
+EC2 is asked only whether a node is gone, by one node of the cluster about nodes whose heartbeat
+has stopped, or by two right after a run failed or while a previous member has not rejoined
+(Liveness): whatever the cluster's size, every node's requests per poll are a constant number of
+S3 requests, and the cluster's EC2 calls at most two per look.
 """
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ from dl_core.aws import error_code
 
 from . import contract, records
 from .cluster_records import (
-    GEN_NAME, failed_problem, failure_problem, finished_problem, join_problem, nodes_in, object_problem, plan_problem,
+    GEN_NAME, failed_problem, failure_problem, finished_problem, gone_record, join_problem, nodes_in, object_problem,
+    plan_problem,
 )
 from .liveness import Liveness as Liveness  # its callers import it from here
 from .layout import name_for
@@ -254,10 +257,10 @@ class ClusterState:
         return beats, now or time.time()
 
     def record_gone(self, node: str, state: str) -> None:
-        self._put(f"gone/{node}.json", {"node": node, "state": state, "at": time.time()})
+        self._put(*gone_record(node, state))
 
     def gone_nodes(self) -> set[str]:
-        return nodes_in(n for n, _ in self._listed("gone/"))
+        return nodes_in(n for n, _ in self._listed(f"{contract.GONE_DIR}/"))
 
     def leave(self, g: int, node: str, reason: str, pushed: Optional[int]) -> None:
         self._put(f"{gen_name(g)}/leave/{node}.json", {"node": node, "reason": reason, "pushed": pushed,

@@ -4,8 +4,10 @@ before anything is sized by it; records.read sets aside whatever fails, with the
 from __future__ import annotations
 
 import re
+import time
 from typing import Any, Iterable, Optional
 
+from .contract import GONE_DIR
 from .job_definition import Revision
 from .records import addr_problem, node_problem, printable, texts, whole
 
@@ -90,6 +92,13 @@ def join_problem(d: Any) -> Optional[str]:
     if not isinstance(health, dict) or not all(isinstance(v, str) for v in health.values()):
         return "health that is not a map of components to text"
     return None
+
+
+def gone_record(node: str, state: str, **extra: str) -> tuple[str, dict]:
+    """(its key below the cluster's directory, its body): the record that `node` is gone, as a
+    node's liveness check writes it and, with by="controller", the capacity controller. Readers go
+    by the key alone (ClusterState.gone_nodes lists the names), so the body is for people."""
+    return f"{GONE_DIR}/{node}.json", {"node": node, "state": state, "at": time.time(), **extra}
 
 
 def nodes_in(names: Iterable[str]) -> set[str]:

@@ -100,6 +100,9 @@ def rendezvous_port_base() -> int:
 # nodes: no process on a node can hold the lease or forge the controller's memory.
 CLUSTER_DIR = "_cluster"
 CONTROL_DIR = "_control"
+# <prefix>/CLUSTER_DIR/GONE_DIR/<node>.json: a member EC2 says is gone, written by the node that
+# asked EC2 (liveness) or by the capacity controller from EC2's state-change event; every node lists it.
+GONE_DIR = "gone"
 
 
 def capacity_state_key(cluster: str) -> str:

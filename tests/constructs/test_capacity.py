@@ -75,8 +75,10 @@ def test_grant_is_scoped_to_the_job_prefix(cluster):
     s3 = [s for s in statements if any(str(a).startswith("s3:") for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
     bundle = [s for s in s3 if s["Action"] == "s3:GetObject" and "cdk-hnb659fds-assets" in str(s["Resource"])]
     assert len(bundle) == 1, "the node bundle, granted once to the shared role"
-    s3 = [s for s in s3 if s not in bundle and "state.json" not in json.dumps(s) and "_cluster/f" not in json.dumps(s)]
-    assert len(s3) == 2, "the nodes: the job prefix (the controller: its state object and the job's end, tested below)"
+    s3 = [s for s in s3 if s not in bundle and "state.json" not in json.dumps(s) and "_cluster/f" not in json.dumps(s)
+          and "_cluster/gone/" not in json.dumps(s)]
+    assert len(s3) == 2, ("the nodes: the job prefix (the controller: its state object, the job's end and its gone "
+                          "records, tested below)")
     listing = next(s for s in s3 if s["Action"] == "s3:ListBucket")
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["jobs/llm/*", "jobs/llm/"]}}
     objects = next(s for s in s3 if s is not listing)
@@ -142,10 +144,13 @@ def test_the_controller_may_launch_and_terminate_only_its_cluster(cluster):
     assert "Role" in json.dumps(passrole["Resource"]) and "*" not in json.dumps(passrole["Resource"])
     s3 = [a for a in by_action if a.startswith("s3:")]
     assert sorted(s3) == ["s3:GetObject", "s3:ListBucket", "s3:PutObject"]
-    (put,) = by_action["s3:PutObject"]
+    put, gone = sorted(by_action["s3:PutObject"], key=lambda s: "_cluster" in json.dumps(s["Resource"]))
     state, records = sorted(by_action["s3:GetObject"], key=lambda s: "_cluster" in json.dumps(s["Resource"]))
     for st in (put, state):
         assert json.dumps(st["Resource"]).endswith('/_control/dl-llm/capacity-state.json"]]}')
+    # A member's gone record (fleet/gone.py): written, never read or listed, in the job's gone directory only.
+    assert gone["Action"] == "s3:PutObject" and evaluate(gone["Resource"]).split(">", 1)[1] == "/jobs/llm/_cluster/gone/*"
+    assert evaluate(gone["Resource"]).startswith("<CkptBucket") and "Condition" not in gone
     # The job's end: the two records its nodes write, read only, never a checkpoint.
     assert sorted(evaluate(r).split(">", 1)[1] for r in records["Resource"]) == [
         "/jobs/llm/_cluster/failed.json", "/jobs/llm/_cluster/finished.json"]

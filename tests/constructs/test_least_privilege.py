@@ -155,3 +155,42 @@ def test_bootstrap_writes_settings_root_only(tmp_path):
     assert (etc / "job.sh").read_text() == "secret-token\n"
     assert (other / "readme").stat().st_mode & 0o777 == 0o644
     assert not list(etc.glob("*.??????")), "no temporary files left"
+
+
+# ---- the controller's gone records ----------------------------------------------------------
+@pytest.mark.parametrize("encryption", ["s3-managed", "kms"])
+def test_the_controller_writes_gone_records_and_uses_a_buckets_key_only_to_write_them(encryption):
+    """PutObject on <prefix>/_cluster/gone/* and nothing else in the job's prefix; with an SSE-KMS
+    bucket (a caller's own; CheckpointBucket is SSE-S3) the data key that PutObject needs, from that
+    key alone: no Decrypt, no other key."""
+    import aws_cdk.aws_iam as iam
+    import aws_cdk.aws_kms as kms
+    import aws_cdk.aws_logs as logs
+    import aws_cdk.aws_s3 as s3
+
+    from constructs_lib.controller import CapacityController
+    from constructs_lib.nag import resource_of
+    from tests.cdk_checks import role_statements
+
+    stack = cdk.Stack(cdk.App(), "S", env=cdk.Environment(region="us-east-1"))
+    key = kms.Key(stack, "Key", enable_key_rotation=True) if encryption == "kms" else None
+    bucket = s3.Bucket(stack, "B", encryption=s3.BucketEncryption.KMS if key else s3.BucketEncryption.S3_MANAGED,
+                       encryption_key=key, enforce_ssl=True)
+    node_role = iam.Role(stack, "Nodes", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))  # pyright: ignore[reportArgumentType]  # jsii stub: aws/jsii#4541
+    ctl = CapacityController(stack, "Ctl", spec="{}", cluster="c", node_role=node_role, state_bucket=bucket,
+                             state_key="_control/c/capacity-state.json", log_group=logs.LogGroup(stack, "L"),
+                             teardown=False)
+    ctl.end_with_job(bucket=bucket, prefix="jobs/c")
+    t = Template.from_stack(stack).to_json()
+    statements = role_statements(t, stack.get_logical_id(resource_of(ctl.role)))
+    puts = sorted(json.dumps(st["Resource"]) for st in statements if "s3:PutObject" in listify(st["Action"]))
+    bucket_id = stack.get_logical_id(resource_of(bucket))
+    assert puts == sorted(json.dumps({"Fn::Join": ["", [{"Fn::GetAtt": [bucket_id, "Arn"]}, path]]})
+                          for path in ("/_control/c/capacity-state.json", "/jobs/c/_cluster/gone/*")), puts
+    keyed = [st for st in statements if any(a.startswith("kms:") for a in listify(st["Action"]))]
+    if key is None:
+        assert keyed == []
+    else:
+        (st,) = keyed
+        key_id = stack.get_logical_id(resource_of(key))
+        assert listify(st["Action"]) == ["kms:GenerateDataKey"] and st["Resource"] == {"Fn::GetAtt": [key_id, "Arn"]}

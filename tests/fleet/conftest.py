@@ -222,3 +222,39 @@ def topic(aws):
     qarn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint=qarn)
     return sns, arn, sqs, url
+
+
+class _Refused:
+    """An error answer of S3's, as botocore's Stubber hands one back from before-call."""
+    status_code = 403
+    headers: dict = {}
+    content = b""
+
+
+def recorded(event: dict, refuse: Optional[tuple[str, str]] = None) -> tuple[dict, list[tuple[str, dict]]]:
+    """handler.handle(event) with every AWS call it makes recorded: (operation, parameters).
+    `refuse`: (error code, part of a key): every S3 PutObject of such a key gets that error instead
+    of S3's answer, without retries (botocore short-circuits before the request)."""
+    from constructs_lib.fleet import handler
+
+    calls: list[tuple[str, dict]] = []
+    session = boto3.Session()
+    session.events.register("before-parameter-build", lambda params, model, **kw: calls.append(
+        (f"{model.service_model.service_name}:{model.name}", dict(params))))
+
+    def deny(params: dict, model: Any, **kw: Any) -> Any:
+        if refuse and refuse[1] in params.get("url_path", ""):
+            return _Refused(), {"Error": {"Code": refuse[0], "Message": f"{refuse[0]} (injected)"}, "ResponseMetadata": {}}
+        return None
+    session.events.register("before-call.s3.PutObject", deny)
+    boto3.DEFAULT_SESSION = session
+    try:
+        return handler.handle(event, None), calls
+    finally:
+        boto3.DEFAULT_SESSION = None
+
+
+def state_change(instance: str, state: str) -> dict:
+    from constructs_lib.fleet import handler
+
+    return {"source": "aws.ec2", "detail-type": handler.STATE_CHANGE, "detail": {"instance-id": instance, "state": state}}

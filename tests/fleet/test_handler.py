@@ -11,7 +11,7 @@ import pytest
 
 from constructs_lib.fleet import Controller, handler
 from constructs_lib.runtime.contract import TAG_CLUSTER
-from tests.fleet.conftest import CLUSTER, live_instances
+from tests.fleet.conftest import CLUSTER, live_instances, recorded, state_change
 
 
 @pytest.fixture
@@ -185,25 +185,6 @@ def test_with_a_state_an_event_of_a_non_member_costs_no_ec2_call(cloud, spec):
     assert "ignored" in got and calls == ["s3:GetObject"], calls
 
 
-def _recorded(event: dict) -> tuple[dict, list[tuple[str, dict]]]:
-    """handler.handle(event) with every AWS call it makes recorded: (operation, parameters)."""
-    import boto3
-
-    calls: list[tuple[str, dict]] = []
-    session = boto3.Session()
-    session.events.register("before-parameter-build", lambda params, model, **kw: calls.append(
-        (f"{model.service_model.service_name}:{model.name}", dict(params))))
-    boto3.DEFAULT_SESSION = session
-    try:
-        return handler.handle(event, None), calls
-    finally:
-        boto3.DEFAULT_SESSION = None
-
-
-def _state_change(instance: str, state: str) -> dict:
-    return {"source": "aws.ec2", "detail-type": handler.STATE_CHANGE, "detail": {"instance-id": instance, "state": state}}
-
-
 def test_a_members_launch_events_cost_no_ec2_call(cloud, spec):
     """A launch of 512 nodes sends 1,024 events (pending, running) within a minute; each used to
     cost a DescribeInstances of an instance the state already listed (issue 36). Now each costs the
@@ -214,7 +195,7 @@ def test_a_members_launch_events_cost_no_ec2_call(cloud, spec):
     assert len(members) == spec.nodes
     for instance in members:
         for state in ("pending", "running"):
-            got, calls = _recorded(_state_change(instance, state))
+            got, calls = recorded(state_change(instance, state))
             assert "ignored" in got and "already counts" in got["ignored"], got
             assert [op for op, _ in calls] == ["s3:GetObject"], calls
     after = cloud.store(spec).load()
@@ -227,7 +208,7 @@ def test_a_member_that_goes_reconciles_without_a_lookup_of_its_own(cloud, spec):
     handler.handle({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}, None)
     doomed = live_instances(cloud.raw)[0]["InstanceId"]
     cloud.raw.terminate_instances(InstanceIds=[doomed])
-    got, calls = _recorded(_state_change(doomed, "shutting-down"))
+    got, calls = recorded(state_change(doomed, "shutting-down"))
     assert [t["kind"] for t in got["transitions"]] == ["replaced"], got
     assert not [p for op, p in calls if op == "ec2:DescribeInstances" and p.get("InstanceIds") == [doomed]], calls
     assert cloud.types() == {"p5.48xlarge": spec.nodes}
@@ -238,12 +219,12 @@ def test_without_a_state_an_event_is_still_checked_with_ec2(cloud, spec):
     instance is dropped, this cluster's reconciles."""
     other = cloud.raw.run_instances(ImageId="ami-12c6146b", InstanceType="g5.xlarge", MinCount=1, MaxCount=1,
                                     SubnetId=cloud.subnets[0])["Instances"][0]["InstanceId"]
-    got, calls = _recorded(_state_change(other, "running"))
+    got, calls = recorded(state_change(other, "running"))
     assert "ignored" in got and cloud.store(spec).load() is None
     assert ("ec2:DescribeInstances", {"InstanceIds": [other]}) in calls, calls
     mine = cloud.raw.run_instances(ImageId="ami-12c6146b", InstanceType="p5.48xlarge", MinCount=1, MaxCount=1,
                                    SubnetId=cloud.subnets[0], TagSpecifications=[{"ResourceType": "instance", "Tags": [
                                        {"Key": TAG_CLUSTER, "Value": CLUSTER}]}])["Instances"][0]["InstanceId"]
-    got, calls = _recorded(_state_change(mine, "running"))
+    got, calls = recorded(state_change(mine, "running"))
     assert "transitions" in got, got
     assert ("ec2:DescribeInstances", {"InstanceIds": [mine]}) in calls, calls
