@@ -97,6 +97,7 @@ def written(aws, tmp_path) -> set[str]:
     cluster.beat(a.node)
     cluster.record_gone(b.node, "terminated")
     cluster.record_failure(1, a.node, "exit 1")
+    cluster.claim_kept(1, 6, b.node)
     cluster.leave(2, a.node, reason="termination notice", pushed=5)
     cluster.mark_finished(generation=2, node=a.node, step=5)
     cluster.mark_failed(generation=2, node=a.node, reason="r")

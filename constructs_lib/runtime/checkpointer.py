@@ -76,8 +76,13 @@ class Checkpointer:
         self._pending: Optional[threading.Event] = None  # set when the async save in flight is complete
         self._failed: Optional[BaseException] = None  # why the last async save's completion failed
         self.reason: Optional[str] = None  # why the last should_checkpoint said yes
-        self._keeper: Any = None  # survivor.Keeper, once keep_on_failure is called
         os.makedirs(self.directory, exist_ok=True)
+        self._keeper: Any = None  # survivor.Keeper: under the supervisor, reports a failed collective
+        if self.managed:
+            from .survivor import COLLECTIVE_FAILED, Keeper
+
+            self._keeper = Keeper(self.directory, writer=_env_int("LOCAL_RANK", 0) == 0,
+                                  report=lambda step: self._record(COLLECTIVE_FAILED, step))
 
     @property
     def managed(self) -> bool:
@@ -186,18 +191,15 @@ class Checkpointer:
         model: the module whose buffers forward changes (BatchNorm's running statistics): they are
             put back to the completed step's before write [None: no such buffers].
         Under the supervisor only, on each node's first rank. See survivor.py for when it writes."""
-        if not self.managed or self._keeper is not None:
-            return
-        from .survivor import Keeper
-
-        self._keeper = Keeper(self.directory, write, model=model, writer=_env_int("LOCAL_RANK", 0) == 0)
+        if self._keeper is not None:
+            self._keeper.enable(write, model=model)
 
     @property
     def interrupted(self) -> bool:
         """A termination notice reached some node: the same on every rank after should_checkpoint."""
         return self._stop
 
-    def _record(self, outcome: str, step: int) -> None:
+    def _record(self, outcome: str, step: Optional[int]) -> None:
         if not self.managed:
             return
         write_atomic(os.path.join(contract.path("outcome_dir"), f"gen-{self.generation}-rank-{self.rank}"),

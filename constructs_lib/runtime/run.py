@@ -20,6 +20,7 @@ from .decisions import Outcome, exit_outcome, settle_seconds, settled_outcome, s
 from .joblog import JobLog
 from .membership import Membership
 from .rundir import outcomes as _outcomes
+from .survivor import COLLECTIVE_FAILED
 
 Log = Callable[[str], None]
 
@@ -63,6 +64,12 @@ class Run:
                 pass
             stamp = self._pass_notice(stamp)
             self.collect()
+            if COLLECTIVE_FAILED in _outcomes(g):
+                # A rank's collective failed (survivor.Keeper's record): a peer is probably dead. torchrun
+                # may take minutes to give up on a dead node's store; the peers are asked about now.
+                self.log(f"generation {g}: a collective failed on this node; stopping the run")
+                self.stop()
+                return self.settle(self.proc.returncode or 1)
             try:
                 reason = stop_reason(g + 1, self.membership.next_active(g + 1), self.membership.gone(self.others))
             except Exception as e:  # noqa: BLE001 - AWS's trouble is no evidence of a lost member

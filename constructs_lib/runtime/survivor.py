@@ -16,7 +16,9 @@ The state is written only when it is exact:
 - buffers that the failed step's forward changed (BatchNorm's running statistics) are put back to
   the completed step's when `model=` is given.
 - the error is a failed collective (gloo, NCCL, torch.distributed's own errors) or a stop of the
-  run (SIGTERM: the supervisor or torchrun stopping it), never the user's own bug.
+  run (SIGTERM: the supervisor or torchrun stopping it), never the user's own bug. A SIGTERM that
+  arrives mid-update is held until that step completes (the next should_checkpoint), so the run
+  still stops with a whole step in hand.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from typing import Any, Callable, Optional
 from .layout import make_final, name_for, newest_local, step_of
 
 PREFIX = ".survivor-"
+COLLECTIVE_FAILED = "collective-failed"  # a rank's outcome record (rundir.outcomes): the supervisor stops the run
 _COLLECTIVE = re.compile(r"gloo|NCCL|ProcessGroup|Connection (reset|closed) by peer|Broken pipe", re.IGNORECASE)
 
 
@@ -73,43 +76,61 @@ def collective_failure(e: BaseException) -> bool:
 
 
 class Keeper:
-    """The training process's side: follows the last completed step, writes it on a failed collective."""
+    """The training process's side. Under the supervisor every Checkpointer has one: a failed
+    collective is recorded for the supervisor at once (`report`: it then stops the run and asks
+    about the peers now, instead of waiting for torchrun to give up on a dead node's store). Once
+    `enable`d (Checkpointer.keep_on_failure) it also follows the last completed step and, on the
+    node's first rank, writes it."""
 
-    def __init__(self, directory: str, write: Callable[[str], None], *, model: Any = None,
-                 writer: bool, log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
-        from torch.optim.optimizer import register_optimizer_step_pre_hook
-
-        self.directory, self.write, self.model, self.writer, self.log = directory, write, model, writer, log
+    def __init__(self, directory: str, *, writer: bool, report: Callable[[Optional[int]], None],
+                 log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+        self.directory, self.writer, self.report, self.log = directory, writer, report, log
+        self.write: Optional[Callable[[str], None]] = None
+        self.model: Any = None
         self.completed: Optional[int] = None
         self.moved = False
         self._buffers: Optional[dict] = None
-        register_optimizer_step_pre_hook(self._moving)
+        self._stop_at_boundary = False  # a SIGTERM came mid-update: raise RunStopped once the step completes
         self._previous_hook = sys.excepthook
         sys.excepthook = self._excepthook
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, self._terminated)
+
+    def enable(self, write: Callable[[str], None], *, model: Any = None) -> None:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        if self.write is None:
+            register_optimizer_step_pre_hook(self._moving)
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, self._terminated)
+        self.write, self.model = write, model
 
     def step_completed(self, step: int) -> None:
         """Every rank, after its optimizer step for `step` (Checkpointer.should_checkpoint calls it)."""
         self.completed, self.moved = step, False
         if self.model is not None:
             self._buffers = {k: b.detach().clone() for k, b in self.model.named_buffers()}
+        if self._stop_at_boundary:
+            raise RunStopped(f"SIGTERM during step {step}: stopped once it completed")
 
     def _moving(self, *_args: Any) -> None:
         self.moved = True
 
     def _terminated(self, signum: int, _frame: Any) -> None:
+        if self.moved:  # an optimizer step has begun: stop at the next should_checkpoint, where the state is whole
+            self._stop_at_boundary = True
+            return
         raise RunStopped(f"signal {signum}")
 
     def _excepthook(self, kind: type, e: BaseException, tb: Any) -> None:
         try:
-            self.keep(e)
+            if collective_failure(e):
+                self.report(self.completed)
+                self.keep(e)
         finally:
             self._previous_hook(kind, e, tb)
 
     def keep(self, e: BaseException) -> Optional[str]:
         """The survivor save's path, or None (not this rank's to write, not exact, not a peer's failure)."""
-        if not self.writer or not collective_failure(e):
+        if self.write is None or not self.writer or not collective_failure(e):
             return None
         if self.completed is None or self.moved:
             self.log("dl-launcher: a collective failed mid-update (an optimizer step had begun): no step is kept "

@@ -4,7 +4,9 @@ keeps its state on failure, and ends as argv[1] says after step 4's should_check
   mid-update   the next step's optimizer step runs, then the error (the state is step 5's, not 4's)
   bug          the next step's forward runs, then the job's own ValueError
   sigterm      the next step's forward runs, then SIGTERM (the supervisor stopping the run)
-Step 4's exact state is written to <dir>/expected.pt for the test to compare."""
+  sigterm-mid-update  SIGTERM right after step 5's optimizer step, then step 5's should_checkpoint
+The exact state the test expects kept (step 4's; step 5's for sigterm-mid-update) is written to
+<dir>/expected.pt."""
 import os
 import signal
 import sys
@@ -40,6 +42,12 @@ for s in range(5):
     step(s)
     ckpt.should_checkpoint(s, every=0)
 torch.save(state(), os.path.join(directory, "expected.pt"))
+if how == "sigterm-mid-update":
+    step(5)
+    os.kill(os.getpid(), signal.SIGTERM)  # held: an optimizer step has begun since step 4
+    torch.save(state(), os.path.join(directory, "expected.pt"))
+    ckpt.should_checkpoint(5, every=0)  # step 5 complete: the stop happens here
+    raise SystemExit("the SIGTERM was never acted on")
 x = torch.randn(16, 4, generator=torch.Generator().manual_seed(5))
 model(x)  # step 5's forward: BatchNorm's running statistics move
 if how == "mid-update":

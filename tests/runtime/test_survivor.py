@@ -14,6 +14,7 @@ import torch
 from constructs_lib.runtime import survivor
 from constructs_lib.runtime.cluster import ClusterState
 from constructs_lib.runtime.layout import name_for
+from constructs_lib.runtime.rundir import outcomes
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).with_name("survivor_job.py")
@@ -36,21 +37,23 @@ def _equal(a, b) -> bool:
     return a == b
 
 
-@pytest.mark.parametrize("how", ["peer", "sigterm"])
-def test_a_failed_collective_keeps_the_completed_step_exactly_buffers_included(tmp_path, how):
+@pytest.mark.parametrize("how, step", [("peer", 4), ("sigterm", 4), ("sigterm-mid-update", 5)])
+def test_a_failed_collective_keeps_the_completed_step_exactly_buffers_included(tmp_path, how, step):
     r = _run(how, tmp_path)
-    assert r.returncode != 0 and "kept step 4 from memory" in r.stderr, r.stderr[-2000:]
-    assert [s for s, _ in survivor.survivor_saves(str(tmp_path))] == [4]
-    kept = torch.load(tmp_path / survivor.survivor_name(4) / "model.pt")
+    assert r.returncode != 0 and f"kept step {step} from memory" in r.stderr, r.stderr[-2000:]
+    assert [s for s, _ in survivor.survivor_saves(str(tmp_path))] == [step]
+    kept = torch.load(tmp_path / survivor.survivor_name(step) / "model.pt")
     want = torch.load(tmp_path / "expected.pt")
-    assert _equal(kept, want), "the state after step 4, BatchNorm's running statistics put back"
+    assert _equal(kept, want), "the completed step's state, BatchNorm's running statistics put back"
     assert "RunStopped" in r.stderr or "Connection reset by peer" in r.stderr, "the run still ends with its error"
+    assert outcomes(3) == {survivor.COLLECTIVE_FAILED: step}, "recorded for the supervisor, which stops the run"
 
 
 @pytest.mark.parametrize("how, why", [("mid-update", "an optimizer step had begun"), ("bug", None)])
 def test_nothing_is_kept_mid_update_or_for_the_jobs_own_bug(tmp_path, how, why):
     r = _run(how, tmp_path)
     assert r.returncode != 0 and survivor.survivor_saves(str(tmp_path)) == []
+    assert outcomes(3) == ({} if how == "bug" else {survivor.COLLECTIVE_FAILED: 4}), "a bug is no peer's failure"
     assert (why in r.stderr) if why else ("kept" not in r.stderr and "ValueError" in r.stderr), r.stderr[-2000:]
 
 

@@ -30,6 +30,7 @@ p.add_argument("--events", required=True)
 p.add_argument("--final", required=True)
 p.add_argument("--pad-mb", type=int, default=0, help="extra bytes per checkpoint, so uploads take a while")
 p.add_argument("--rebuild-at", default="", help="reference run: rebuild DDP at these steps")
+p.add_argument("--no-keep", action="store_true", help="no keep_on_failure: a kill costs the steps since the last save")
 a = p.parse_args()
 
 dist.init_process_group("gloo")
@@ -77,7 +78,8 @@ def write_state(d: str) -> None:
 
 
 # A peer's death mid-step costs at most that step: the survivors write the last one they completed.
-ckpt.keep_on_failure(write_state)
+if not a.no_keep:
+    ckpt.keep_on_failure(write_state)
 event("start", step=start, resume_from=ckpt.resume_step)
 
 for step in range(start, a.steps):

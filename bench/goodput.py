@@ -1,0 +1,161 @@
+"""Goodput of a two-node DDP job under a fault schedule, with and without the survivors' kept step.
+
+The test suite's drill (2 nodes x 2 ranks, real torchrun on gloo, the node bundle, moto_server and
+a fake IMDS per node on 127.0.0.x) runs the same job twice, side by side in one run of this script:
+once with `Checkpointer.keep_on_failure` (issue 37) and once without (the periodic checkpoint
+only). Each run: a cold start, then hard kills (SIGKILL of a node's whole process tree, its
+instance terminated; the rank-0 node and the other in turn) every `--interval` seconds of
+training. The replacement boots at the kill, so EC2's launch time is excluded. (A termination
+notice costs no step either way: bench/drill_recovery.py.) Reported:
+- goodput: the wall time spent on steps that were kept (not done again later), over the wall time
+  from the first step to the last;
+- steps done again, per kill and in all;
+- recovery per kill, split into phases from the records the nodes write in S3 (their own clocks):
+    detection   kill -> the gone record (the asker's EC2 check, or the heartbeat)
+    kept+sent   -> the survivor's join of the next generation (it promotes and pushes the kept
+                   step first; without keep_on_failure, only the last save's push)
+    rendezvous  -> the next plan
+    restart     -> the first step of the next generation (restore, torchrun, torch start-up)
+- the step time with and without the survivors' bookkeeping (median of every step on rank 0);
+- an extrapolation to a 512-node job at Llama 3's published failure rate.
+
+    python bench/goodput.py [--kills 4] [--interval 8] [--every 10]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+for _k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # moto_server's stand-ins: everything goes to 127.0.0.1
+    os.environ.setdefault(_k, "testing")
+from tests.runtime.drill import Drill, generations, start_moto_server  # noqa: E402
+
+SLEEP = 0.04
+# Llama 3 (Meta, 2024): 419 unexpected interruptions in 54 days on 16,384 GPUs.
+LLAMA3_PER_GPU_DAY = 419 / 54 / 16384
+
+
+def _training(d: Drill, after: int) -> bool:
+    g = d.current_gen()
+    return g is not None and int(g) > after and d.running(g, 0)
+
+
+def _record(d: Drill, key: str) -> dict:
+    body = d.s3.get_object(Bucket=d.bucket, Key=f"{d.prefix}/_cluster/{key}")["Body"].read()
+    return json.loads(body)
+
+
+def _phases(d: Drill, victim, g: str, g2: str) -> dict[str, float]:
+    """Seconds per recovery phase after `victim` was killed in generation g (g2: the next one)."""
+    events = d.read_events()
+    first = min(e["t"] for e in events if e["event"] == "step" and e["gen"] == g2)
+    plan = d.plan(g2)
+    listing = d.s3.list_objects_v2(Bucket=d.bucket, Prefix=f"{d.prefix}/_cluster/gen-{int(g2):06d}/join/")
+    survivors = {n.id for n in d.live()} & {m["node"] for m in d.plan(g)["members"]}
+    joins = [int(o["Key"].rsplit("_", 1)[1][:-5]) / 1000 for o in listing.get("Contents", [])
+             if o["Key"].rsplit("/", 1)[1].split("_")[0] in survivors]
+    try:
+        detected = _record(d, f"gone/{victim.id}.json")["at"]
+    except d.s3.exceptions.NoSuchKey:
+        detected = min(joins)
+    rejoined = max(joins) if joins else detected
+    return {"detection": detected - victim.killed_at, "kept+sent": max(0.0, rejoined - detected),
+            "rendezvous": max(0.0, plan["created"] - rejoined), "restart": first - plan["created"],
+            "total": first - victim.killed_at}
+
+
+def _goodput(d: Drill) -> tuple[float, int, float]:
+    """(kept step time / wall time, steps done again, median step seconds) from rank 0's events."""
+    events = [e for e in d.read_events() if e["event"] == "step" and e["rank"] == 0]
+    gens = generations(d.read_events())
+    order = sorted(gens, key=int)
+    starts = {g: min(gens[g]["starts"].values()) for g in order}
+    kept_s, times, done = 0.0, [], 0
+    for i, g in enumerate(order):
+        steps = sorted((e["step"], e["t"]) for e in events if e["gen"] == g)
+        redo_from = min((starts[h] for h in order[i + 1:]), default=None)
+        for (s0, t0), (s1, t1) in zip(steps, steps[1:]):
+            times.append(t1 - t0)
+            if redo_from is None or s1 < redo_from:
+                kept_s += t1 - t0
+        done += len(steps)
+    wall = max(e["t"] for e in events) - min(e["t"] for e in events)
+    distinct = len({e["step"] for e in events})
+    return kept_s / wall, done - distinct, statistics.median(times)
+
+
+def run(keep: bool, kills: int, interval: float, every: int) -> dict:
+    root = Path(tempfile.mkdtemp(prefix="dl-goodput-"))
+    server, endpoint = start_moto_server(root / "moto.log")
+    (root / "run").mkdir()
+    args = "--pad-mb 0" + ("" if keep else " --no-keep")
+    d = Drill(root / "run", endpoint, steps=100_000, every=every, sleep=SLEEP, args=args)
+    addr = iter(range(2, 250))
+    out: dict = {"kills": []}
+    try:
+        d.add_node(f"127.0.0.{next(addr)}")
+        d.add_node(f"127.0.0.{next(addr)}")
+        d.wait("the cluster to train", lambda: _training(d, 0), timeout=180)
+        for i in range(kills):
+            g = d.current_gen()
+            time.sleep(interval)
+            rank0 = d.node_with_rank0(g)
+            victim = rank0 if i % 2 == 0 else next(n for n in d.live() if n is not rank0)
+            asker = min(n.id for n in d.live()) == victim.id
+            victim.kill()
+            d.add_node(f"127.0.0.{next(addr)}")
+            d.wait("recovery", lambda: _training(d, int(g)), timeout=180)
+            g2 = d.current_gen()
+            lost = max(d.steps_seen(g)) + 1 - min(generations(d.read_events())[g2]["starts"].values())
+            out["kills"].append({"who": ("rank-0 node" if i % 2 == 0 else "other node")
+                                 + (", first in id order" if asker else ""),
+                                 "lost": lost, **_phases(d, victim, g, g2)})
+        time.sleep(interval)
+        out["goodput"], out["redone"], out["step"] = _goodput(d)
+    finally:
+        d.stop()
+        server.terminate()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kills", type=int, default=4)
+    ap.add_argument("--interval", type=float, default=8.0, help="seconds of training between faults")
+    ap.add_argument("--every", type=int, default=10, help="the periodic checkpoint, in steps")
+    ap.add_argument("--save-minutes", type=float, default=30.0, help="extrapolation: a large job's save interval")
+    a = ap.parse_args()
+    results = {}
+    for keep in (False, True):
+        results[keep] = run(keep, a.kills, a.interval, a.every)
+    phases = ("detection", "kept+sent", "rendezvous", "restart", "total")
+    for keep, r in results.items():
+        print(f"\n{'with' if keep else 'without'} keep_on_failure: goodput {r['goodput']:.1%}, "
+              f"steps done again {r['redone']}, median step {r['step'] * 1000:.0f} ms")
+        print("| kill | steps lost | " + " | ".join(phases) + " |")
+        for k in r["kills"]:
+            print(f"| {k['who']} | {k['lost']} | " + " | ".join(f"{k[p]:.1f}" for p in phases) + " |")
+    off, on = results[False], results[True]
+    print(f"\nstep time with / without the survivors' bookkeeping: {on['step'] / off['step']:.3f}x")
+    per_day = LLAMA3_PER_GPU_DAY * 512 * 8
+    rec = statistics.median(k["total"] for k in on["kills"])
+    lost_off = a.save_minutes * 60 / 2  # a kill lands, on average, half a save interval after the last save
+    print(f"512 nodes x 8 GPUs at Llama 3's rate: {per_day:.2f} interruptions a day (one per {24 / per_day:.1f} h)")
+    for what, lost in (("newest checkpoint only", lost_off), ("survivors keep the step", on["step"])):
+        wasted = per_day * (rec + lost)
+        print(f"  {what}: about {wasted / 60:.1f} min a day lost to failures ({wasted / 864:.2f}% of wall time), "
+              f"recovery {rec:.0f} s + {lost:.0f} s of work redone per failure (save every {a.save_minutes:g} min)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
