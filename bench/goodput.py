@@ -19,7 +19,7 @@ notice costs no step either way: bench/drill_recovery.py.) Reported:
 - the step time with and without the survivors' bookkeeping (median of every step on rank 0);
 - an extrapolation to a 512-node job at Llama 3's published failure rate.
 
-    python bench/goodput.py [--kills 4] [--interval 8] [--every 10]
+    python bench/goodput.py [--kills 4] [--interval 8] [--every 10] [--node-periods]
 """
 from __future__ import annotations
 
@@ -93,12 +93,19 @@ def _goodput(d: Drill) -> tuple[float, int, float]:
     return kept_s / wall, done - distinct, statistics.median(times)
 
 
-def run(keep: bool, kills: int, interval: float, every: int) -> dict:
+# A node's own periods (SupervisorConfig's defaults), in place of the drill's short ones.
+NODE_PERIODS = {"DL_POLL_SECONDS": "2", "DL_LIVENESS_POLL_SECONDS": "10", "DL_AGENT_POLL_SECONDS": "2",
+                "DL_STOP_TIMEOUT_SECONDS": "20", "DL_RETRY_BASE_SECONDS": "1"}
+
+
+def run(keep: bool, kills: int, interval: float, every: int, node_periods: bool = False) -> dict:
     root = Path(tempfile.mkdtemp(prefix="dl-goodput-"))
     server, endpoint = start_moto_server(root / "moto.log")
     (root / "run").mkdir()
     args = "--pad-mb 0" + ("" if keep else " --no-keep")
     d = Drill(root / "run", endpoint, steps=100_000, every=every, sleep=SLEEP, args=args)
+    if node_periods:
+        d.base_env.update(NODE_PERIODS)
     addr = iter(range(2, 250))
     out: dict = {"kills": []}
     try:
@@ -133,10 +140,12 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=8.0, help="seconds of training between faults")
     ap.add_argument("--every", type=int, default=10, help="the periodic checkpoint, in steps")
     ap.add_argument("--save-minutes", type=float, default=30.0, help="extrapolation: a large job's save interval")
+    ap.add_argument("--node-periods", action="store_true",
+                    help="a node's own periods (poll 2 s, liveness 10 s: a heartbeat is stale after 30 s), not the drill's")
     a = ap.parse_args()
     results = {}
     for keep in (False, True):
-        results[keep] = run(keep, a.kills, a.interval, a.every)
+        results[keep] = run(keep, a.kills, a.interval, a.every, a.node_periods)
     phases = ("detection", "kept+sent", "rendezvous", "restart", "total")
     for keep, r in results.items():
         print(f"\n{'with' if keep else 'without'} keep_on_failure: goodput {r['goodput']:.1%}, "

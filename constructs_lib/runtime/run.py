@@ -65,9 +65,11 @@ class Run:
             stamp = self._pass_notice(stamp)
             self.collect()
             if COLLECTIVE_FAILED in _outcomes(g):
-                # A rank's collective failed (survivor.Keeper's record): a peer is probably dead. torchrun
-                # may take minutes to give up on a dead node's store; the peers are asked about now.
+                # A rank's collective failed (survivor.Keeper's record): a peer is probably dead. The peers
+                # are asked about first, so the others learn it from the record while this run stops
+                # (torchrun can take minutes to give up on a dead node's store by itself).
                 self.log(f"generation {g}: a collective failed on this node; stopping the run")
+                self._ask_now(g)
                 self.stop()
                 return self.settle(self.proc.returncode or 1)
             try:
@@ -88,6 +90,14 @@ class Run:
         if rc == 0 or "interrupted" in outcomes:
             self.collect(exited=True)  # its last save, before the supervisor pushes the newest
         return exit_outcome(rc, outcomes) or self.settle(rc)
+
+    def _ask_now(self, g: int) -> None:
+        try:
+            self.membership.gone(self.others, urgent=self.others, among=self.plan.nodes())
+        except Exception as e:  # noqa: BLE001 - settle asks again; AWS's trouble never ends a run by itself
+            if not transient(e):
+                raise
+            self.said("watch", f"generation {g}: cannot ask about the peers ({brief(e)}); settling")
 
     def settle(self, rc: int) -> Outcome:
         """A non-zero exit: peer-lost if the cluster shows a loss within the settling time, else failed."""
@@ -139,25 +149,43 @@ class Run:
         """SIGTERM to the process group, SIGKILL after stop_timeout. Done when every process of the
         group has exited, not only the command: torchrun may go first while a rank still writes
         the step it kept (survivor.py), and the next generation must find that save whole."""
+        started = time.monotonic()
         for sig, wait in ((signal.SIGTERM, self.stop_timeout), (signal.SIGKILL, 10.0)):
             if sig == signal.SIGKILL:
                 self.stop_container()  # docker passes SIGTERM on to the container, not SIGKILL
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
-                return
+                break
             if self._group_exited(time.monotonic() + wait):
-                return
+                break
+        self.log(f"generation {self.plan.generation}: the run stopped in {time.monotonic() - started:.1f} s")
 
     def _group_exited(self, until: float) -> bool:
-        try:
-            self.proc.wait(timeout=max(0.0, until - time.monotonic()))  # reaped: no zombie keeps the group
-        except subprocess.TimeoutExpired:
-            return False
+        """Whether every process of the group exited by `until`. Once the command's children are all
+        gone, the command itself is ended: torchrun takes seconds after its workers exit to give up
+        on a dead master's store, and has nothing left to save."""
+        had_children = bool(_group(self.proc.pid) - {self.proc.pid})
         while time.monotonic() < until:
-            try:
-                os.killpg(self.proc.pid, 0)
-            except ProcessLookupError:
+            members = _group(self.proc.pid)
+            if self.proc.poll() is None and had_children and members <= {self.proc.pid}:
+                os.kill(self.proc.pid, signal.SIGKILL)
+            if self.proc.poll() is not None and not members - {self.proc.pid}:
                 return True
             time.sleep(0.05)
         return False
+
+
+def _group(pgid: int) -> set[int]:
+    """The live processes of process group `pgid` (Linux's /proc; zombies count as gone)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                found.add(int(entry))
+    return found

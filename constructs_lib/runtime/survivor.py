@@ -19,6 +19,9 @@ The state is written only when it is exact:
   run (SIGTERM: the supervisor or torchrun stopping it), never the user's own bug. A SIGTERM that
   arrives mid-update is held until that step completes (the next should_checkpoint), so the run
   still stops with a whole step in hand.
+After a failed collective the process ends at once once its traceback is printed (os._exit):
+the interpreter's exit would wait on the dead peer in the process group's teardown, and atexit
+handlers are skipped.
 """
 from __future__ import annotations
 
@@ -121,12 +124,19 @@ class Keeper:
         raise RunStopped(f"signal {signum}")
 
     def _excepthook(self, kind: type, e: BaseException, tb: Any) -> None:
+        failed = collective_failure(e)
         try:
-            if collective_failure(e):
+            if failed:
                 self.report(self.completed)
                 self.keep(e)
         finally:
             self._previous_hook(kind, e, tb)
+        if failed:
+            # The interpreter's own exit would tear the process group down, and gloo's teardown waits
+            # on the dead peer for seconds while the next generation waits for this run to stop.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
 
     def keep(self, e: BaseException) -> Optional[str]:
         """The survivor save's path, or None (not this rank's to write, not exact, not a peer's failure)."""
