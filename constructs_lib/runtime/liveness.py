@@ -42,7 +42,6 @@ class Liveness:
     def __init__(self, ec2, cluster: Optional["ClusterState"] = None, *, me: str = "", stale: float = 30.0,
                  log=lambda line: None) -> None:
         self.ec2, self.cluster, self.me, self.stale, self.log = ec2, cluster, me, stale, log
-        self.last_beats: Optional[tuple[dict[str, float], float]] = None  # the last look's (beats, S3's now)
 
     def gone(self, nodes: Iterable[str], *, urgent: Iterable[str] = (), among: Optional[Iterable[str]] = None,
              since: Optional[float] = None) -> set[str]:
@@ -58,7 +57,6 @@ class Liveness:
             return self.confirm(nodes)
         recorded = self.cluster.gone_nodes()
         beats, now = self.cluster.beats()
-        self.last_beats = (beats, now)
         fresh = {n for n, t in beats.items() if now - t <= self.stale}
         asking = askers(beats if among is None else among, fresh, recorded, urgent=bool(urgent))
         ask = suspects(nodes, recorded, beats, now, stale=self.stale, urgent=urgent & nodes, since=since)
