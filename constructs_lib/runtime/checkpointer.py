@@ -77,6 +77,7 @@ class Checkpointer:
         self._failed: Optional[BaseException] = None  # why the last async save's completion failed
         self.reason: Optional[str] = None  # why the last should_checkpoint said yes
         os.makedirs(self.directory, exist_ok=True)
+        self._memory: Any = None  # memory_tier.MemoryTier, made by the first save_to_memory
         self._keeper: Any = None  # survivor.Keeper: under the supervisor, reports a failed collective
         if self.managed:
             from .survivor import COLLECTIVE_FAILED, Keeper
@@ -255,14 +256,15 @@ class Checkpointer:
                 finished.set()
         future.add_done_callback(done)
 
-    def _finish_sharded(self, step: int, attempt: str, state_dict: dict, metadata: Any, group: Any = None) -> None:
+    def _finish_sharded(self, step: int, attempt: str, state_dict: dict, metadata: Any, group: Any = None, *,
+                        root: Optional[str] = None) -> None:
         # What dcp.save returns lacks storage_data on some torch versions (2.11 seen): the file
         # DCP wrote on global rank 0 has it, so rank 0 reads that and hands it to every rank.
         import torch.distributed as dist
 
-        tmp = shards.tmp_dir(self.directory, step, attempt)
+        tmp = shards.tmp_dir(root or self.directory, step, attempt)
         if metadata.storage_data:  # DCP broadcast the same object to every rank: the same answer everywhere
-            self._commit_sharded(step, attempt, state_dict, metadata)
+            self._commit_sharded(step, attempt, state_dict, metadata, root)
             return
         storage = None
         if self.rank == 0:
@@ -278,17 +280,50 @@ class Checkpointer:
         if not storage:  # not complete anywhere: every rank fails this save the same way
             raise RuntimeError(f"sharded save of step {step}: DCP's .metadata on global rank 0 is unreadable")
         metadata.storage_data = storage
-        self._commit_sharded(step, attempt, state_dict, metadata)
+        self._commit_sharded(step, attempt, state_dict, metadata, root)
 
-    def _commit_sharded(self, step: int, attempt: str, state_dict: dict, metadata: Any) -> None:
+    def _commit_sharded(self, step: int, attempt: str, state_dict: dict, metadata: Any,
+                        root: Optional[str] = None) -> None:
         reads, written = shards.read_set(state_dict, metadata)
         final = shards.finish_rank(
-            self.directory, step, attempt, rank=self.rank, node_rank=_env_int("GROUP_RANK", _env_int("NODE_RANK", 0)),
+            root or self.directory, step, attempt, rank=self.rank, node_rank=_env_int("GROUP_RANK", _env_int("NODE_RANK", 0)),
             local_world_size=_env_int("LOCAL_WORLD_SIZE", 1),
             world_size=self.world_size, reads=reads, expect=written if self.rank == 0 else None,
-            guard_uploads=self.managed)
-        if final:
+            guard_uploads=self.managed and root is None)
+        if final and root is None:
             self._prune_unmanaged()
+
+    def save_to_memory(self, step: int, state_dict: dict, *, every: int = 1) -> bool:
+        """Every rank, every step, after should_checkpoint (and save_sharded, if due): every `every`
+        steps, keep `state_dict` (the same DCP state save_sharded takes) in this node's host memory
+        and a copy on a buddy node, so that a node that dies costs at most `every` steps instead of
+        everything since the last checkpoint. Asynchronous: the copy to CPU is the only part on
+        this thread; the previous snapshot is waited for first. Collective: every rank calls it at
+        the same steps. Under the supervisor on two or more nodes only (alone it returns False).
+        Host memory it takes per node: 4 x the node's share of the state (two snapshots, own and
+        buddy's) plus 1 x for the CPU copy. See memory_tier.py."""
+        if every < 1 or (step + 1) % every:
+            return False
+        if not self.managed or self.world_size <= 1:
+            return False
+        if self._memory is None:
+            from .memory_tier import MemoryTier
+
+            local = _env_int("LOCAL_WORLD_SIZE", 1)
+            if self.world_size % local or self.world_size == local:
+                return False  # one node: no buddy to hold a copy
+            self._memory = MemoryTier(root=contract.memory_dir(), generation=str(self.generation), rank=self.rank,
+                                      world_size=self.world_size, local_world_size=local,
+                                      node_rank=_env_int("GROUP_RANK", _env_int("NODE_RANK", 0)),
+                                      finish=self._finish_sharded)
+            atexit.register(self._release_memory)
+        return self._memory.snapshot(step, state_dict)
+
+    def _release_memory(self) -> None:
+        memory, self._memory = self._memory, None
+        if memory is not None:
+            memory.wait()
+            memory.group = None  # see _control_group: no group may outlive the interpreter's exit
 
     def _prune_unmanaged(self) -> None:
         """Outside the supervisor no node agent prunes: keep the newest `keep` complete saves."""
@@ -297,7 +332,10 @@ class Checkpointer:
                 shutil.rmtree(path, ignore_errors=True)
 
     def wait(self) -> None:
-        """Until the async save in flight is written and complete on this node; raises its error."""
+        """Until the async save and the memory snapshot in flight are written and complete on this
+        node; raises the save's error (a snapshot's is only logged: the tier stops for the run)."""
+        if self._memory is not None:
+            self._memory.wait()
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.wait()

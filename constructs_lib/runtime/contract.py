@@ -220,6 +220,12 @@ def checkpoint_dir() -> str:
     return os.environ.get("DL_CHECKPOINT_DIR") or os.path.join(scratch_dir(), "checkpoints")
 
 
+def memory_dir() -> str:
+    """The memory tier's snapshots (memory_store.py): host memory, tmpfs. /dev/shm is half the
+    RAM by default; /run (DL_RUN_DIR) is often a fifth, too small for a model's state."""
+    return os.environ.get("DL_MEMORY_DIR") or "/dev/shm/dl-launcher"
+
+
 HEALTH_LEVELS = ("ok", "degraded", "failed")
 
 # ---- the job: its definition, code, environment and logs (jobdef.py, JobDefinition) ---------------

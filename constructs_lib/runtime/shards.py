@@ -38,7 +38,9 @@ def attempt_problem(attempt: Any) -> Optional[str]:
 
 
 def new_attempt(generation: Optional[str], pick: Optional[int] = None) -> str:
-    n = secrets.randbits(32) if pick is None else pick  # not `random`: a job's random.seed() must not repeat it
+    # not `random`: a job's random.seed() must not repeat it. 31 bits: the top one marks a memory
+    # snapshot's attempt (memory_tier.attempt_for), so no periodic save ever shares one.
+    n = secrets.randbits(31) if pick is None else pick
     g = int(generation) if generation and generation.isdigit() else 0
     return f"g{g}-{n:08x}"
 
@@ -115,6 +117,12 @@ def finish_rank(root: str, step: int, attempt: str, *, rank: int, node_rank: int
     if expect is not None:
         mark["expect"] = expect
     write_atomic(os.path.join(tmp, MARKERS, f"rank-{rank}.json"), json.dumps(mark))
+    return complete_if_whole(root, step, attempt, guard_uploads=guard_uploads)
+
+
+def complete_if_whole(root: str, step: int, attempt: str, *, guard_uploads: bool) -> Optional[str]:
+    """Rename the attempt's directory to step-N once its markers make a whole node; the final path then."""
+    tmp = tmp_dir(root, step, attempt)
     # The local ranks of a node finish in any order; the last one renames. flock, not a rename
     # race: a rank that saw the others' markers must not move a directory another rank just made final.
     with flocked(os.path.join(root, ".commit.lock")):

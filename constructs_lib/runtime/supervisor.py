@@ -33,7 +33,7 @@ import time
 from typing import Callable, Optional, Union
 
 from dl_core.aws import brief
-from . import contract, framework_checkpoints, notice, rendezvous, sharded_store, survivor
+from . import contract, framework_checkpoints, kept, memory_store, notice, rendezvous, sharded_store, survivor
 from .agent import push_newest, pushed_step, write_health
 from .cluster import ClusterState, Liveness, Member, Plan
 from .decisions import (
@@ -141,7 +141,8 @@ class Supervisor:
         self.state.last_signature = signature if outcome == "failed" else None
         self.state.last_resume = plan.resume_step
         self.state.save()
-        self._promote_survivor_save(g)
+        kept.promote(plan=plan, node=self.me.node, local_dir=self.local_dir, store=self.store, cluster=self.cluster,
+                     membership=self.membership, newest=self._newest_step, ride=self.ride, log=self.log)
         self.flush()
         if outcome == "finished":
             step = self.ride(self._newest_step, "reading the final step")  # whichever node pushed it
@@ -154,19 +155,6 @@ class Supervisor:
         if notice.read().terminating:
             return self.leave(g + 1)
         return None
-
-    def _promote_survivor_save(self, g: int) -> None:
-        """A step the command's ranks kept from memory when a peer died (survivor.py) becomes this
-        node's newest save, to be pushed before it rejoins, if its claim wins and nothing newer exists."""
-        if not survivor.survivor_saves(self.local_dir):
-            return
-        try:
-            newest = self.ride(self._newest_step, "reading the newest checkpoint")
-            survivor.promote(self.local_dir, newest_remote=newest, log=self.log,
-                             claim=lambda step: self.ride(lambda: self.cluster.claim_kept(g, step, self.me.node),
-                                                          "claiming the kept step"))
-        except OSError as e:  # a full disk or a vanished directory: the newest checkpoint still stands
-            self.log(f"could not keep the step saved from memory: {type(e).__name__}: {e}")
 
     def _give_up(self, g: int, detail: str, lines: list[str], repeated: bool) -> int:
         if repeated:
@@ -297,6 +285,7 @@ class Supervisor:
     def _execute(self, plan: Plan) -> tuple[str, str]:
         set_phase("restoring")
         survivor.clear(self.local_dir)
+        memory_store.clear(contract.memory_dir())
         rank, n = plan.rank_of(self.me.node) or 0, self.cfg.nproc_per_node
         try:
             restored = restore(self.store, self.local_dir, plan.resume_step, log=self.log,

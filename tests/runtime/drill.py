@@ -99,7 +99,8 @@ class Node:
                              instance_id=self.id, local_ipv4=addr).start()
         self.root = drill.root / f"node-{addr}"
         self.dirs = {"DL_ETC_DIR": self.root / "etc", "DL_RUN_DIR": self.root / "run",
-                     "DL_LIB_DIR": drill.lib, "DL_SCRATCH": self.root / "scratch", "DL_LOG_DIR": self.root / "log"}
+                     "DL_LIB_DIR": drill.lib, "DL_SCRATCH": self.root / "scratch", "DL_LOG_DIR": self.root / "log",
+                     "DL_MEMORY_DIR": self.root / "mem"}
         for var, d in self.dirs.items():
             d.mkdir(parents=True, exist_ok=True)
         bin_dir = self.root / "bin"

@@ -1,8 +1,10 @@
 """The sharded drill: an FSDP2 job (fully_shard, gloo on CPU) under real torchrun on two nodes x two
-processes, every rank writing its shard with torch.distributed.checkpoint, asynchronously, through
-the project's own node bundle against moto_server. A node is killed in the middle of an async
-save, another gets a termination notice, and the job must end with exactly the parameters of an
-uninterrupted run.
+processes, every rank writing its shard with torch.distributed.checkpoint, asynchronously, and
+keeping every step in memory and on its buddy node (save_to_memory), through the project's own
+node bundle against moto_server. A node is killed in the middle of an async save (the step comes
+back from its buddy's copy: at most one step lost), another gets a termination notice (none
+lost), then both nodes die at once (the newest step in S3), and the job must end with exactly
+the parameters of an uninterrupted run.
 """
 from __future__ import annotations
 
@@ -19,12 +21,20 @@ pytestmark = pytest.mark.drill
 
 STEPS, EVERY = 90, 10
 SCRIPT = "fsdp_train.py"
-ARGS = "--width 256"
+ARGS = "--width 256 --memory"
 
 
 def _manifest(d: Drill, step: int) -> dict:
     key = f"{d.prefix}/step-{step:012d}/MANIFEST.json"
     return json.loads(d.s3.get_object(Bucket=d.bucket, Key=key)["Body"].read())
+
+
+def _steps_by_rank(d: Drill, g: str) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for e in d.read_events():
+        if e["event"] == "step" and e["gen"] == g:
+            out.setdefault(e["rank"], []).append(e["step"])
+    return out
 
 
 def test_fsdp2_job_with_async_sharded_saves_through_a_kill_mid_save_and_a_notice(tmp_path, moto_process):
@@ -67,7 +77,12 @@ def test_fsdp2_job_with_async_sharded_saves_through_a_kill_mid_save_and_a_notice
         replacement = d.add_node("127.0.0.22")
         g2 = _wait_new_generation(d, "1")
         resumed = d.plan(g2)["resume_step"]
-        assert resumed is not None and resumed < inflight["step"], "a step cut short on one node is never resumed"
+        done = min(max(steps) for steps in _steps_by_rank(d, "1").values())
+        assert resumed is not None and done - resumed <= 1, f"every rank completed {done}; resumed from {resumed}"
+        attempt = _manifest(d, resumed)["shards"]["attempt"]
+        assert int(attempt.split("-")[1], 16) >= 2**31 and resumed > resumable, \
+            f"step {resumed} came from the memory snapshots (attempt {attempt}), not the periodic saves"
+        facts["lost at the kill"] = done - resumed
         # The replacement restored only what its ranks read back: the metadata, its ranks' shards
         # and rank 0's (which holds the replicated optimizer state).
         rank = d.plan(g2)["members"].index(next(mb for mb in d.plan(g2)["members"] if mb["node"] == replacement.id))
@@ -92,11 +107,22 @@ def test_fsdp2_job_with_async_sharded_saves_through_a_kill_mid_save_and_a_notice
         g3 = _wait_new_generation(d, g2)
         assert d.plan(g3)["resume_step"] == stop, "no step lost after the notice"
 
+        # 4. Both buddies die at once: no memory copy survives, the job goes on from S3's newest step.
+        start3 = min(generations(d.read_events())[g3]["starts"].values())
+        d.wait("progress", lambda: d.running(g3, start3 + 4))
+        for node in d.live():
+            node.kill()
+        newest = d.newest_in_s3()  # the nodes are gone: nothing reaches S3 any more
+        d.add_node("127.0.0.24")
+        d.add_node("127.0.0.25")
+        g4 = _wait_new_generation(d, g3)
+        assert d.plan(g4)["resume_step"] == newest, "S3's newest, nothing else"
+
         d.wait("the job to finish on every node", d.finished, timeout=150)
     finally:
         d.stop()
     gens = _check_every_generation(d, STEPS)
-    assert len(gens) == 3, sorted(gens)
+    assert len(gens) == 4, sorted(gens)
     ref = reference_run(tmp_path / "ref", steps=STEPS, every=EVERY, rebuild_at=[], world=4,
                         script=PROJECT / SCRIPT, args=ARGS.split())
     got, want = torch.load(d.final), torch.load(ref)

@@ -30,6 +30,7 @@ p.add_argument("--events", required=True)
 p.add_argument("--final", required=True)
 p.add_argument("--width", type=int, default=64, help="hidden width: a wider model makes each save take longer")
 p.add_argument("--sync", action="store_true", help="save synchronously")
+p.add_argument("--memory", action="store_true", help="keep every step in memory and on a buddy node (save_to_memory)")
 p.add_argument("--slow-save-flag", default="",
                help="drill: while this file ({node}: this node's id) exists, this node's writes wait 2 s first")
 a = p.parse_args()
@@ -52,7 +53,8 @@ if a.slow_save_flag:  # the drill's window to kill a node in the middle of an as
     real_write = FileSystemWriter.write_data
 
     def write_data(self, plan, planner):
-        if os.path.exists(a.slow_save_flag.replace("{node}", node)):
+        memory = os.environ.get("DL_MEMORY_DIR") and str(self.path).startswith(os.environ["DL_MEMORY_DIR"])
+        if os.path.exists(a.slow_save_flag.replace("{node}", node)) and not memory:
             time.sleep(2)
         return real_write(self, plan, planner)
     FileSystemWriter.write_data = write_data
@@ -90,6 +92,9 @@ for step in range(start, a.steps):
         msd, osd = get_state_dict(model, opt)
         ckpt.save_sharded(step, {"model": msd, "optim": osd}, asynchronous=not a.sync)
         event("save", step=step, reason=reason)
+    if a.memory and not ckpt.interrupted:
+        msd, osd = get_state_dict(model, opt)
+        ckpt.save_to_memory(step, {"model": msd, "optim": osd})
     if ckpt.interrupted:
         event("stop", step=step)
         break

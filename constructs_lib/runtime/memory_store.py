@@ -1,0 +1,160 @@
+"""The memory tier's files on a node (host memory: tmpfs), and what the supervisor does with them
+when a run ends. memory_tier.py writes them from the training processes.
+
+    <root>/gen-G/own/step-N/                 this node's part of snapshot N (DCP files, shard markers)
+    <root>/gen-G/held/node-K/step-N/         node K's part, received from K: K's buddy copy
+    <root>/gen-G/settled/step-N              snapshot N is whole across the cluster (every rank
+                                             sent and received it)
+
+Snapshots of one generation only: a run's start clears every earlier one (the supervisor has
+sent what it could when that run ended).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from typing import Callable, Optional
+
+from . import shards
+from .layout import make_final, name_for, newest_local, step_of
+
+_RANK_FILE = re.compile(r"^__(\d{1,7})_\d{1,4}\.distcp\Z", re.ASCII)
+_HELD = re.compile(r"^node-(\d{1,7})\Z", re.ASCII)
+
+
+# The top bit of a snapshot's attempt number is set; a periodic save's never is (shards.new_attempt).
+SNAPSHOT_BIT = 0x8000_0000
+
+
+def attempt_for(generation: Optional[str], step: int) -> str:
+    """A snapshot's attempt: fixed by its generation and step, never a periodic save's."""
+    return shards.new_attempt(generation, SNAPSHOT_BIT | (step & 0x7FFF_FFFF))
+
+
+def gen_root(root: str, generation: str) -> str:
+    return os.path.join(root, f"gen-{generation}")
+
+
+def own_root(root: str, generation: str) -> str:
+    return os.path.join(gen_root(root, generation), "own")
+
+
+def held_root(root: str, generation: str, node: int) -> str:
+    return os.path.join(gen_root(root, generation), "held", f"node-{node}")
+
+
+def rank_files(part: str, rank: int) -> list[str]:
+    """A rank's files in a complete node part: its DCP shard files, its marker, and (global rank 0,
+    DCP's coordinator) the step's .metadata."""
+    names = sorted(n for n in os.listdir(part) if (m := _RANK_FILE.match(n)) and int(m.group(1)) == rank)
+    names.append(f"{shards.MARKERS}/rank-{rank}.json")
+    if rank == 0:
+        names.append(shards.METADATA)
+    return names
+
+
+def receive(held: str, step: int, attempt: str, header: list, data: memoryview) -> Optional[str]:
+    """Write one rank's files from its buddy (header: [[name, size], ...] over `data`); the part is
+    complete here once every rank of the sending node has arrived. Returns its path then."""
+    tmp = shards.tmp_dir(held, step, attempt)
+    at = 0
+    for name, size in header:
+        if not _safe(name) or not isinstance(size, int) or size < 0 or at + size > len(data):
+            raise ValueError(f"a buddy's file {name!r} of {size!r} bytes does not fit what was sent")
+        path = os.path.join(tmp, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data[at:at + size])
+        at += size
+    return shards.complete_if_whole(held, step, attempt, guard_uploads=False)
+
+
+def _safe(name: object) -> bool:
+    return (isinstance(name, str) and (bool(_RANK_FILE.match(name)) or name == shards.METADATA
+                                       or bool(re.match(rf"^{re.escape(shards.MARKERS)}/rank-\d{{1,7}}\.json\Z", name))))
+
+
+def settle(root: str, generation: str, step: int) -> None:
+    """Mark `step` whole across the cluster and drop every older snapshot of this generation."""
+    g = gen_root(root, generation)
+    os.makedirs(os.path.join(g, "settled"), exist_ok=True)
+    with open(os.path.join(g, "settled", name_for(step)), "w"):
+        pass
+    for d in [os.path.join(g, "settled"), os.path.join(g, "own"), *_held_dirs(g)]:
+        for n in os.listdir(d) if os.path.isdir(d) else []:
+            s = _step_in(n)
+            if s is not None and s < step:
+                path = os.path.join(d, n)
+                shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else _unlink(path)
+
+
+def _step_in(name: str) -> Optional[int]:
+    """The step a snapshot entry is of: step-N, or .tmp-step-N-<attempt> (one cut short)."""
+    if name.startswith(".tmp-"):
+        name = name[5:22]
+    return step_of(name)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _held_dirs(g: str) -> list[str]:
+    h = os.path.join(g, "held")
+    return [os.path.join(h, n) for n in sorted(os.listdir(h)) if _HELD.match(n)] if os.path.isdir(h) else []
+
+
+def settled(root: str, generation: str) -> Optional[int]:
+    d = os.path.join(gen_root(root, generation), "settled")
+    steps = [s for s in map(step_of, os.listdir(d) if os.path.isdir(d) else []) if s is not None]
+    return max(steps, default=None)
+
+
+def clear(root: str) -> None:
+    """Every snapshot: at a run's start they belong to a run that is over."""
+    if os.path.isdir(root):
+        for n in os.listdir(root):
+            if n.startswith("gen-"):
+                shutil.rmtree(os.path.join(root, n), ignore_errors=True)
+
+
+def promote(root: str, generation: str, local_dir: str, *, newest_remote: Optional[int],
+            owner_gone: Callable[[int], bool], push_held: Callable[[str, int, dict], None],
+            log: Callable[[str], None]) -> Optional[int]:
+    """Between runs, after generation `generation` ended: the newest settled snapshot becomes this
+    node's part of `step-N` (pushed next like any save), and each held part whose owner is gone is
+    sent to S3 in its owner's place (push_held(path, step, part)). Nothing when the snapshot is no
+    newer than a checkpoint here or in S3. Returns the step, or None."""
+    step = settled(root, generation)
+    if step is None:
+        return None
+    local = newest_local(local_dir)
+    if (newest_remote is not None and step <= newest_remote) or (local is not None and step <= local[0]):
+        return None
+    g = gen_root(root, generation)
+    sent = []
+    for held in _held_dirs(g):
+        node = int(_HELD.match(os.path.basename(held)).group(1))  # type: ignore[union-attr]
+        part_dir = os.path.join(held, name_for(step))
+        part = shards.node_part(part_dir) if os.path.isdir(part_dir) else None
+        if (part is not None and part["node_rank"] == node and part["attempt"] == attempt_for(generation, step)
+                and owner_gone(node)):
+            push_held(part_dir, step, part)
+            sent.append(node)
+    own = os.path.join(g, "own", name_for(step))
+    mine = shards.node_part(own)
+    if mine is None or mine["attempt"] != attempt_for(generation, step):
+        log(f"snapshot {step} settled but this node's part of it is not whole here: resuming from S3's newest")
+        return None
+    tmp = os.path.join(local_dir, f".tmp-{name_for(step)}-memory")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(own, tmp)
+    make_final(tmp, os.path.join(local_dir, name_for(step)), guard_uploads=True)
+    log(f"step {step} kept in memory: sending this node's part" +
+        (f" and node {', '.join(map(str, sent))}'s from the buddy copy" if sent else "") +
+        "; the next generation resumes there once every node's part is in S3")
+    return step

@@ -1,0 +1,184 @@
+"""The memory tier for sharded state (issue 37): a dead node's shards come back from its buddy.
+
+Every K steps (Checkpointer.save_to_memory) each rank copies its shard of the state to CPU buffers
+(the only part on the training thread), then, on a thread of its own and over a gloo process group
+of its own:
+1. writes it with torch.distributed.checkpoint into host memory (tmpfs: memory_store.own_root),
+   the same files and markers a sharded save writes, so the node's part is complete exactly as
+   shards.py decides for a save on disk;
+2. sends its rank's files to the same local rank on its buddy node (the next node in a ring
+   ordered so that neighbours differ in failure domain where the cluster allows) and receives
+   the previous node's in turn (memory_store.held_root);
+3. waits at a barrier: once any rank passes it, every rank of every node had sent and received
+   step N, so the step is whole across the cluster, and the rank marks it settled here.
+Two snapshots are kept (the settled one and the one in flight), the older ones dropped.
+
+When a node dies, each survivor holds its own part of the newest settled step and a copy of its
+buddy's; between runs the supervisor sends those parts to S3 (memory_store.promote) and the next
+generation resumes there through the ordinary sharded restore. Steps lost: the one in flight and
+at most the one whose snapshot had not settled. A snapshot's attempt is fixed by its generation
+and step (memory_store.attempt_for) and differs from every periodic save's: S3 merges parts of one attempt
+only, so a stale copy from another generation or step is never mixed in.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import threading
+from typing import Any, Callable, Optional
+
+from . import memory_store, shards
+
+# A peer that vanishes without closing its sockets fails the tier's collectives after this long;
+# the run's own watch stops the run well before on a lost peer.
+TIMEOUT = dt.timedelta(seconds=120)
+
+
+def ring(domains: list[str]) -> list[int]:
+    """Node ranks in ring order, each node's buddy the next: neighbours in different failure
+    domains wherever the counts allow (round robin over the domains, the largest first)."""
+    groups: dict[str, list[int]] = {}
+    for node, d in enumerate(domains):
+        groups.setdefault(d, []).append(node)
+    queues = sorted(groups.values(), key=lambda g: (-len(g), g[0]))
+    order: list[int] = []
+    while any(queues):
+        for q in queues:
+            if q:
+                order.append(q.pop(0))
+    return order
+
+
+def neighbours(order: list[int], node: int) -> tuple[int, int]:
+    """(the node this node sends to, the node it receives from)."""
+    i = order.index(node)
+    return order[(i + 1) % len(order)], order[(i - 1) % len(order)]
+
+
+class MemoryTier:
+    """One per training process, made by Checkpointer.save_to_memory on its first call (every
+    rank at the same call: creating the tier's process group is collective)."""
+
+    def __init__(self, *, root: str, generation: str, rank: int, world_size: int, local_world_size: int,
+                 node_rank: int, finish: Callable[..., None],
+                 log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+
+        self.root, self.generation, self.rank, self.log = root, generation, rank, log
+        self.world_size, self.local = world_size, local_world_size
+        self.node_rank, self.nodes = node_rank, world_size // local_world_size
+        self.finish = finish  # Checkpointer._finish_sharded: this rank's marker, the node's part complete
+        self.group = dist.new_group(backend="gloo", timeout=TIMEOUT)
+        domains: list[Any] = [None] * world_size
+        dist.all_gather_object(domains, (node_rank, os.environ.get("DL_FAILURE_DOMAIN", "")), group=self.group)
+        by_node = dict(domains)
+        self.order = ring([by_node[n] for n in range(self.nodes)])
+        self.send_node, self.recv_node = neighbours(self.order, node_rank)
+        self.planner = DefaultSavePlanner(dedup_save_to_lowest_rank=True, enable_plan_caching=True)
+        self.staged: Optional[dict] = None
+        self.thread: Optional[threading.Thread] = None
+        self.broken: Optional[str] = None
+
+    def _peer(self, node: int) -> int:
+        return node * self.local + self.rank % self.local
+
+    def snapshot(self, step: int, state_dict: dict) -> bool:
+        """Start the snapshot of `step`; False when the tier stopped after an error in this run."""
+        self.wait()
+        if self.broken:
+            return False
+        self.staged = _stage(state_dict, self.staged)
+        self.thread = threading.Thread(target=self._work, args=(step, self.staged), daemon=True,
+                                       name=f"dl-memory-step-{step}")
+        self.thread.start()
+        return True
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+
+    def _work(self, step: int, staged: dict) -> None:
+        try:
+            self._write_send_settle(step, staged)
+        except BaseException as e:  # noqa: BLE001 - a lost peer: the training thread's next collective says so
+            self.broken = f"{type(e).__name__}: {e}"
+            self.log(f"dl-launcher: the memory tier stopped at step {step} ({self.broken}); "
+                     "the job resumes from its newest settled snapshot or checkpoint")
+
+    def _write_send_settle(self, step: int, staged: dict) -> None:
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.state_dict_saver import save
+
+        attempt = memory_store.attempt_for(self.generation, step)
+        own = memory_store.own_root(self.root, self.generation)
+        tmp = shards.tmp_dir(own, step, attempt)
+        shutil.rmtree(tmp, ignore_errors=True)  # a snapshot of this step cut short earlier in this generation
+        os.makedirs(tmp, exist_ok=True)
+        metadata = save(staged, checkpoint_id=tmp, process_group=self.group, planner=self.planner)
+        self.finish(step, attempt, staged, metadata, self.group, root=own)
+        dist.barrier(group=self.group)  # every node's part complete: its files are in step-N now
+        if self.nodes > 1:
+            self._exchange(step, attempt, os.path.join(own, memory_store.name_for(step)))
+        dist.barrier(group=self.group)  # every rank sent and received: step N is whole across the cluster
+        memory_store.settle(self.root, self.generation, step)
+
+    def _exchange(self, step: int, attempt: str, part: str) -> None:
+        import torch
+        import torch.distributed as dist
+
+        header, data = _pack(part, self.rank)
+        sizes = torch.tensor([header.numel(), data.numel()], dtype=torch.int64)
+        to, frm = self._peer(self.send_node), self._peer(self.recv_node)
+        sends = [dist.isend(t, to, group=self.group) for t in (sizes, header, data)]
+        got = torch.empty(2, dtype=torch.int64)
+        dist.irecv(got, frm, group=self.group).wait()
+        h = torch.empty(int(got[0]), dtype=torch.uint8)
+        d = torch.empty(int(got[1]), dtype=torch.uint8)
+        for work in (dist.irecv(h, frm, group=self.group), dist.irecv(d, frm, group=self.group)):
+            work.wait()
+        for work in sends:
+            work.wait()
+        memory_store.receive(memory_store.held_root(self.root, self.generation, self.recv_node), step, attempt,
+                             json.loads(bytes(h.numpy())), memoryview(d.numpy()))
+
+
+def _pack(part: str, rank: int) -> tuple[Any, Any]:
+    """This rank's files of a complete node part: (a JSON header of names and sizes, their bytes)."""
+    import torch
+
+    names = memory_store.rank_files(part, rank)
+    blobs = []
+    for n in names:
+        with open(os.path.join(part, n), "rb") as f:
+            blobs.append(f.read())
+    header = json.dumps([[n, len(b)] for n, b in zip(names, blobs)]).encode()
+    joined = b"".join(blobs)
+    return (torch.frombuffer(bytearray(header), dtype=torch.uint8),
+            torch.frombuffer(bytearray(joined), dtype=torch.uint8) if joined else torch.empty(0, dtype=torch.uint8))
+
+
+def _stage(state_dict: dict, staged: Optional[dict]) -> dict:
+    """A copy of the state in CPU memory (pinned when CUDA is there), reusing the last one's buffers
+    while the state's shape stays the same: training goes on changing the original meanwhile."""
+    import torch
+    from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
+
+    cuda = torch.cuda.is_available()
+    if staged is not None:
+        try:
+            out = _copy_state_dict(state_dict, staged, non_blocking=cuda)
+            if cuda:
+                torch.cuda.synchronize()
+            return out
+        except (RuntimeError, KeyError, TypeError, ValueError, AssertionError):
+            pass  # the shape changed (an optimizer's state appears after its first step): new buffers
+    fresh = _create_cpu_state_dict(state_dict, pin_memory=cuda)
+    out = _copy_state_dict(state_dict, fresh, non_blocking=cuda)
+    if cuda:
+        torch.cuda.synchronize()
+    return out

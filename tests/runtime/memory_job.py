@@ -1,0 +1,50 @@
+"""One rank of a tiny FSDP2 job with the memory tier on (tests/runtime/test_memory_tier.py runs
+2 nodes x 2 ranks of it). Rank 0 records the whole model after every step, as the reference a
+snapshot must equal. With --die-at K, the second node's ranks wait for their snapshot of K-1 and
+then kill themselves mid-step K: a node that dies without a word."""
+import argparse
+import os
+import signal
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+from torch.distributed.fsdp import fully_shard
+
+from constructs_lib.runtime import Checkpointer
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=8)
+p.add_argument("--die-at", type=int, default=-1)
+p.add_argument("--reference", required=True)
+a = p.parse_args()
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+for layer in model:
+    if isinstance(layer, nn.Linear):
+        fully_shard(layer)
+fully_shard(model)
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+ckpt = Checkpointer()
+for step in range(a.steps):
+    g = torch.Generator().manual_seed(step * 1000 + rank)
+    x = torch.randn(16, 8, generator=g)
+    loss = ((model(x) - torch.sin(x.sum(dim=1, keepdim=True))) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if step == a.die_at and int(os.environ["GROUP_RANK"]) == 1:
+        ckpt.wait()
+        os.kill(os.getpid(), signal.SIGKILL)
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        torch.save(full, os.path.join(a.reference, f"step-{step}.pt"))
+    ckpt.should_checkpoint(step, every=1000)
+    msd, osd = get_state_dict(model, opt)
+    ckpt.save_to_memory(step, {"model": msd, "optim": osd})
+ckpt.wait()
+dist.destroy_process_group()

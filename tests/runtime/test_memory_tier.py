@@ -1,0 +1,166 @@
+"""The memory tier (memory_tier.py, memory_store.py): a real FSDP2 job of 2 nodes x 2 ranks (gloo,
+separate processes) keeps every step in memory and on the buddy node; the second node is killed
+mid-step; from the first node alone (its own part and its copy of the dead node's) the step comes
+back through S3 (moto) equal to what rank 0 recorded for that step. Then the hostile and fenced
+cases on files: a buddy's file names, a copy of another attempt, retention, the ring of buddies."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from constructs_lib.runtime import memory_store, shards
+from constructs_lib.runtime.agent import NodeAgent
+from constructs_lib.runtime.memory_tier import neighbours, ring
+from constructs_lib.runtime.sharded_store import commit, push_part
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = Path(__file__).with_name("memory_job.py")
+
+
+def _run_job(root: Path, *, die_at: int) -> list[int]:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    (root / "ref").mkdir(parents=True)
+    procs = []
+    for r in range(4):
+        node = r // 2
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DL_")}
+        env.update(RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r % 2), LOCAL_WORLD_SIZE="2", GROUP_RANK=str(node),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DL_GENERATION="3", PYTHONPATH=str(ROOT),
+                   DL_MEMORY_DIR=str(root / f"node-{node}" / "mem"), DL_CHECKPOINT_DIR=str(root / f"node-{node}" / "ckpt"),
+                   DL_RUN_DIR=str(root / f"node-{node}" / "run"))
+        procs.append(subprocess.Popen([sys.executable, str(JOB), "--reference", str(root / "ref"), "--die-at", str(die_at)],
+                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    try:
+        return [p.wait(timeout=180) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.stderr.close()  # type: ignore[union-attr]
+
+
+def test_a_dead_nodes_shards_come_back_from_its_buddy_equal_to_the_step(store, tmp_path, monkeypatch):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    codes = _run_job(tmp_path, die_at=5)
+    assert codes[2:] == [-9, -9] and codes[:2] == [1, 1], codes
+    mem = tmp_path / "node-0" / "mem"
+    assert memory_store.settled(str(mem), "3") == 4, "step 5 completed; its snapshot never began: one step lost"
+    g = Path(memory_store.gen_root(str(mem), "3"))
+    assert sorted(p.name for p in (g / "own").iterdir() if p.is_dir()) == ["step-000000000004"], "older dropped"
+
+    # The supervisor's side on node 0: node 1 is gone, so its part goes to S3 from the buddy copy.
+    local = tmp_path / "node-0" / "ckpt"
+    monkeypatch.setenv("DL_RUN_DIR", str(tmp_path / "node-0" / "run"))
+    sent: list[int] = []
+
+    def push_held(path: str, step: int, part: dict) -> None:
+        push_part(store, path, step, part)
+        sent.append(part["node_rank"])
+        assert commit(store, step, part["attempt"]) is None, "node 0's own part is not there yet"
+
+    step = memory_store.promote(str(mem), "3", str(local), newest_remote=None, owner_gone=lambda n: n == 1,
+                                push_held=push_held, log=lambda m: None)
+    assert step == 4 and sent == [1]
+    assert NodeAgent(store, str(local), log=lambda m: None).upload_once() == 4
+    assert store.has_step(4), "node 0's part and node 1's copy make the step"
+
+    got = store.pull(str(tmp_path / "restored"), 4)  # every file: a reader of another world size
+    assert got is not None
+    dcp_to_torch_save(got[1], str(tmp_path / "whole.pt"))
+    restored = torch.load(tmp_path / "whole.pt", weights_only=False)["model"]
+    want = torch.load(tmp_path / "ref" / "step-4.pt")
+    assert restored.keys() == want.keys()
+    for k in want:
+        assert torch.equal(restored[k], want[k]), f"{k} is not step 4's"
+
+
+def _held_part(root: Path, step: int, attempt: str, node: int = 1) -> Path:
+    held = Path(memory_store.held_root(str(root), "3", node))
+    for lr in range(2):
+        rank = node * 2 + lr
+        body = os.urandom(64)
+        mark = shards.json.dumps({"rank": rank, "node_rank": node, "local_world_size": 2, "world_size": 4,
+                                  "attempt": attempt, "step": step, "reads": [f"__{rank}_0.distcp"]}).encode()
+        header = [[f"__{rank}_0.distcp", len(body)], [f".dl-shards/rank-{rank}.json", len(mark)]]
+        memory_store.receive(str(held), step, attempt, header, memoryview(body + mark))
+    return held / f"step-{step:012d}"
+
+
+@pytest.mark.parametrize("name", ["../../etc/cron.d/x", "/abs", ".dl-shards/../x", "__1_0.distcp/../../y", 7])
+def test_a_buddys_file_names_are_checked_before_anything_is_written(tmp_path, name):
+    with pytest.raises(ValueError):
+        memory_store.receive(str(tmp_path / "held"), 4, "g3-80000004", [[name, 1]], memoryview(b"x"))
+    assert not list(tmp_path.rglob("x")) and not list(tmp_path.rglob("y"))
+
+
+def test_sizes_that_overrun_what_was_sent_are_refused(tmp_path):
+    with pytest.raises(ValueError):
+        memory_store.receive(str(tmp_path / "held"), 4, "g3-80000004", [["__1_0.distcp", 10]], memoryview(b"x"))
+
+
+def test_a_copy_of_another_attempt_is_never_sent_for_this_step(tmp_path):
+    mem = tmp_path / "mem"
+    stale = _held_part(mem, 4, "g2-80000004")  # generation 2's copy of step 4
+    assert stale.is_dir() and shards.node_part(str(stale)) is not None
+    own = Path(memory_store.own_root(str(mem), "3")) / "step-000000000004"
+    own.mkdir(parents=True)
+    memory_store.settle(str(mem), "3", 4)
+    pushed: list = []
+    memory_store.promote(str(mem), "3", str(tmp_path / "ckpt"), newest_remote=None, owner_gone=lambda n: True,
+                         push_held=lambda *a: pushed.append(a), log=lambda m: None)
+    assert pushed == [], "fenced by generation and step: never mixed into generation 3's step 4"
+
+
+def test_a_snapshot_no_newer_than_s3_is_left_and_a_live_owners_copy_is_not_sent(tmp_path):
+    mem = tmp_path / "mem"
+    _held_part(mem, 4, memory_store.attempt_for("3", 4))
+    memory_store.settle(str(mem), "3", 4)
+    pushed: list = []
+    args = dict(owner_gone=lambda n: False, push_held=lambda *a: pushed.append(a), log=lambda m: None)
+    assert memory_store.promote(str(mem), "3", str(tmp_path / "ckpt"), newest_remote=4, **args) is None
+    memory_store.promote(str(mem), "3", str(tmp_path / "ckpt"), newest_remote=3, **args)
+    assert pushed == [], "the owner is alive: it sends its own part"
+
+
+def test_settling_a_step_drops_older_snapshots_and_ones_cut_short(tmp_path):
+    mem = tmp_path / "mem"
+    for step in (3, 4, 5):
+        _held_part(mem, step, memory_store.attempt_for("3", step))
+    cut = Path(shards.tmp_dir(memory_store.held_root(str(mem), "3", 1), 4, memory_store.attempt_for("3", 4)))
+    cut.mkdir()
+    memory_store.settle(str(mem), "3", 3)
+    memory_store.settle(str(mem), "3", 5)
+    held = Path(memory_store.held_root(str(mem), "3", 1))
+    assert sorted(p.name for p in held.iterdir() if p.name != ".commit.lock") == ["step-000000000005"]
+    assert memory_store.settled(str(mem), "3") == 5
+
+
+def test_attempts_of_snapshots_and_of_periodic_saves_never_meet():
+    snap = {memory_store.attempt_for("7", s) for s in (0, 1, 2**31 - 1, 2**31 + 5)}
+    assert all(int(a.split("-")[1], 16) >= 2**31 for a in snap) and len(snap) == 4
+    assert all(int(shards.new_attempt("7").split("-")[1], 16) < 2**31 for _ in range(200))
+    assert memory_store.attempt_for("7", 4) != memory_store.attempt_for("8", 4)
+
+
+@pytest.mark.parametrize("domains,apart", [
+    (["a", "a", "b", "b"], True),                 # two AZs (or partitions): every buddy in the other
+    (["a", "a", "a", "b", "b", "b"], True),
+    (["a", "a", "a", "b"], False),                # three in one domain: some pair must share it
+    (["z"] * 5, False),                           # a cluster placement group: one domain
+])
+def test_buddies_are_in_another_failure_domain_where_the_counts_allow(domains, apart):
+    order = ring(domains)
+    assert sorted(order) == list(range(len(domains)))
+    pairs = [(n, neighbours(order, n)[0]) for n in order]
+    assert all(neighbours(order, to)[1] == n for n, to in pairs), "each node receives from the one that sends to it"
+    assert all(to != n for n, to in pairs)
+    assert all(domains[n] != domains[to] for n, to in pairs) == apart
