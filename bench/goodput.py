@@ -20,6 +20,8 @@ notice costs no step either way: bench/drill_recovery.py.) Reported:
 - an extrapolation to a 512-node job at Llama 3's published failure rate.
 
     python bench/goodput.py [--kills 4] [--interval 8] [--every 10] [--node-periods]
+    python bench/goodput.py --fsdp [--width 256]   the FSDP2 job: the memory tier (save_to_memory
+                                                   every step) against S3-only async saves
 """
 from __future__ import annotations
 
@@ -31,13 +33,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 for _k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # moto_server's stand-ins: everything goes to 127.0.0.1
     os.environ.setdefault(_k, "testing")
-from tests.runtime.drill import Drill, generations, start_moto_server  # noqa: E402
+from tests.runtime.drill import PROJECT, Drill, generations, start_moto_server  # noqa: E402
 
 SLEEP = 0.04
 # Llama 3 (Meta, 2024): 419 unexpected interruptions in 54 days on 16,384 GPUs.
@@ -98,12 +101,23 @@ NODE_PERIODS = {"DL_POLL_SECONDS": "2", "DL_LIVENESS_POLL_SECONDS": "10", "DL_AG
                 "DL_STOP_TIMEOUT_SECONDS": "20", "DL_RETRY_BASE_SECONDS": "1"}
 
 
-def run(keep: bool, kills: int, interval: float, every: int, node_periods: bool = False) -> dict:
+def _drill(root: Path, endpoint: str, keep: bool, every: int, fsdp: Optional[int]) -> Drill:
+    if fsdp is None:
+        args = "--pad-mb 0" + ("" if keep else " --no-keep")
+        return Drill(root, endpoint, steps=100_000, every=every, sleep=SLEEP, args=args)
+    # The sharded drill's job, written as a job file (no CDK synth): async DCP saves every `every`
+    # steps, and with `keep` the memory tier every step.
+    command = (f"dl-torchrun {PROJECT / 'fsdp_train.py'} --steps 100000 --every {every} --sleep {SLEEP} "
+               f"--width {fsdp}{' --memory' if keep else ''} --events {root / 'events.jsonl'} --final {root / 'final.pt'}")
+    return Drill(root, endpoint, steps=100_000, every=every, command=command, job="goodput-fsdp")
+
+
+def run(keep: bool, kills: int, interval: float, every: int, node_periods: bool = False,
+        fsdp: Optional[int] = None) -> dict:
     root = Path(tempfile.mkdtemp(prefix="dl-goodput-"))
     server, endpoint = start_moto_server(root / "moto.log")
     (root / "run").mkdir()
-    args = "--pad-mb 0" + ("" if keep else " --no-keep")
-    d = Drill(root / "run", endpoint, steps=100_000, every=every, sleep=SLEEP, args=args)
+    d = _drill(root / "run", endpoint, keep, every, fsdp)
     if node_periods:
         d.base_env.update(NODE_PERIODS)
     addr = iter(range(2, 250))
@@ -142,19 +156,22 @@ def main() -> int:
     ap.add_argument("--save-minutes", type=float, default=30.0, help="extrapolation: a large job's save interval")
     ap.add_argument("--node-periods", action="store_true",
                     help="a node's own periods (poll 2 s, liveness 10 s: a heartbeat is stale after 30 s), not the drill's")
+    ap.add_argument("--fsdp", type=int, metavar="WIDTH", nargs="?", const=256, default=None,
+                    help="the FSDP2 job of this hidden width: the memory tier against S3-only async saves")
     a = ap.parse_args()
     results = {}
     for keep in (False, True):
-        results[keep] = run(keep, a.kills, a.interval, a.every, a.node_periods)
+        results[keep] = run(keep, a.kills, a.interval, a.every, a.node_periods, a.fsdp)
     phases = ("detection", "kept+sent", "rendezvous", "restart", "total")
+    what = "keep_on_failure" if a.fsdp is None else "the memory tier"
     for keep, r in results.items():
-        print(f"\n{'with' if keep else 'without'} keep_on_failure: goodput {r['goodput']:.1%}, "
+        print(f"\n{'with' if keep else 'without'} {what}: goodput {r['goodput']:.1%}, "
               f"steps done again {r['redone']}, median step {r['step'] * 1000:.0f} ms")
         print("| kill | steps lost | " + " | ".join(phases) + " |")
         for k in r["kills"]:
             print(f"| {k['who']} | {k['lost']} | " + " | ".join(f"{k[p]:.1f}" for p in phases) + " |")
     off, on = results[False], results[True]
-    print(f"\nstep time with / without the survivors' bookkeeping: {on['step'] / off['step']:.3f}x")
+    print(f"\nstep time with / without {what}: {on['step'] / off['step']:.3f}x")
     per_day = LLAMA3_PER_GPU_DAY * 512 * 8
     rec = statistics.median(k["total"] for k in on["kills"])
     lost_off = a.save_minutes * 60 / 2  # a kill lands, on average, half a save interval after the last save

@@ -25,6 +25,7 @@ class FakeImds:
         self.spot: Optional[dict] = None
         self.rebalance: Optional[dict] = None
         self.tags = dict(tags or {})
+        self.placement: dict[str, str] = {}  # e.g. availability-zone-id, partition-number: 404 when absent
         self.requests: list[str] = []
         # What the next requests meet, one entry each: ("stall", seconds) answers late (a busy
         # node), ("status", 429) throttles as real IMDS does past its packet rate.
@@ -86,6 +87,8 @@ class FakeImds:
                     return self._send(200, fake.local_ipv4)
                 if path == "placement/region":
                     return self._send(200, fake.region)
+                if path.startswith("placement/") and path.removeprefix("placement/") in fake.placement:
+                    return self._send(200, fake.placement[path.removeprefix("placement/")])
                 self._send(404)
 
         self.server = ThreadingHTTPServer((host, 0), Handler)

@@ -16,6 +16,7 @@ from .approval import EXAMPLES as APPROVAL_EXAMPLES
 from .approval import KEYS as APPROVAL_KEYS
 from .approval import NUMBER_KEYS as APPROVAL_NUMBER_KEYS
 from .context_values import fold, json_kind, show
+from . import memory_tier_settings as memory_tier
 from .job_settings import EXAMPLES as JOB_EXAMPLES
 from .job_settings import KEYS as JOB_KEYS
 from .job_settings import LONG_KEYS as JOB_LONG_KEYS
@@ -27,9 +28,9 @@ from .observability_settings import NUMBER_KEYS as OBS_NUMBER_KEYS
 
 KEYS = ("profile", "instance_type", "nodes", "spot", "market", "region", "vpc_id", "subnet_ids", "availability_zone",
         "command", "command_file", "job", "max_price", "interchange", "capacity_reservation", "profiles_file", "local",
-        "bench", "portfolio", "product", "snapshots", "preflight", "budget", "on_end", *JOB_KEYS, *OBS_KEYS, *APPROVAL_KEYS)
+        "bench", "portfolio", "product", "snapshots", "preflight", "budget", "on_end", memory_tier.KEY, *JOB_KEYS, *OBS_KEYS, *APPROVAL_KEYS)
 BOOL_KEYS = ("spot", "local", "preflight", *OBS_BOOL_KEYS)
-NUMBER_KEYS = ("nodes", "max_price", "budget", *OBS_NUMBER_KEYS, *APPROVAL_NUMBER_KEYS)
+NUMBER_KEYS = ("nodes", "max_price", "budget", memory_tier.KEY, *OBS_NUMBER_KEYS, *APPROVAL_NUMBER_KEYS)
 PATH_KEYS = ("profiles_file", "command_file", "bench", "snapshots", *JOB_PATH_KEYS)
 _NAME_LIMIT, _PATH_LIMIT = 256, 4096
 EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "nodes": "2", "spot": "true",
@@ -39,7 +40,7 @@ EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "
             "interchange": "same-accelerator", "capacity_reservation": "cr-0123456789abcdef0",
             "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json", "portfolio": "platform",
             "product": "dev-prototyping", "snapshots": "product-stack-snapshots", "preflight": "false",
-            "budget": "5000", "on_end": "keep", **JOB_EXAMPLES, **OBS_EXAMPLES, **APPROVAL_EXAMPLES}
+            "budget": "5000", "on_end": "keep", memory_tier.KEY: memory_tier.EXAMPLE, **JOB_EXAMPLES, **OBS_EXAMPLES, **APPROVAL_EXAMPLES}
 
 # The marker that ends the job file in the user data (constructs_lib.userdata.HEREDOC; kept here so
 # that validating context needs no CDK import; tests/test_bad_context.py checks they agree).
@@ -64,7 +65,7 @@ def check_type(key: str, value: Any) -> None:
                   f"{MAX_PRICE:g}", "idle_minutes": "a whole number of minutes",
                   "idle_threshold": "a percentage", "idle_warning": "a whole number of minutes",
                   "budget": "a whole number of USD per month", "approve_hourly": "USD per hour",
-                  "approval_threshold": "USD per hour"}[key]
+                  "approval_threshold": "USD per hour", memory_tier.KEY: memory_tier.WANTED}[key]
     else:
         ok, wanted = isinstance(value, str), "a string"
     if ok:

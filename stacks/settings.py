@@ -63,6 +63,7 @@ from .approval import ApprovalSettings, approval_from_context
 from .context_keys import (COMMAND_LIMIT, EXAMPLES, HEREDOC, KEYS, MAX_PRICE, USER_DATA_LIMIT, check_keys, check_only,
                            check_text, check_type)
 from .context_values import boolean, choice, fold, named, number, show, whole
+from . import memory_tier_settings as memory_tier
 from .job_settings import JobSettings, job_from_context
 from .observability_settings import ObservabilitySettings, observability_from_context
 
@@ -103,6 +104,7 @@ class Settings:
     preflight: bool = True  # dl-launcher preflight's checks at synth, when the CDK CLI found an account
     budget: Optional[int] = None  # USD per month (-c budget=): an AWS Budgets budget on the job's cost tag
     approval: ApprovalSettings = ApprovalSettings()  # -c approve_hourly, approval_threshold (stacks/approval.py)
+    memory_tier_gb: Optional[float] = None  # -c memory_tier_gb=: the job's state, checked against /dev/shm
     on_end: str = "stop"  # when a job with a command finishes or fails for good: stop its cluster, or keep it
 
     def __post_init__(self) -> None:
@@ -320,5 +322,5 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                     job_settings=job_from_context(ctx, region, read_script, job), region_source=region_source,
                     preflight=boolean("preflight", ctx.get("preflight", True)),
                     budget=whole("budget", ctx["budget"], *BUDGET) if "budget" in ctx else None,
-                    approval=approval_from_context(ctx),
+                    approval=approval_from_context(ctx), memory_tier_gb=memory_tier.parse(ctx),
                     on_end=choice("on_end", ctx.get("on_end", "stop"), ON_END))

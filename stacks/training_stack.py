@@ -14,6 +14,9 @@ from constructs_lib.observability.cluster import ClusterObservability
 from constructs_lib.runtime import contract
 from constructs_lib.runtime.contract import TAG_CLUSTER, capacity_state_key
 
+from selector.errors import UserError
+
+from . import memory_tier_settings as memory_tier
 from .network import existing_subnets, training_vpc
 from .selection import Selection, money, select
 from .settings import Settings
@@ -201,6 +204,10 @@ class TrainingStack(cdk.Stack):
     def for_settings(cls, app: cdk.App, settings: Settings, *, synthesizer: cdk.IStackSynthesizer | None = None,
                      quiet: bool = False) -> "TrainingStack":
         selection = select(settings)
+        if settings.memory_tier_gb is not None:  # before any construct: a refused tier creates nothing
+            why = memory_tier.problem(settings.memory_tier_gb, settings.nodes, _rams(selection))
+            if why:
+                raise UserError(why)
         import os
         # A VPC lookup needs an account; named subnets or a new VPC do not.
         account = os.environ.get("CDK_DEFAULT_ACCOUNT") if settings.vpc_id and not settings.subnet_ids else None
@@ -280,8 +287,15 @@ def summary(settings: Settings, selection: Selection, job_definition: "JobDefini
     if obs.enabled and obs.idle_guard and all(c.facts.sdk == "cuda" for c in selection.options):
         lines.append(f"  idle guard: {guard_line(obs)}")
     lines.append(f"  checkpoints: s3://<CheckpointBucket>/jobs/{settings.job}/")
+    if settings.memory_tier_gb is not None:
+        lines.append(memory_tier.line(settings.memory_tier_gb, n, _rams(selection)))
     lines += job_summary(settings, job_definition)
     return "\n".join(lines)
+
+
+def _rams(selection: Selection) -> list[tuple[str, float]]:
+    """(type, RAM GiB) of every type the cluster may launch: the pick and its alternates."""
+    return [(c.instance_type, c.facts.memory_gib) for c in selection.options]
 
 
 def _region_from(settings: Settings) -> str:

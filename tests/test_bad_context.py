@@ -31,6 +31,17 @@ ROWS = [
     # a key like none of ours is refused too, never synthesized as if not given
     ("key", {"max_hourly": "10"}, "unknown context key 'max_hourly'"),
     ("key", {"wandb_project": "x"}, "unknown context key 'wandb_project'"),
+    # ---- memory_tier_gb: the job's state, against /dev/shm of every type the cluster may launch ----
+    ("number", {"memory_tier_gb": "abc"}, "context memory_tier_gb='abc': expected GB of the whole job's model"),
+    ("number", {"memory_tier_gb": "0"}, "above 0 and at most 1,000,000; e.g. memory_tier_gb=112"),
+    ("number", {"memory_tier_gb": "nan"}, "context memory_tier_gb='nan': expected GB"),
+    ("json type", {"memory_tier_gb": [112]}, "context memory_tier_gb=[112] (a JSON list): expected GB of the whole"),
+    ("cluster", {"profile": "multi-node-training", "nodes": "1", "memory_tier_gb": "112"},
+     "the memory tier keeps each node's state on another node, and this cluster has 1; use -c nodes=2 or more"),
+    # p6-b300.48xlarge: 4,096 GiB of RAM, half of it /dev/shm (2,199 GB); 4 x 2,500 GB does not fit
+    ("cluster", {"profile": "multi-node-training", "nodes": "2", "memory_tier_gb": "5000"},
+     "a p6-b300.48xlarge node needs 10,000 GB of /dev/shm for the memory tier (4 x its 2,500 GB share: two "
+     "snapshots, its own and its buddy's) and has 2,199 GB (half its 4,096 GiB of RAM); use -c nodes=10 or more"),
     # ---- budget (USD a month) and interactive nodes ------------------------------------------------
     ("number", {"budget": "0"}, "context budget=0: allowed 1 to 1000000; closest: 1"),
     ("number", {"budget": "1_000"}, "context budget='1_000': expected a whole number from 1 to 1000000"),
@@ -283,3 +294,14 @@ def test_a_constructs_validation_error_is_one_line():
                "  [dl-x/Other] second\n\n    at Function.validate (/x.js:1:2)")
     assert app._validation_error(message) == "user data would be up to 22640 bytes (dl-x/Cluster/Node/Bootstrap) (and 1 more)"
     assert app._validation_error("RuntimeError: something else") is None
+
+
+def test_the_summary_states_the_memory_tiers_host_memory_per_node():
+    from stacks.selection import select
+    from stacks.training_stack import summary
+
+    s = from_context({"profile": "multi-node-training", "nodes": "4", "memory_tier_gb": "1100", "region": "us-east-1"})
+    line = next(x for x in summary(s, select(s)).splitlines() if "memory tier" in x)
+    # p6-b300.48xlarge: 4,096 GiB of RAM, /dev/shm half of it
+    assert line == ("  memory tier: 1,100 GB of state over 4 nodes: 1,100 GB of /dev/shm per node (4 x its 275 GB "
+                    "share) of 2,199 GB, and 275 GB staging in the training processes"), line

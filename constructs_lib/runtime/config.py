@@ -70,6 +70,9 @@ class NodeIdentity:
     node: str
     addr: str
     region: Optional[str]
+    # The memory tier's buddies are kept apart by it (memory_tier.ring): the zone, and the
+    # partition of a partition placement group where there is one.
+    failure_domain: str = ""
 
 
 def node_identity() -> NodeIdentity:
@@ -84,6 +87,8 @@ def node_identity() -> NodeIdentity:
         node = imds.instance_id()
         addr = imds.get("meta-data/local-ipv4")
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or imds.get("meta-data/placement/region")
+        zone = imds.get("meta-data/placement/availability-zone-id") or ""
+        partition = imds.get("meta-data/placement/partition-number")
     except ImdsUnavailable:
         raise
     except (OSError, http.client.HTTPException) as e:
@@ -102,4 +107,5 @@ def node_identity() -> NodeIdentity:
         raise RuntimeUserError(f"nodes ({nodes}) and processes per node ({procs}) must be at least 1")
     if not node or not addr:
         raise RuntimeUserError("instance metadata has no instance id or local-ipv4")
-    return NodeIdentity(cluster, nodes, procs, node, addr, region)
+    return NodeIdentity(cluster, nodes, procs, node, addr, region,
+                        zone + (f"/partition-{partition}" if partition else ""))

@@ -91,11 +91,32 @@ class MemoryTier:
         self.wait()
         if self.broken:
             return False
+        first = self.staged is None
         self.staged = _stage(state_dict, self.staged)
+        if first and not self._room(self.staged):
+            return False
         self.thread = threading.Thread(target=self._work, args=(step, self.staged), daemon=True,
                                        name=f"dl-memory-step-{step}")
         self.thread.start()
         return True
+
+    def _room(self, staged: dict) -> bool:
+        """Whether the memory directory can hold this node's two snapshots, its own and its buddy's
+        (4 x its share of the state), agreed by every rank: a tier on only some ranks would leave
+        the others waiting in its collectives, and a full tmpfs takes the node's memory."""
+        import torch
+        import torch.distributed as dist
+
+        os.makedirs(self.root, exist_ok=True)
+        st = os.statvfs(self.root)
+        free, need = st.f_bavail * st.f_frsize, 4 * _nbytes(staged) * self.local
+        ok = torch.tensor([int(need <= free)], dtype=torch.int64)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.group)
+        if not int(ok[0]):
+            self.broken = f"{self.root} has {free / 2**30:.1f} GiB free, a node needs {need / 2**30:.1f} GiB"
+            self.log(f"dl-launcher: the memory tier is off for this run: {self.broken} on some node (4 x its "
+                     "share of the state: two snapshots, its own and its buddy's); the job goes on with its checkpoints")
+        return bool(int(ok[0]))
 
     def wait(self) -> None:
         if self.thread is not None:
@@ -160,6 +181,20 @@ def _pack(part: str, rank: int) -> tuple[Any, Any]:
     joined = b"".join(blobs)
     return (torch.frombuffer(bytearray(header), dtype=torch.uint8),
             torch.frombuffer(bytearray(joined), dtype=torch.uint8) if joined else torch.empty(0, dtype=torch.uint8))
+
+
+def _nbytes(state: Any) -> int:
+    """Bytes of the tensors in a state dict (a DTensor counts its local shard)."""
+    import torch
+
+    if isinstance(state, dict):
+        return sum(_nbytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(_nbytes(v) for v in state)
+    if isinstance(state, torch.Tensor):
+        local = state.to_local() if hasattr(state, "to_local") else state
+        return local.numel() * local.element_size()
+    return 0
 
 
 def _stage(state_dict: dict, staged: Optional[dict]) -> dict:

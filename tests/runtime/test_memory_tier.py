@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from constructs_lib.runtime import memory_store, shards
+from constructs_lib.runtime import contract, memory_store, shards
 from constructs_lib.runtime.agent import NodeAgent
 from constructs_lib.runtime.memory_tier import neighbours, ring
 from constructs_lib.runtime.sharded_store import commit, push_part
@@ -164,3 +164,50 @@ def test_buddies_are_in_another_failure_domain_where_the_counts_allow(domains, a
     assert all(neighbours(order, to)[1] == n for n, to in pairs), "each node receives from the one that sends to it"
     assert all(to != n for n, to in pairs)
     assert all(domains[n] != domains[to] for n, to in pairs) == apart
+
+
+@pytest.mark.parametrize("placement,domain", [
+    ({"availability-zone-id": "use1-az4", "partition-number": "2"}, "use1-az4/partition-2"),
+    ({"availability-zone-id": "use1-az4"}, "use1-az4"),   # a cluster placement group: the zone only
+    ({}, ""),
+])
+def test_a_nodes_failure_domain_comes_from_its_placement(monkeypatch, placement, domain):
+    from constructs_lib.runtime.config import node_identity
+    from tests.runtime.fake_imds import FakeImds
+
+    fake = FakeImds({contract.TAG_CLUSTER: "dl-x", contract.TAG_NODES: "2"})
+    fake.placement = placement
+    fake.start()
+    try:
+        monkeypatch.setenv("DL_IMDS_ENDPOINT", fake.endpoint)
+        for k in ("DL_CLUSTER", "DL_NODES"):
+            monkeypatch.delenv(k, raising=False)
+        assert node_identity().failure_domain == domain
+    finally:
+        fake.stop()
+
+
+def test_a_memory_directory_too_small_turns_the_tier_off_on_every_rank(tmp_path, monkeypatch):
+    """One rank (gloo, world 1) stands for the agreement; the log says what was short."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DeviceMesh, distribute_tensor
+    from constructs_lib.runtime.memory_tier import MemoryTier
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(s.getsockname()[1]))
+    s.close()
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        said: list[str] = []
+        tier = MemoryTier(root=str(tmp_path / "mem"), generation="3", rank=0, world_size=1, local_world_size=1,
+                          node_rank=0, finish=lambda *a, **k: None, log=said.append)
+        free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+        big = distribute_tensor(torch.zeros(1), DeviceMesh("cpu", [0]))
+        monkeypatch.setattr("constructs_lib.runtime.memory_tier._nbytes", lambda state: free)  # 4 x the free space
+        assert tier.snapshot(0, {"w": big}) is False and tier.thread is None
+        assert "memory tier is off" in said[0] and "GiB free" in said[0]
+        assert tier.snapshot(1, {"w": big}) is False, "off for the rest of the run"
+    finally:
+        dist.destroy_process_group()
