@@ -101,23 +101,23 @@ NODE_PERIODS = {"DL_POLL_SECONDS": "2", "DL_LIVENESS_POLL_SECONDS": "10", "DL_AG
                 "DL_STOP_TIMEOUT_SECONDS": "20", "DL_RETRY_BASE_SECONDS": "1"}
 
 
-def _drill(root: Path, endpoint: str, keep: bool, every: int, fsdp: Optional[int]) -> Drill:
+def _drill(root: Path, endpoint: str, keep: bool, every: int, fsdp: Optional[int], sleep: float) -> Drill:
     if fsdp is None:
         args = "--pad-mb 0" + ("" if keep else " --no-keep")
-        return Drill(root, endpoint, steps=100_000, every=every, sleep=SLEEP, args=args)
+        return Drill(root, endpoint, steps=100_000, every=every, sleep=sleep, args=args)
     # The sharded drill's job, written as a job file (no CDK synth): async DCP saves every `every`
     # steps, and with `keep` the memory tier every step.
-    command = (f"dl-torchrun {PROJECT / 'fsdp_train.py'} --steps 100000 --every {every} --sleep {SLEEP} "
+    command = (f"dl-torchrun {PROJECT / 'fsdp_train.py'} --steps 100000 --every {every} --sleep {sleep} "
                f"--width {fsdp}{' --memory' if keep else ''} --events {root / 'events.jsonl'} --final {root / 'final.pt'}")
     return Drill(root, endpoint, steps=100_000, every=every, command=command, job="goodput-fsdp")
 
 
 def run(keep: bool, kills: int, interval: float, every: int, node_periods: bool = False,
-        fsdp: Optional[int] = None) -> dict:
+        fsdp: Optional[int] = None, sleep: float = SLEEP) -> dict:
     root = Path(tempfile.mkdtemp(prefix="dl-goodput-"))
     server, endpoint = start_moto_server(root / "moto.log")
     (root / "run").mkdir()
-    d = _drill(root / "run", endpoint, keep, every, fsdp)
+    d = _drill(root / "run", endpoint, keep, every, fsdp, sleep)
     if node_periods:
         d.base_env.update(NODE_PERIODS)
     addr = iter(range(2, 250))
@@ -158,10 +158,12 @@ def main() -> int:
                     help="a node's own periods (poll 2 s, liveness 10 s: a heartbeat is stale after 30 s), not the drill's")
     ap.add_argument("--fsdp", type=int, metavar="WIDTH", nargs="?", const=256, default=None,
                     help="the FSDP2 job of this hidden width: the memory tier against S3-only async saves")
+    ap.add_argument("--sleep", type=float, default=SLEEP,
+                    help="seconds each step stands for the accelerator's work (the CPU is idle meanwhile)")
     a = ap.parse_args()
     results = {}
     for keep in (False, True):
-        results[keep] = run(keep, a.kills, a.interval, a.every, a.node_periods, a.fsdp)
+        results[keep] = run(keep, a.kills, a.interval, a.every, a.node_periods, a.fsdp, a.sleep)
     phases = ("detection", "kept+sent", "rendezvous", "restart", "total")
     what = "keep_on_failure" if a.fsdp is None else "the memory tier"
     for keep, r in results.items():

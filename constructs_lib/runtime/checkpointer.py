@@ -289,7 +289,7 @@ class Checkpointer:
             root or self.directory, step, attempt, rank=self.rank, node_rank=_env_int("GROUP_RANK", _env_int("NODE_RANK", 0)),
             local_world_size=_env_int("LOCAL_WORLD_SIZE", 1),
             world_size=self.world_size, reads=reads, expect=written if self.rank == 0 else None,
-            guard_uploads=self.managed and root is None)
+            guard_uploads=self.managed and root is None, sync=root is None)
         if final and root is None:
             self._prune_unmanaged()
 

@@ -51,11 +51,12 @@ def upload_lock() -> contextlib.AbstractContextManager[None]:
     return flocked(contract.path("upload_lock"))
 
 
-def make_final(tmp: str, final: str, *, guard_uploads: bool) -> None:
+def make_final(tmp: str, final: str, *, guard_uploads: bool, sync: bool = True) -> None:
     """Make the written directory `tmp` the complete save `final`: its files synced, then one
     rename. A save already at `final` (the same step again, after a restore) is replaced, under
-    the upload lock when a node agent may be reading it (guard_uploads)."""
-    for d, _dirs, files in os.walk(tmp):
+    the upload lock when a node agent may be reading it (guard_uploads). sync=False: in host
+    memory (tmpfs), where there is no disk to sync to."""
+    for d, _dirs, files in os.walk(tmp) if sync else ():
         for n in files:
             with open(os.path.join(d, n), "rb+") as f:
                 os.fsync(f.fileno())

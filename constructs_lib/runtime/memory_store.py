@@ -67,7 +67,7 @@ def receive(held: str, step: int, attempt: str, header: list, data: memoryview) 
         with open(path, "wb") as f:
             f.write(data[at:at + size])
         at += size
-    return shards.complete_if_whole(held, step, attempt, guard_uploads=False)
+    return shards.complete_if_whole(held, step, attempt, guard_uploads=False, sync=False)
 
 
 def _safe(name: object) -> bool:

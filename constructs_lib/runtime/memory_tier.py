@@ -133,6 +133,7 @@ class MemoryTier:
 
     def _write_send_settle(self, step: int, staged: dict) -> None:
         import torch.distributed as dist
+        from torch.distributed.checkpoint.filesystem import FileSystemWriter
         from torch.distributed.checkpoint.state_dict_saver import save
 
         attempt = memory_store.attempt_for(self.generation, step)
@@ -140,7 +141,9 @@ class MemoryTier:
         tmp = shards.tmp_dir(own, step, attempt)
         shutil.rmtree(tmp, ignore_errors=True)  # a snapshot of this step cut short earlier in this generation
         os.makedirs(tmp, exist_ok=True)
-        metadata = save(staged, checkpoint_id=tmp, process_group=self.group, planner=self.planner)
+        # Host memory: nothing to sync to a disk (the copy that must survive is the buddy's).
+        writer = FileSystemWriter(tmp, sync_files=False)
+        metadata = save(staged, storage_writer=writer, process_group=self.group, planner=self.planner)
         self.finish(step, attempt, staged, metadata, self.group, root=own)
         dist.barrier(group=self.group)  # every node's part complete: its files are in step-N now
         if self.nodes > 1:

@@ -107,7 +107,7 @@ def read_set(state_dict: dict, metadata: Any) -> tuple[list[str], list[str]]:
 
 def finish_rank(root: str, step: int, attempt: str, *, rank: int, node_rank: int, local_world_size: int,
                 world_size: int, reads: list[str], expect: Optional[list[str]] = None,
-                guard_uploads: bool = True) -> Optional[str]:
+                guard_uploads: bool = True, sync: bool = True) -> Optional[str]:
     """This rank's part is written: leave its marker; the node's last rank makes the save complete.
     Returns the final path if this call completed it. guard_uploads: replace an existing step
     only under the node agent's upload lock (False outside a dl-launcher node: no agent)."""
@@ -117,10 +117,11 @@ def finish_rank(root: str, step: int, attempt: str, *, rank: int, node_rank: int
     if expect is not None:
         mark["expect"] = expect
     write_atomic(os.path.join(tmp, MARKERS, f"rank-{rank}.json"), json.dumps(mark))
-    return complete_if_whole(root, step, attempt, guard_uploads=guard_uploads)
+    return complete_if_whole(root, step, attempt, guard_uploads=guard_uploads, sync=sync)
 
 
-def complete_if_whole(root: str, step: int, attempt: str, *, guard_uploads: bool) -> Optional[str]:
+def complete_if_whole(root: str, step: int, attempt: str, *, guard_uploads: bool,
+                      sync: bool = True) -> Optional[str]:
     """Rename the attempt's directory to step-N once its markers make a whole node; the final path then."""
     tmp = tmp_dir(root, step, attempt)
     # The local ranks of a node finish in any order; the last one renames. flock, not a rename
@@ -129,7 +130,7 @@ def complete_if_whole(root: str, step: int, attempt: str, *, guard_uploads: bool
         if not os.path.isdir(tmp) or node_part(tmp) is None:
             return None
         final = os.path.join(root, name_for(step))
-        make_final(tmp, final, guard_uploads=guard_uploads)
+        make_final(tmp, final, guard_uploads=guard_uploads, sync=sync)
         return final
 
 
