@@ -8,10 +8,13 @@ Two kinds, both sent before the node rejoins, so the next plan resumes from them
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Optional
 
 from . import contract, memory_store, sharded_store, survivor
 from .cluster import Plan
+
+OWNER_WAIT = 2.0  # seconds a holder waits for a buddy's gone record (detection measured 0.2-1.5 s)
 
 
 def promote(*, plan: Plan, node: str, local_dir: str, store: Any, cluster: Any, membership: Any,
@@ -30,8 +33,20 @@ def promote(*, plan: Plan, node: str, local_dir: str, store: Any, cluster: Any, 
 
             def owner_gone(rank: int) -> bool:
                 owner = nodes[rank] if rank < len(nodes) else None
-                return owner is not None and owner != node and owner in membership.gone(
-                    [owner], urgent=[owner], among=nodes)
+                if owner is None or owner == node:
+                    return False
+                # The failed run's askers record a dead member within a second or two; a holder that
+                # is not an asker may look first. A live owner sends its own part, so after the
+                # bound the copy stays here (the cost: that many seconds for the holders of live
+                # owners; a dead owner's holder sends at the record).
+                until = time.monotonic() + OWNER_WAIT
+                if owner in membership.gone([owner], urgent=[owner], among=nodes):  # an asker asks EC2 here
+                    return True
+                while time.monotonic() < until:
+                    time.sleep(0.5)
+                    if owner in ride(cluster.gone_nodes, "reading the gone records"):  # one LIST
+                        return True
+                return False
 
             def push_held(path: str, step: int, part: dict) -> None:
                 ride(lambda: sharded_store.push_part(store, path, step, part), f"sending node {part['node_rank']}'s part")

@@ -211,3 +211,49 @@ def test_a_memory_directory_too_small_turns_the_tier_off_on_every_rank(tmp_path,
         assert tier.snapshot(1, {"w": big}) is False, "off for the rest of the run"
     finally:
         dist.destroy_process_group()
+
+
+def _own_part(mem: Path, step: int) -> None:
+    own = Path(memory_store.own_root(str(mem), "3"))
+    for lr in range(2):
+        (own / f".tmp-step-{step:012d}-{memory_store.attempt_for('3', step)}").mkdir(parents=True, exist_ok=True)
+        (own / f".tmp-step-{step:012d}-{memory_store.attempt_for('3', step)}" / f"__{lr}_0.distcp").write_bytes(b"x")
+        shards.finish_rank(str(own), step, memory_store.attempt_for("3", step), rank=lr, node_rank=0,
+                           local_world_size=2, world_size=4, reads=[f"__{lr}_0.distcp"], sync=False,
+                           expect=["__0_0.distcp"] if lr == 0 else None)
+
+
+@pytest.mark.parametrize("recorded_after,sent", [(0.0, True), (1.0, True), (None, False)])
+def test_a_holder_sends_its_copy_once_the_owner_is_recorded_gone_and_not_for_a_live_owner(
+        tmp_path, monkeypatch, recorded_after, sent):
+    """recorded_after: seconds after the run's end at which the failed run's askers record the
+    owner gone (None: never, it is alive and sends its own part)."""
+    import time as clock
+
+    from constructs_lib.runtime import kept
+    from constructs_lib.runtime.cluster import Member, Plan
+
+    mem = tmp_path / "mem"
+    monkeypatch.setenv("DL_MEMORY_DIR", str(mem))
+    _held_part(mem, 4, memory_store.attempt_for("3", 4))
+    _own_part(mem, 4)
+    memory_store.settle(str(mem), "3", 4)
+    start = clock.monotonic()
+
+    class Records:  # the cluster's gone records, and the node's cached liveness look (never newer)
+        def gone_nodes(self):
+            late = recorded_after is not None and clock.monotonic() - start >= recorded_after
+            return {"i-b"} if late else set()
+
+    class Look:
+        def gone(self, nodes, **_kw):
+            return {"i-b"} & set(nodes) if recorded_after == 0.0 else set()
+
+    pushed: list = []
+    monkeypatch.setattr(kept.sharded_store, "push_part", lambda store, path, step, part: pushed.append(part["node_rank"]))
+    monkeypatch.setattr(kept.sharded_store, "commit", lambda *a: None)
+    plan = Plan(generation=3, members=(Member("i-a", "10.0.0.1"), Member("i-b", "10.0.0.2")), resume_step=None)
+    kept.promote(plan=plan, node="i-a", local_dir=str(tmp_path / "ckpt"), store=None, cluster=Records(),
+                 membership=Look(), newest=lambda: None, ride=lambda fn, what: fn(), log=lambda m: None)
+    assert pushed == ([1] if sent else [])
+    assert (tmp_path / "ckpt" / "step-000000000004").is_dir(), "its own part is the node's newest save either way"
