@@ -21,7 +21,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
 PACKAGES = ("selector", "constructs_lib", "stacks", "dl_launcher", "dl_core")
-PIP = ("-m", "pip", "install", "--quiet", "--disable-pip-version-check")
+# The suite's own pip installs into the consumer's venv (pip --python): the venv is made without
+# pip (ensurepip was a fifth of this test's time), and nothing is byte-compiled ahead (the floors'
+# aws-cdk-lib is hundreds of modules; Python compiles the few that are imported).
+PIP = ("install", "--quiet", "--disable-pip-version-check", "--no-compile")
 CDK_TESTS = ("test_public_api.py", "test_documented_checks.py")  # need pytest alone: one small install
 
 
@@ -70,9 +73,20 @@ def _versions(python: Path) -> dict[str, str]:
     return json.loads(_run([python, "-c", code], cwd=python.parent).stdout)
 
 
+def _consumer_env(venv: Path, *drop: str) -> dict[str, str]:
+    """The environment the consumer's python runs in: none of this checkout's Python settings.
+    Bytecode goes to one folder beside the venv (PYTHONPYCACHEPREFIX, never into the checkout),
+    so that aws-cdk-lib's modules, installed uncompiled, are compiled once for the synth and the
+    construct tests, not in every process."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE", *drop)}
+    env["PYTHONPYCACHEPREFIX"] = str(venv.parent / "pycache")
+    return env
+
+
 def _synth(python: Path, app_dir: Path, out: str) -> dict:
     """`cdk synth` as the docs show it, in the consumer's folder with the consumer's python."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = _consumer_env(python.parents[1])
     _run([CDK, "synth", "--app", f"{python} consumer_app.py", "-o", out, "-q"], cwd=app_dir, env=env)
     report = json.loads((app_dir / out / "validation-report.json").read_text())
     failures = [r for r in report["pluginReports"] if r.get("conclusion") == "failure"]
@@ -84,8 +98,9 @@ def _synth(python: Path, app_dir: Path, out: str) -> dict:
 def test_the_wheel_outside_the_repository_on_the_lowest_aws_cdk_lib(tmp_path):
     wheel = _wheel(tmp_path)
     venv = tmp_path / "consumer-venv"
-    _run([sys.executable, "-m", "venv", venv], cwd=tmp_path)
+    _run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=tmp_path)
     python = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", python, *PIP]
     lowest = floors()
     # constraints.txt less the CDK family (the floors pick their own jsii, schema and assets):
     # everything else as the suite has it.
@@ -94,9 +109,9 @@ def test_the_wheel_outside_the_repository_on_the_lowest_aws_cdk_lib(tmp_path):
     others.write_text("".join(line + "\n" for line in (ROOT / "constraints.txt").read_text().splitlines()
                               if not line.lower().startswith(cdk_family)))
     # The wheel first and alone: whatever its CLI needs must come from its own dependencies.
-    _run([python, *PIP, "-c", others, wheel, *(f"{d}=={v}" for d, v in lowest.items())], cwd=tmp_path)
+    _run([*pip, "-c", others, wheel, *(f"{d}=={v}" for d, v in lowest.items())], cwd=tmp_path)
     _aws_verbs(venv / "bin" / "dl-launcher", tmp_path)
-    _run([python, *PIP, "-c", others, "pytest"], cwd=tmp_path)
+    _run([*pip, "-c", others, "pytest"], cwd=tmp_path)
     app_dir = tmp_path / "team-app"
     app_dir.mkdir()
     shutil.copy(ROOT / "examples" / "consumer_app.py", app_dir)
@@ -112,7 +127,7 @@ def test_the_wheel_outside_the_repository_on_the_lowest_aws_cdk_lib(tmp_path):
 
     # The suite's construct tests on the lowest aws-cdk-lib: the checkout's code (pytest puts the
     # repository first on sys.path), this venv's aws_cdk and pytest (as constraints.txt pins it).
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_XDIST_WORKER")}
+    env = _consumer_env(venv, "PYTEST_XDIST_WORKER")
     # Exit 0 is every test passed (none collected would be 5). The consumer app above builds every
     # documented construct on the floors already; these add the public API's every name and the
     # synth-time checks. The rest (bootstrap, RAID, agent, bundle scripts; the cluster and template
@@ -130,7 +145,7 @@ def _aws_verbs(console: Path, cwd: Path) -> None:
     server.start()
     try:
         host, port = server.get_host_and_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env = {k: v for k, v in _consumer_env(console.parents[1]).items() if not k.startswith("AWS_")}
         env.update({"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "local",
                     "AWS_SECRET_ACCESS_KEY": "local", "AWS_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null",
                     "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_EC2_METADATA_DISABLED": "true"})

@@ -271,7 +271,7 @@ def test_launch_role_covers_every_resource_type_and_only_through_cloudformation(
         assert st["Condition"]["ForAnyValue:StringEquals"]["aws:CalledVia"] == ["cloudformation.amazonaws.com"], st
 
 
-@pytest.mark.parametrize("body,expected", [
+MALFORMED = [
     ("[products.multi-node-training]\nmax_node = 4\n", "unknown key 'max_node' in [products.multi-node-training]; "
                                                        "closest: max_nodes"),
     ("[products.multi-node-training]\nmax_nodes = 0\n", "max_nodes = 0: allowed 1 to 64; closest: 1"),
@@ -290,26 +290,61 @@ def test_launch_role_covers_every_resource_type_and_only_through_cloudformation(
     ("[portfolio.tag_options]\ncost_center = [\"x\"]\n", "closest: cost-centre"),
     ("[portfolio]\n[product.x]\n", "unknown key 'product' in [the file's top level]; closest: products"),
     ("[products.nope]\n", "[products.nope] is not a profile of the portfolio"),
-])
-def test_a_malformed_file_is_one_line_naming_file_and_key(tmp_path, body, expected):
-    f = tmp_path / "team.toml"
-    f.write_text(body)
-    r = cli("synth", "-c", "portfolio=team", "-c", f"profiles_file={f}", "-o", str(tmp_path / "out"))
-    assert r.returncode != 0, r.stderr[-2000:]  # app.py exits 2; the CDK CLI reports it as 1
-    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
-    assert str(f) in line and expected in line and "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert not list((tmp_path / "out").glob("*.template.json")) if (tmp_path / "out").exists() else True
+]
 
-
-@pytest.mark.parametrize("args,expected", [
+BAD_CONTEXT = [
     (["-c", "portfolio=Platform"], "context portfolio='Platform': use 1-40 lower-case letters"),
     (["-c", "portfolio=platform", "-c", "nodes=2"], "context nodes is not used with portfolio"),
     (["-c", "portfolio=platform", "-c", "product=multinode"], "closest: multi-node-training"),
     (["-c", "product=inference"], "context product belongs to a portfolio"),
-])
-def test_bad_portfolio_context_is_one_line(tmp_path, args, expected):
-    r = cli("synth", *args, "-o", str(tmp_path))
-    assert r.returncode != 0 and expected in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+]
+
+
+def _in_process(tmp_path: Path, monkeypatch, capsys, args: list[str]) -> tuple[int, str]:
+    """app.main, the entry `cdk synth` runs, with the same -c pairs: (exit status, stderr)."""
+    monkeypatch.chdir(tmp_path)  # ProductStackHistory writes its snapshots under the working directory
+    code = app.main(dict(a.split("=", 1) for a in args if a != "-c"), outdir=str(tmp_path / "out"))
+    return code, capsys.readouterr().err
+
+
+def _no_template(out: Path) -> bool:
+    return not list(out.glob("*.template.json")) if out.exists() else True
+
+
+# Every row in-process; the first of each list also through the real CDK CLI, which must print the
+# very line app.main prints (one CLI run per list, not one per row: each is a node and a Python
+# start, about 10 s on CI's machine).
+@pytest.mark.parametrize("body,expected", MALFORMED)
+def test_a_malformed_file_is_one_line_naming_file_and_key(tmp_path, monkeypatch, capsys, body, expected):
+    f = tmp_path / "team.toml"
+    f.write_text(body)
+    code, err = _in_process(tmp_path, monkeypatch, capsys, ["-c", "portfolio=team", "-c", f"profiles_file={f}"])
+    assert code == 2, err[-2000:]
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert str(f) in line and expected in line and "Traceback" not in err, err[-2000:]
+    assert _no_template(tmp_path / "out")
+
+
+@pytest.mark.parametrize("args,expected", BAD_CONTEXT)
+def test_bad_portfolio_context_is_one_line(tmp_path, monkeypatch, capsys, args, expected):
+    code, err = _in_process(tmp_path, monkeypatch, capsys, args)
+    assert code == 2 and expected in err and "Traceback" not in err, err[-2000:]
+    assert _no_template(tmp_path / "out")
+
+
+def test_a_malformed_file_and_bad_context_through_the_cdk_cli_are_the_in_process_line(tmp_path, monkeypatch, capsys):
+    body, expected = MALFORMED[0]
+    f = tmp_path / "team.toml"
+    f.write_text(body)
+    for args, expected in ((["-c", "portfolio=team", "-c", f"profiles_file={f}"], expected), BAD_CONTEXT[0]):
+        out = tmp_path / "cli-out"
+        r = cli("synth", *args, "-o", str(out))
+        assert r.returncode != 0, r.stderr[-2000:]  # app.py exits 2; the CDK CLI reports it as 1
+        (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+        assert expected in line and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert _no_template(out)
+        code, err = _in_process(tmp_path, monkeypatch, capsys, args)
+        assert code == 2 and [x for x in err.splitlines() if x.startswith("error:")] == [line], (err, line)
 
 
 def test_the_product_as_a_plain_stack_is_the_portfolios_product(default_portfolio, tmp_path, monkeypatch):

@@ -99,7 +99,7 @@ def test_restore_rides_out_s3_errors_with_backoff(store, tmp_path):
     store = CheckpointStore(store.bucket, store.prefix, concurrency=8, part_size=5 * 1024 * 1024,
                             client=boto3.client("s3", region_name="us-east-1",
                                                 config=Config(retries={"mode": "standard", "max_attempts": 3})))
-    failures = {"left": 25}  # more than the client's own 3 attempts, several times over
+    failures = {"left": 10}  # more than the client's own 3 attempts, three times over
 
     def flaky(request, **kw):
         if failures["left"] > 0 and request.method == "GET":
