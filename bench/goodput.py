@@ -1,4 +1,5 @@
-"""Goodput of a two-node DDP job under a fault schedule, with and without the survivors' kept step.
+"""Goodput of a two-node job under a fault schedule: DDP with and without the survivors' kept
+step, or (--fsdp) FSDP2 with and without the memory tier (save_to_memory every step).
 
 The test suite's drill (2 nodes x 2 ranks, real torchrun on gloo, the node bundle, moto_server and
 a fake IMDS per node on 127.0.0.x) runs the same job twice, side by side in one run of this script:

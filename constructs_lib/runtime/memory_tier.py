@@ -125,6 +125,9 @@ class MemoryTier:
 
     def _work(self, step: int, staged: dict) -> None:
         try:
+            # This thread only (Linux: a thread is a task): where CPUs are short the training
+            # threads go first (1.05x a 1 s step here, against 1.07x at the same priority).
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
             self._write_send_settle(step, staged)
         except BaseException as e:  # noqa: BLE001 - a lost peer: the training thread's next collective says so
             self.broken = f"{type(e).__name__}: {e}"
