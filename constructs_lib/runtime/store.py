@@ -252,7 +252,11 @@ class CheckpointStore:
             except OSError as e:
                 raise RuntimeUserError(f"cannot write in checkpoint directory {dest_root!r}: {e.strerror or e}") from None
             try:
-                if self._download(n, m, tmp, files) and self._verify_local(tmp, m, files):
+                # This node's own files of the step (its shards, when it saved or kept the step
+                # itself) are taken as they are once they verify: only the rest comes from S3.
+                have = _reuse_verified(final, tmp, m, files) if os.path.isdir(final) else set()
+                missing = [f for f in files if f["path"] not in have]
+                if self._download(n, m, tmp, missing) and self._verify_local(tmp, m, missing):
                     if m.get("shards"):  # this node's share of a sharded step: never a whole step to push
                         with open(os.path.join(tmp, RESTORED), "w") as f:
                             f.write(m["shards"]["attempt"] + "\n")
@@ -298,17 +302,41 @@ class CheckpointStore:
 
     @staticmethod
     def _verify_local(path: str, manifest: dict, files: Optional[list[dict]] = None) -> bool:
-        step = manifest.get("step") if isinstance(manifest, dict) else None
-        if not whole_number(step) or not 0 <= step < 10**12 or manifest_problem(manifest, name_for(step)):
+        if not isinstance(manifest, dict) or (files is None and not isinstance(manifest.get("files"), list)):
             return False
+        return _verified(path, manifest, manifest["files"] if files is None else files) is not None
+
+
+def _verified(path: str, manifest: dict, files: list[dict], *, every: bool = True) -> Optional[set[str]]:
+    """The paths of `files` under `path` whose size and SHA-256 match the manifest; None when the
+    manifest is not a valid one, or (every=True) when any of them does not match."""
+    step = manifest.get("step") if isinstance(manifest, dict) else None
+    if not whole_number(step) or not 0 <= step < 10**12 or manifest_problem(manifest, name_for(step)):
+        return None
+    good = set()
+    for f in files:
+        p = os.path.join(path, *f["path"].split("/"))
         try:
-            for f in manifest["files"] if files is None else files:
-                p = os.path.join(path, *f["path"].split("/"))
-                if os.path.islink(p) or not os.path.isfile(p) or os.path.getsize(p) != f["size"]:
-                    return False
-                kind = f.get("checksum_type", "FULL_OBJECT")
-                if local_checksum(p, kind, f.get("part_size") or f["size"] or 1) != f["sha256"]:
-                    return False
+            ok = (not os.path.islink(p) and os.path.isfile(p) and os.path.getsize(p) == f["size"]
+                  and local_checksum(p, f.get("checksum_type", "FULL_OBJECT"),
+                                     f.get("part_size") or f["size"] or 1) == f["sha256"])
         except OSError:
-            return False
-        return True
+            ok = False
+        if ok:
+            good.add(f["path"])
+        elif every:
+            return None
+    return good
+
+
+def _reuse_verified(final: str, tmp: str, manifest: dict, files: list[dict]) -> set[str]:
+    """Hard-link (or copy) into tmp the files of `final` that verify; returns their paths."""
+    good = _verified(final, manifest, files, every=False) or set()
+    for rel in sorted(good):
+        src, dst = os.path.join(final, *rel.split("/")), os.path.join(tmp, *rel.split("/"))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+    return good

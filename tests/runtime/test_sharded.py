@@ -122,6 +122,23 @@ def test_a_node_restores_only_what_its_ranks_read_back_and_all_of_it_for_another
     assert sorted(os.listdir(whole)) == [".dl-restored-subset", *EXPECT], "another world size: every file"
 
 
+def test_a_node_that_holds_its_own_shards_of_the_step_downloads_only_the_rest(store, tmp_path):
+    _push(store, tmp_path / "n0", 5, "g1-00000001", 0)
+    _push(store, tmp_path / "n1", 5, "g1-00000001", 1)
+    mine = tmp_path / "n1" / "step-000000000005"
+    saved = {n: (mine / n).read_bytes() for n in ("__2_0.distcp", "__3_0.distcp")}
+    (mine / "__3_0.distcp").write_bytes(b"not what was saved")  # a file that does not verify comes again
+    data = f"{store.prefix}/step-000000000005/data-g1-00000001"
+    store.client.delete_object(Bucket=store.bucket, Key=f"{data}/__2_0.distcp")  # S3 can no longer give it
+    step, path = store.pull(str(tmp_path / "n1"), 5, ranks=range(2, 4), world_size=WORLD)
+    assert sorted(os.listdir(path)) == [".dl-restored-subset", ".metadata", "__0_0.distcp", "__2_0.distcp",
+                                        "__3_0.distcp"]
+    got = {n: (Path(path) / n).read_bytes() for n in ("__2_0.distcp", "__3_0.distcp")}
+    assert got == saved, "its own verified shard kept, the altered one fetched again"
+    # Without its own copy the same pull fails: the shard deleted from S3 really was taken from here.
+    assert store.pull(str(tmp_path / "elsewhere"), 5, ranks=range(2, 4), world_size=WORLD) is None
+
+
 def test_a_manifest_whose_reads_name_a_missing_file_is_not_a_checkpoint(store, tmp_path):
     cp = _push(store, tmp_path / "n0", 5, "g1-00000001", 0) or _push(store, tmp_path / "n1", 5, "g1-00000001", 1)
     bad = json.loads(json.dumps(cp.manifest))
