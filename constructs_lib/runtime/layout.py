@@ -95,13 +95,14 @@ def step_of(name: str) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
-def local_checkpoints(root: str) -> list[tuple[int, str]]:
-    """Complete local checkpoints under root, oldest first: (step, path)."""
+def local_checkpoints(root: str, prefix: str = "") -> list[tuple[int, str]]:
+    """Complete local checkpoints under root, oldest first: (step, path). prefix: saves named
+    `<prefix>step-N` instead (survivor.py's `.survivor-step-N`)."""
     if not os.path.isdir(root):
         return []
     found = []
     for entry in os.listdir(root):
-        step = step_of(entry)
+        step = step_of(entry[len(prefix):]) if entry.startswith(prefix) else None
         path = os.path.join(root, entry)
         if step is not None and os.path.isdir(path):
             found.append((step, path))

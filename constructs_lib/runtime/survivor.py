@@ -32,7 +32,7 @@ import signal
 import sys
 from typing import Any, Callable, Optional
 
-from .layout import make_final, name_for, newest_local, step_of
+from .layout import local_checkpoints, make_final, name_for, newest_local
 
 PREFIX = ".survivor-"
 COLLECTIVE_FAILED = "collective-failed"  # a rank's outcome record (rundir.outcomes): the supervisor stops the run
@@ -50,10 +50,7 @@ def survivor_name(step: int) -> str:
 
 def survivor_saves(root: str) -> list[tuple[int, str]]:
     """Complete survivor saves under root, oldest first: (step, path)."""
-    if not os.path.isdir(root):
-        return []
-    found = [(step_of(e[len(PREFIX):]), os.path.join(root, e)) for e in os.listdir(root) if e.startswith(PREFIX)]
-    return sorted((s, p) for s, p in found if s is not None and os.path.isdir(p))
+    return local_checkpoints(root, PREFIX)
 
 
 def clear(root: str) -> None:
