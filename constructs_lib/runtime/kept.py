@@ -21,11 +21,12 @@ def promote(*, plan: Plan, node: str, local_dir: str, store: Any, cluster: Any, 
             newest: Callable[[], Optional[int]], ride: Callable, log: Callable[[str], None]) -> None:
     g = plan.generation
     has_memory = memory_store.settled(contract.memory_dir(), str(g)) is not None
-    if not survivor.survivor_saves(local_dir) and not has_memory:
+    has_survivor = bool(survivor.survivor_saves(local_dir))
+    if not has_survivor and not has_memory:
         return
     try:
         remote = ride(newest, "reading the newest checkpoint")
-        if survivor.survivor_saves(local_dir):
+        if has_survivor:
             survivor.promote(local_dir, newest_remote=remote, log=log,
                              claim=lambda step: ride(lambda: cluster.claim_kept(g, step, node), "claiming the kept step"))
         if has_memory:

@@ -245,16 +245,18 @@ class CheckpointStore:
                 continue
             final = os.path.join(dest_root, n)
             files = needed_files(m, ranks, world_size)
-            if os.path.isdir(final) and self._verify_local(final, m, files):
+            # This node's own files of the step (its shards, when it saved or kept the step itself)
+            # are taken as they are once they verify: only the rest comes from S3. Hashed once.
+            verified = _verified(final, m, files, every=False) if os.path.isdir(final) else None
+            if verified is not None and verified == {f["path"] for f in files}:
                 return step_of(n), final
+            have = verified or set()
             try:
                 tmp = tempfile.mkdtemp(prefix=f".tmp-{n}-", dir=dest_root)
             except OSError as e:
                 raise RuntimeUserError(f"cannot write in checkpoint directory {dest_root!r}: {e.strerror or e}") from None
             try:
-                # This node's own files of the step (its shards, when it saved or kept the step
-                # itself) are taken as they are once they verify: only the rest comes from S3.
-                have = _reuse_verified(final, tmp, m, files) if os.path.isdir(final) else set()
+                _link_into(final, tmp, have)
                 missing = [f for f in files if f["path"] not in have]
                 if self._download(n, m, tmp, missing) and self._verify_local(tmp, m, missing):
                     if m.get("shards"):  # this node's share of a sharded step: never a whole step to push
@@ -302,19 +304,19 @@ class CheckpointStore:
 
     @staticmethod
     def _verify_local(path: str, manifest: dict, files: Optional[list[dict]] = None) -> bool:
-        if not isinstance(manifest, dict) or (files is None and not isinstance(manifest.get("files"), list)):
-            return False
-        return _verified(path, manifest, manifest["files"] if files is None else files) is not None
+        return _verified(path, manifest, files) is not None
 
 
-def _verified(path: str, manifest: dict, files: list[dict], *, every: bool = True) -> Optional[set[str]]:
-    """The paths of `files` under `path` whose size and SHA-256 match the manifest; None when the
-    manifest is not a valid one, or (every=True) when any of them does not match."""
+def _verified(path: str, manifest: dict, files: Optional[list[dict]] = None, *,
+              every: bool = True) -> Optional[set[str]]:
+    """The paths of `files` (default: every file of the manifest) under `path` whose size and
+    SHA-256 match the manifest; None when the manifest is not a valid one, or (every=True) when
+    any of them does not match."""
     step = manifest.get("step") if isinstance(manifest, dict) else None
     if not whole_number(step) or not 0 <= step < 10**12 or manifest_problem(manifest, name_for(step)):
         return None
     good = set()
-    for f in files:
+    for f in manifest["files"] if files is None else files:
         p = os.path.join(path, *f["path"].split("/"))
         try:
             ok = (not os.path.islink(p) and os.path.isfile(p) and os.path.getsize(p) == f["size"]
@@ -329,14 +331,12 @@ def _verified(path: str, manifest: dict, files: list[dict], *, every: bool = Tru
     return good
 
 
-def _reuse_verified(final: str, tmp: str, manifest: dict, files: list[dict]) -> set[str]:
-    """Hard-link (or copy) into tmp the files of `final` that verify; returns their paths."""
-    good = _verified(final, manifest, files, every=False) or set()
-    for rel in sorted(good):
+def _link_into(final: str, tmp: str, paths: set[str]) -> None:
+    """Hard-link (or copy) these files of `final`, already verified, into tmp."""
+    for rel in sorted(paths):
         src, dst = os.path.join(final, *rel.split("/")), os.path.join(tmp, *rel.split("/"))
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         try:
             os.link(src, dst)
         except OSError:
             shutil.copy2(src, dst)
-    return good
