@@ -47,6 +47,11 @@ from . import contract, notice, shards
 from .layout import local_checkpoints, make_final, name_for, step_of, write_atomic
 
 
+# Seconds a process that lost a peer waits for its memory snapshot in flight: a thread past the
+# settling barrier writes one small file; one still in a collective fails at once on the dead peer.
+EXIT_WAIT = 5.0
+
+
 def _env_int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, default))
@@ -317,6 +322,9 @@ class Checkpointer:
                                       node_rank=_env_int("GROUP_RANK", _env_int("NODE_RANK", 0)),
                                       finish=self._finish_sharded)
             atexit.register(self._release_memory)
+            if self._keeper is not None:  # a peer's death ends this process: let a settling snapshot finish
+                tier = self._memory
+                self._keeper.before_exit.append(lambda: tier.wait(timeout=EXIT_WAIT))
         return self._memory.snapshot(step, state_dict)
 
     def _release_memory(self) -> None:

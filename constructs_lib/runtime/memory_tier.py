@@ -31,6 +31,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from . import memory_store, shards
+from .layout import name_for
 
 # A peer that vanishes without closing its sockets fails the tier's collectives after this long;
 # the run's own watch stops the run well before on a lost peer.
@@ -118,10 +119,11 @@ class MemoryTier:
                      "share of the state: two snapshots, its own and its buddy's); the job goes on with its checkpoints")
         return bool(int(ok[0]))
 
-    def wait(self) -> None:
+    def wait(self, timeout: Optional[float] = None) -> None:
         if self.thread is not None:
-            self.thread.join()
-            self.thread = None
+            self.thread.join(timeout)
+            if not self.thread.is_alive():
+                self.thread = None
 
     def _work(self, step: int, staged: dict) -> None:
         try:
@@ -150,7 +152,7 @@ class MemoryTier:
         self.finish(step, attempt, staged, metadata, self.group, root=own)
         dist.barrier(group=self.group)  # every node's part complete: its files are in step-N now
         if self.nodes > 1:
-            self._exchange(step, attempt, os.path.join(own, memory_store.name_for(step)))
+            self._exchange(step, attempt, os.path.join(own, name_for(step)))
         dist.barrier(group=self.group)  # every rank sent and received: step N is whole across the cluster
         memory_store.settle(self.root, self.generation, step)
 

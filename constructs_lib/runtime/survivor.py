@@ -92,6 +92,9 @@ class Keeper:
         self._buffers: Optional[dict] = None
         self._stop_at_boundary = False  # a SIGTERM came mid-update: raise RunStopped once the step completes
         self._previous_hook = sys.excepthook
+        # Called before the process ends after a failed collective: the memory tier's thread may
+        # be writing that its last snapshot settled (memory_tier.MemoryTier.wait, bounded).
+        self.before_exit: list[Callable[[], None]] = []
         sys.excepthook = self._excepthook
 
     def enable(self, write: Callable[[str], None], *, model: Any = None) -> None:
@@ -131,6 +134,11 @@ class Keeper:
         if failed:
             # The interpreter's own exit would tear the process group down, and gloo's teardown waits
             # on the dead peer for seconds while the next generation waits for this run to stop.
+            for wait in self.before_exit:
+                try:
+                    wait()
+                except BaseException:  # noqa: BLE001 - the process ends anyway
+                    pass
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(1)
