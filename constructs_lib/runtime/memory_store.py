@@ -1,7 +1,8 @@
 """The memory tier's files on a node (host memory: tmpfs), and what the supervisor does with them
 when a run ends. memory_tier.py writes them from the training processes.
 
-    <root>/gen-G/own/step-N/                 this node's part of snapshot N (DCP files, shard markers)
+    <root>/gen-G/own/step-N/                 this node's part of snapshot N (DCP files or raw ones
+                                             with their layout: memory_raw.py; shard markers)
     <root>/gen-G/held/node-K/step-N/         node K's part, received from K: K's buddy copy
     <root>/gen-G/settled/step-N              snapshot N is whole across the cluster (every rank
                                              sent and received it)
@@ -16,7 +17,7 @@ import re
 import shutil
 from typing import Callable, Optional
 
-from . import shards
+from . import memory_raw, shards
 from .layout import make_final, name_for, newest_local, step_of
 
 _RANK_FILE = re.compile(r"^__(\d{1,7})_\d{1,4}\.distcp\Z", re.ASCII)
@@ -45,9 +46,10 @@ def held_root(root: str, generation: str, node: int) -> str:
 
 
 def rank_files(part: str, rank: int) -> list[str]:
-    """A rank's files in a complete node part: its DCP shard files, its marker, and (global rank 0,
-    DCP's coordinator) the step's .metadata."""
-    names = sorted(n for n in os.listdir(part) if (m := _RANK_FILE.match(n)) and int(m.group(1)) == rank)
+    """A rank's files in a complete node part: its DCP shard files (or its raw bytes and their
+    layout), its marker, and (global rank 0, DCP's coordinator) the step's .metadata."""
+    names = sorted(n for n in os.listdir(part)
+                   if ((m := _RANK_FILE.match(n)) and int(m.group(1)) == rank) or memory_raw.is_fast_file(n, rank))
     names.append(f"{shards.MARKERS}/rank-{rank}.json")
     if rank == 0:
         names.append(shards.METADATA)
@@ -72,6 +74,7 @@ def receive(held: str, step: int, attempt: str, header: list, data: memoryview) 
 
 def _safe(name: object) -> bool:
     return (isinstance(name, str) and (bool(_RANK_FILE.match(name)) or name == shards.METADATA
+                                       or memory_raw.is_fast_file(name)
                                        or bool(re.match(rf"^{re.escape(shards.MARKERS)}/rank-\d{{1,7}}\.json\Z", name))))
 
 
@@ -143,7 +146,12 @@ def promote(root: str, generation: str, local_dir: str, *, newest_remote: Option
         part = shards.node_part(part_dir) if os.path.isdir(part_dir) else None
         if (part is not None and part["node_rank"] == node and part["attempt"] == attempt_for(generation, step)
                 and owner_gone(node)):
-            push_held(part_dir, step, part)
+            try:
+                dcp = memory_raw.dcp_copy(part_dir)
+            except ValueError as e:  # a buddy's raw part that does not hold together: S3's newest stands for it
+                log(f"node {node}'s part of snapshot {step} cannot be turned into its checkpoint files: {e}")
+                continue
+            push_held(dcp, step, part)
             sent.append(node)
     own = os.path.join(g, "own", name_for(step))
     mine = shards.node_part(own)
@@ -152,7 +160,12 @@ def promote(root: str, generation: str, local_dir: str, *, newest_remote: Option
         return None
     tmp = os.path.join(local_dir, f".tmp-{name_for(step)}-memory")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(own, tmp)
+    try:
+        memory_raw.to_dcp(own, tmp)
+    except ValueError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        log(f"this node's part of snapshot {step} cannot be turned into its checkpoint files ({e}): resuming from S3's newest")
+        return None
     make_final(tmp, os.path.join(local_dir, name_for(step)), guard_uploads=True)
     log(f"step {step} kept in memory: sending this node's part" +
         (f" and node {', '.join(map(str, sent))}'s from the buddy copy" if sent else "") +

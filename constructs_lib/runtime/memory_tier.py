@@ -3,9 +3,11 @@
 Every K steps (Checkpointer.save_to_memory) each rank copies its shard of the state to CPU buffers
 (the only part on the training thread), then, on a thread of its own and over a gloo process group
 of its own:
-1. writes it with torch.distributed.checkpoint into host memory (tmpfs: memory_store.own_root),
-   the same files and markers a sharded save writes, so the node's part is complete exactly as
-   shards.py decides for a save on disk;
+1. writes it into host memory (tmpfs: memory_store.own_root): the first snapshot, and any whose
+   items changed size, with torch.distributed.checkpoint, the same files and markers a sharded
+   save writes, so the node's part is complete exactly as shards.py decides for a save on disk;
+   the others raw, in the layout that save fixed (memory_raw.py: no planning collectives, no
+   torch.save per tensor), turned back into DCP's files only when a node dies;
 2. sends its rank's files to the same local rank on its buddy node (the next node in a ring
    ordered so that neighbours differ in failure domain where the cluster allows) and receives
    the previous node's in turn (memory_store.held_root);
@@ -25,12 +27,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
 import sys
 import threading
 from typing import Any, Callable, Optional
 
-from . import memory_store, shards
+from . import memory_raw, memory_store, shards
 from .layout import name_for
 
 # A peer that vanishes without closing its sockets fails the tier's collectives after this long;
@@ -81,6 +82,14 @@ class MemoryTier:
         self.send_node, self.recv_node = neighbours(self.order, node_rank)
         self.planner = DefaultSavePlanner(dedup_save_to_lowest_rank=True, enable_plan_caching=True)
         self.staged: Optional[dict] = None
+        # From the last full save: this rank's layout (memory_raw), the flattened keys it covered,
+        # its marker's read sets and (global rank 0) DCP's .metadata, for the raw snapshots after it.
+        self.fast: Optional[dict] = None
+        self.fast_json = ""
+        self.fast_keys: set = set()
+        self.reads: list[str] = []
+        self.expect: list[str] = []
+        self.meta_bytes = b""
         self.thread: Optional[threading.Thread] = None
         self.broken: Optional[str] = None
 
@@ -93,10 +102,10 @@ class MemoryTier:
         if self.broken:
             return False
         first = self.staged is None
-        self.staged = _stage(state_dict, self.staged)
+        self.staged, fresh = _stage(state_dict, self.staged)
         if first and not self._room(self.staged):
             return False
-        self.thread = threading.Thread(target=self._work, args=(step, self.staged), daemon=True,
+        self.thread = threading.Thread(target=self._work, args=(step, self.staged, fresh), daemon=True,
                                        name=f"dl-memory-step-{step}")
         self.thread.start()
         return True
@@ -125,36 +134,89 @@ class MemoryTier:
             if not self.thread.is_alive():
                 self.thread = None
 
-    def _work(self, step: int, staged: dict) -> None:
+    def _work(self, step: int, staged: dict, fresh: bool) -> None:
         try:
             # This thread only (Linux: a thread is a task): where CPUs are short the training
             # threads go first (1.05x a 1 s step here, against 1.07x at the same priority).
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-            self._write_send_settle(step, staged)
+            self._write_send_settle(step, staged, fresh)
         except BaseException as e:  # noqa: BLE001 - a lost peer: the training thread's next collective says so
             self.broken = f"{type(e).__name__}: {e}"
             self.log(f"dl-launcher: the memory tier stopped at step {step} ({self.broken}); "
                      "the job resumes from its newest settled snapshot or checkpoint")
 
-    def _write_send_settle(self, step: int, staged: dict) -> None:
+    def _write_send_settle(self, step: int, staged: dict, fresh: bool) -> None:
+        import torch
         import torch.distributed as dist
-        from torch.distributed.checkpoint.filesystem import FileSystemWriter
-        from torch.distributed.checkpoint.state_dict_saver import save
 
         attempt = memory_store.attempt_for(self.generation, step)
         own = memory_store.own_root(self.root, self.generation)
         tmp = shards.tmp_dir(own, step, attempt)
-        shutil.rmtree(tmp, ignore_errors=True)  # a snapshot of this step cut short earlier in this generation
+        # The node's ranks share the directory and reach this point at different times: each clears
+        # only what it writes itself (from a snapshot of this step cut short in this generation).
+        self._clear_mine(tmp)
         os.makedirs(tmp, exist_ok=True)
-        # Host memory: nothing to sync to a disk (the copy that must survive is the buddy's).
-        writer = FileSystemWriter(tmp, sync_files=False)
-        metadata = save(staged, storage_writer=writer, process_group=self.group, planner=self.planner)
-        self.finish(step, attempt, staged, metadata, self.group, root=own)
+        # Raw only if every rank can: a rank whose items changed (an optimizer's state appearing, a
+        # learning rate pickled longer) makes this snapshot a full save everywhere, a new layout.
+        ok = torch.tensor([int(not fresh and self._write_raw(tmp, staged))], dtype=torch.int64)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.group)
+        if int(ok[0]):
+            self._finish_raw(step, attempt, own, tmp)
+        else:
+            self._clear_mine(tmp)
+            self._save_full(step, attempt, own, tmp, staged)
         dist.barrier(group=self.group)  # every node's part complete: its files are in step-N now
         if self.nodes > 1:
             self._exchange(step, attempt, os.path.join(own, name_for(step)))
         dist.barrier(group=self.group)  # every rank sent and received: step N is whole across the cluster
         memory_store.settle(self.root, self.generation, step)
+
+    def _clear_mine(self, tmp: str) -> None:
+        for name in os.listdir(tmp) if os.path.isdir(tmp) else []:
+            if (memory_raw.is_fast_file(name, self.rank) or name.startswith(f"__{self.rank}_")
+                    or (self.rank == 0 and name == shards.METADATA)):
+                os.unlink(os.path.join(tmp, name))
+        marker = os.path.join(tmp, shards.MARKERS, f"rank-{self.rank}.json")
+        if os.path.exists(marker):
+            os.unlink(marker)
+
+    def _save_full(self, step: int, attempt: str, own: str, tmp: str, staged: dict) -> None:
+        from torch.distributed.checkpoint.filesystem import FileSystemWriter
+        from torch.distributed.checkpoint.state_dict_saver import save
+
+        # Host memory: nothing to sync to a disk (the copy that must survive is the buddy's).
+        writer = FileSystemWriter(tmp, sync_files=False)
+        metadata = save(staged, storage_writer=writer, process_group=self.group, planner=self.planner)
+        meta_bytes = b""
+        if self.rank == 0:  # read before this rank's marker: the node's last marker moves the directory
+            with open(os.path.join(tmp, shards.METADATA), "rb") as f:
+                meta_bytes = f.read()
+        self.finish(step, attempt, staged, metadata, self.group, root=own)  # fills metadata.storage_data
+        self.fast = memory_raw.layout_of(self.planner, metadata.storage_data or {}, self.rank)
+        self.fast_json = json.dumps(self.fast)
+        self.fast_keys = set(self.planner.state_dict)
+        self.reads, self.expect = shards.read_set(staged, metadata)
+        self.meta_bytes = meta_bytes
+
+    def _write_raw(self, tmp: str, staged: dict) -> bool:
+        if self.fast is None:
+            return False
+        self.planner.set_up_planner(staged)  # this step's objects; the plan stays the full save's
+        if set(self.planner.state_dict) != self.fast_keys:
+            return False
+        if not memory_raw.write(os.path.join(tmp, memory_raw.raw_name(self.rank)), self.planner, self.fast):
+            return False
+        with open(os.path.join(tmp, memory_raw.layout_name(self.rank)), "w") as f:
+            f.write(self.fast_json)
+        if self.rank == 0:
+            with open(os.path.join(tmp, shards.METADATA), "wb") as f:
+                f.write(self.meta_bytes)
+        return True
+
+    def _finish_raw(self, step: int, attempt: str, own: str, tmp: str) -> None:
+        shards.finish_rank(own, step, attempt, rank=self.rank, node_rank=self.node_rank, local_world_size=self.local,
+                           world_size=self.world_size, reads=self.reads,
+                           expect=self.expect if self.rank == 0 else None, guard_uploads=False, sync=False)
 
     def _exchange(self, step: int, attempt: str, part: str) -> None:
         import torch
@@ -205,9 +267,10 @@ def _nbytes(state: Any) -> int:
     return 0
 
 
-def _stage(state_dict: dict, staged: Optional[dict]) -> dict:
+def _stage(state_dict: dict, staged: Optional[dict]) -> tuple[dict, bool]:
     """A copy of the state in CPU memory (pinned when CUDA is there), reusing the last one's buffers
-    while the state's shape stays the same: training goes on changing the original meanwhile."""
+    while the state's shape stays the same: training goes on changing the original meanwhile.
+    (the copy, whether its buffers are new)."""
     import torch
     from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
 
@@ -217,11 +280,11 @@ def _stage(state_dict: dict, staged: Optional[dict]) -> dict:
             out = _copy_state_dict(state_dict, staged, non_blocking=cuda)
             if cuda:
                 torch.cuda.synchronize()
-            return out
+            return out, False
         except (RuntimeError, KeyError, TypeError, ValueError, AssertionError):
             pass  # the shape changed (an optimizer's state appears after its first step): new buffers
     fresh = _create_cpu_state_dict(state_dict, pin_memory=cuda)
     out = _copy_state_dict(state_dict, fresh, non_blocking=cuda)
     if cuda:
         torch.cuda.synchronize()
-    return out
+    return out, True

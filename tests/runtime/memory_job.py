@@ -45,6 +45,8 @@ for step in range(a.steps):
         torch.save(full, os.path.join(a.reference, f"step-{step}.pt"))
     ckpt.should_checkpoint(step, every=1000)
     msd, osd = get_state_dict(model, opt)
-    ckpt.save_to_memory(step, {"model": msd, "optim": osd})
+    # "note" grows at steps 3 and 6: its pickled size changes, so those snapshots are full DCP
+    # saves (a new layout) and the others raw in the layout of the last full one.
+    ckpt.save_to_memory(step, {"model": msd, "optim": osd, "meta": {"note": str(step % 10) + "x" * (step // 3)}})
 ckpt.wait()
 dist.destroy_process_group()

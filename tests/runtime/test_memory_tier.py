@@ -56,6 +56,10 @@ def test_a_dead_nodes_shards_come_back_from_its_buddy_equal_to_the_step(store, t
     assert memory_store.settled(str(mem), "3") == 4, "step 5 completed; its snapshot never began: one step lost"
     g = Path(memory_store.gen_root(str(mem), "3"))
     assert sorted(p.name for p in (g / "own").iterdir() if p.is_dir()) == ["step-000000000004"], "older dropped"
+    # Step 4 was written raw in the layout of step 3's full save (its note grew there): what comes
+    # back below went through memory_raw.to_dcp, for node 0's part and for node 1's copy.
+    assert {p.name for p in (g / "own" / "step-000000000004").iterdir()} >= {"__0.raw", "__1.raw", ".metadata"}
+    assert {p.name for p in (g / "held" / "node-1" / "step-000000000004").iterdir()} >= {"__2.raw", "__3.raw"}
 
     # The supervisor's side on node 0: node 1 is gone, so its part goes to S3 from the buddy copy.
     local = tmp_path / "node-0" / "ckpt"
@@ -76,7 +80,9 @@ def test_a_dead_nodes_shards_come_back_from_its_buddy_equal_to_the_step(store, t
     got = store.pull(str(tmp_path / "restored"), 4)  # every file: a reader of another world size
     assert got is not None
     dcp_to_torch_save(got[1], str(tmp_path / "whole.pt"))
-    restored = torch.load(tmp_path / "whole.pt", weights_only=False)["model"]
+    whole = torch.load(tmp_path / "whole.pt", weights_only=False)
+    assert whole["meta"]["note"] == "4x", "step 4's own value (raw), not the full save's of step 3 (3x)"
+    restored = whole["model"]
     want = torch.load(tmp_path / "ref" / "step-4.pt")
     assert restored.keys() == want.keys()
     for k in want:
