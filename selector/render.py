@@ -8,6 +8,7 @@ from . import freshness
 from .catalog import Catalog
 from .facts import InstanceFacts
 from .profiles import Profile
+from .ranking import unpriced_in
 from .recommend import CAPACITY_BLOCK_ONLY, Candidate, Recommendation, price_summary
 from .validate import clean
 
@@ -64,6 +65,7 @@ def recommendation_text(rec: Recommendation, show_excluded: int = 10) -> str:
            f"catalog as of {rec.catalog_as_of}", ""]
     rows = []
     ranks = {c.instance_type: c.rank for c in rec.candidates}
+    unpriced = {c.instance_type for c in unpriced_in(rec.market, list(rec.candidates))}
     for c in rec.candidates:
         f = c.facts
         rows.append([
@@ -74,7 +76,7 @@ def recommendation_text(rec: Recommendation, show_excluded: int = 10) -> str:
             *_price_cells(c, rec.market), _samples(c), _num(c.samples_per_dollar),
             _num(c.spot_samples_per_dollar),
             *([_num(c.per_dollar("capacity-block"))] if rec.market == "capacity-block" else []),
-            c.throughput_source + _tie_cell(c, ranks),
+            c.throughput_source + _tie_cell(c, ranks) + (f"; unpriced ({rec.market})" if f.instance_type in unpriced else ""),
         ])
     if rows:
         block = rec.market == "capacity-block"
