@@ -224,14 +224,19 @@ def test_trainium_rows_from_best_case_claims_are_upper_bounds():
 
 
 def test_trainium2_from_aws_price_performance_claim_at_capacity_block_rates():
-    _quoted("Trainium2", "30-40% better price performance", "$35.7608", "$47.76", "$54.92", "H200 4.7")
+    """The claim at the catalog's own rates for trn2 and p5en (one quote, one date): the only Capacity
+    Block rates in the repo (test_capacity_block_rates)."""
+    _quoted("Trainium2", "30-40% better price performance", "$35.7608", "$63.158", "H200 4.7")
+    ohio = {n: load_catalog().get(n).capacity_block_prices["us-east-2"] for n in ("trn2.48xlarge", "p5en.48xlarge")}
+    assert ohio["trn2.48xlarge"].as_of == ohio["p5en.48xlarge"].as_of == "2026-10-08"
+    trn2, p5en = ohio["trn2.48xlarge"].usd_per_hour, ohio["p5en.48xlarge"].usd_per_hour
     h200 = ACC["H200"].relative_training_throughput
-    per_chip = [k * 8 * h200 * 35.7608 / gpu / 16 for k in (1.3, 1.4) for gpu in (47.76, 54.92)]
+    per_chip = [k * 8 * h200 * trn2 / p5en / 16 for k in (1.3, 1.4)]
     lo, hi = min(per_chip), max(per_chip)
-    assert (round(lo, 2), round(hi, 2)) == (1.99, 2.46)
+    assert (round(lo, 2), round(hi, 2)) == (1.73, 1.86)
     _agrees("Trainium2", math.sqrt(lo * hi))
     tflops = ACC["H100"].relative_training_throughput * (667 / 989) ** 0.78
-    assert round(tflops, 1) == 3.1 and 1.25 < tflops / hi and tflops / lo < 1.6  # "26-56% above"
+    assert round(tflops, 1) == 3.1 and 1.655 < tflops / hi and tflops / lo < 1.795  # "66-79% above"
 
 
 # ---------------------------------------------------------------- memory variants
