@@ -292,10 +292,12 @@ def test_a_cheap_single_az_undated_spot_quote_does_not_decide_a_pick(tmp_path):
 
 
 def test_a_pick_that_rests_on_a_vendor_upper_bound_says_so():
-    """Issue 25: Trainium's figures come from AWS's best-case claims; such a row may win, never silently."""
-    rec = recommend("training", families=["trn1", "g6e"])
+    """Issue 25: Trainium's figures come from AWS's best-case claims; such a row may win, never silently.
+    (Issue 39: it ranks on the centre below its bound, 1.11x V100, which no longer beats g6e's L40S on
+    samples per dollar; against g6's L4 it still wins.)"""
+    rec = recommend("training", families=["trn1", "g6"])
     assert rec.pick.facts.accelerator == "Trainium" and rec.pick.throughput_basis == "vendor-upper-bound"
     assert "upper bound" in rec.why and any("upper bound" in n for n in rec.notes)
     m = {rec.pick.instance_type: Measurement(rec.pick.samples_per_second, source="bench")}
-    other = recommend("training", families=["trn1", "g6e"], measured=m)
+    other = recommend("training", families=["trn1", "g6"], measured=m)
     assert other.pick.instance_type == rec.pick.instance_type and "upper bound" not in other.why
