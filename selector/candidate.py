@@ -128,6 +128,7 @@ class Candidate:
             "accelerator_count": f.accelerator_count,
             "accelerator_fraction": f.accelerator_fraction,
             "accelerator_memory_gib": f.accelerator_memory_gib,
+            "accelerator_memory_gb": f.accelerator_memory_gb,
             "accelerator_memory_total_gib": f.accelerator_memory_total_gib,
             "interconnect": f.interconnect,
             "efa": f.efa,
@@ -203,7 +204,7 @@ def fmt_price(v: Optional[float]) -> str:
 
 
 def _meets(f: InstanceFacts) -> str:
-    parts = [f"{f.accelerator_count} x {f.accelerator} {f.accelerator_memory_gib:g} GiB"]
+    parts = [f"{f.accelerator_count} x {f.accelerator} {f.accelerator_memory_gb:g} GB ({f.accelerator_memory_gib:g} GiB)"]
     if f.accelerator_count > 1:
         parts.append(f.interconnect)
     if f.efa:

@@ -35,7 +35,7 @@ def _parser(prog: str = "python -m selector") -> argparse.ArgumentParser:
     s.add_argument("--profiles", metavar="FILE", help="extra or overriding profiles (TOML or YAML)")
 
     s = sub.add_parser("recommend", help="rank instance types for a profile")
-    s.add_argument("--profile", required=True)
+    s.add_argument("--profile", help=f"the workload profile (default with --gpu: {GPU_ONLY_PROFILE})")
     s.add_argument("--region", default="us-east-1")
     s.add_argument("--spot", action="store_true", help="rank with spot prices")
     s.add_argument("--capacity-block", action="store_true",
@@ -55,7 +55,8 @@ def _parser(prog: str = "python -m selector") -> argparse.ArgumentParser:
                    help="with --spot: rank on single-AZ quotes below 25%% of on-demand (set aside by default)")
     s.add_argument("--gpu", metavar="MODEL[:COUNT]",
                    help="only this accelerator model, and count per node (SkyPilot's syntax: H100:8, A10G, trainium2:16)")
-    s.add_argument("--min-gpu-memory", metavar="GiB", help="at least this much memory per accelerator")
+    s.add_argument("--min-gpu-memory", metavar="GB",
+                   help="at least this much memory per accelerator, in the vendor's GB (24 includes the A10G and L4)")
     s.add_argument("--max-price", metavar="USD", help="at most this price per node-hour in the ranked market")
     s.add_argument("--json", action="store_true")
 
@@ -97,7 +98,7 @@ def _recommend(a: argparse.Namespace) -> str:
         from .prices import load_prices
         user_prices = load_prices(a.prices)
         catalog.with_prices(user_prices)  # refuse an unknown type or region now, before any AWS call
-    profile = get_profile(a.profile, load_profiles(a.profiles))
+    profile = get_profile(_profile_name(a, catalog), load_profiles(a.profiles))
     measured = load_measurements(a.throughput, catalog.types) if a.throughput else None
     if a.throughput:
         from .throughput import failed_in
@@ -122,15 +123,36 @@ def _recommend(a: argparse.Namespace) -> str:
     return render.dumps(rec.to_dict()) if a.json else render.recommendation_text(rec)
 
 
+# `recommend --gpu H100:8` alone: the profile that asks nothing of a type but that it can train.
+GPU_ONLY_PROFILE = "training"
+
+
+def _profile_name(a: argparse.Namespace, catalog) -> str:
+    """--profile, or with --gpu alone GPU_ONLY_PROFILE; one line naming what to pass otherwise."""
+    if a.profile is not None:
+        return a.profile
+    if a.gpu is None:
+        raise UserError("recommend needs --profile (see `profiles`) or --gpu MODEL[:COUNT] (e.g. --gpu H100:8)")
+    from .accelerators import load_accelerators
+    from .requirements import memory_variants, parse_gpu
+    model = parse_gpu(a.gpu, {f.accelerator for f in catalog}, memory_variants(catalog))[0]
+    spec = load_accelerators().get(model)
+    if spec is not None and "training" not in spec.roles:
+        raise UserError(f"--gpu {model} without --profile ranks for training ({GPU_ONLY_PROFILE}), and {model} is not "
+                        "built for training: pass --profile inference or --profile neuron-inference")
+    return GPU_ONLY_PROFILE
+
+
 def _filters(a: argparse.Namespace, catalog):
     """The ad-hoc filters (--gpu, --min-gpu-memory, --max-price), or None when none is given."""
-    from .requirements import Filters, parse_gpu
+    from .requirements import Filters, memory_variants, parse_gpu
     if a.gpu is None and a.min_gpu_memory is None and a.max_price is None:
         return None
-    model, count = parse_gpu(a.gpu, {f.accelerator for f in catalog}) if a.gpu is not None else (None, None)
+    model, count, suffix_gb = (parse_gpu(a.gpu, {f.accelerator for f in catalog}, memory_variants(catalog))
+                               if a.gpu is not None else (None, None, 0.0))
     memory = 0.0 if a.min_gpu_memory is None else finite_number(a.min_gpu_memory, "--min-gpu-memory", 0, 1e6, above=True)
     price = None if a.max_price is None else finite_number(a.max_price, "--max-price", 0, 1e6, above=True)
-    return Filters(accelerator=model, count=count, min_memory_gib=memory, max_price=price)
+    return Filters(accelerator=model, count=count, min_memory_gb=max(memory, suffix_gb), max_price=price)
 
 
 def _warn(message: str) -> None:

@@ -48,6 +48,11 @@ class NvmeDisks:
 MAX_NETWORK_GBPS = 100_000.0
 
 
+def gb_of(gib: float) -> float:
+    """GiB as EC2 reports them (2 decimals) -> the vendor's GB (InstanceFacts.accelerator_memory_gb)."""
+    return float(round(gib)) if abs(gib - round(gib)) < 0.005 else round(gib * 1.073741824, 1)
+
+
 @record(frozen=True)
 class InstanceFacts:
     instance_type: str
@@ -97,6 +102,14 @@ class InstanceFacts:
     network_source: str = ""
     # network_gbps is an "up to" figure: a burst over a lower baseline, on network I/O credits.
     network_burst: bool = False
+
+    @property
+    def accelerator_memory_gb(self) -> float:
+        """Memory per accelerator in the vendor's GB, the unit researchers quote (A10G and L4: 24 GB).
+        EC2 reports MiB. A whole number of GiB is a binary-sized part (HBM: H100 81920 MiB), which its
+        vendor calls that many GB (80 GB); anything else is a decimal size (GDDR: A10G 22888 MiB =
+        24.0 GB), given in decimal GB to 0.1."""
+        return gb_of(self.accelerator_memory_gib)
 
     @property
     def accelerator_memory_total_gib(self) -> float:

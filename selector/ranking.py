@@ -64,12 +64,21 @@ def sort_key(objective: str, market: str):
     the name, so equal figures always rank the same way. max_throughput breaks its ties on the
     lower price, min_price on the higher throughput, max_accelerator_memory on throughput and
     then price; an unknown price or figure sorts last (MISSING).
+
+    Before all of that, whatever the objective: a type with no price in `market` (no spot figure,
+    a spot quote set aside, no Capacity Block rate) ranks after every priced type (unpriced_in).
     """
     ranked = ranked_price(market)
 
     def price(c: Candidate) -> float:
         p = ranked(c)
         return p if p is not None else MISSING
+
+    def unpriced(c: Candidate) -> bool:
+        # First in every key: a type with no price in the market ranked on goes after every priced
+        # one, whatever the objective (under max_throughput the fastest type may have no spot price
+        # or Capacity Block rate at all: ranking it first would recommend what cannot be bought so).
+        return ranked(c) is None
 
     ranked_per_dollar = ranked_per_dollar_of(market)
 
@@ -78,12 +87,20 @@ def sort_key(objective: str, market: str):
         return -v if v is not None else MISSING
 
     keys = {
-        "max_throughput": lambda c: (-c.samples_per_second, price(c), c.instance_type),
-        "max_samples_per_dollar": lambda c: (per_dollar(c), -c.samples_per_second, c.instance_type),
-        "min_price": lambda c: (price(c), -c.samples_per_second, c.instance_type),
-        "max_accelerator_memory": lambda c: (-c.facts.accelerator_memory_total_gib, -c.samples_per_second, price(c), c.instance_type),
+        "max_throughput": lambda c: (unpriced(c), -c.samples_per_second, price(c), c.instance_type),
+        "max_samples_per_dollar": lambda c: (unpriced(c), per_dollar(c), -c.samples_per_second, c.instance_type),
+        "min_price": lambda c: (unpriced(c), price(c), -c.samples_per_second, c.instance_type),
+        "max_accelerator_memory": lambda c: (unpriced(c), -c.facts.accelerator_memory_total_gib, -c.samples_per_second,
+                                             price(c), c.instance_type),
     }
     return keys[objective]
+
+
+def unpriced_in(market: Market, candidates: list[Candidate]) -> list[Candidate]:
+    """The candidates with no price in `market` that a ranking can use: they rank after every
+    priced one, and the ranking says so (recommend's `why` and notes, the table's source column)."""
+    price = ranked_price(market)
+    return [c for c in candidates if price(c) is None]
 
 
 def ranked_per_dollar_of(market: Market) -> Callable[[Candidate], Optional[float]]:
@@ -140,12 +157,17 @@ def tie_groups(ranked: list[Candidate], objective: str, market: str) -> list[Can
     if metric_for is None:
         return ranked
     metric = metric_for(market)
-    values = tuple(metric(c) for c in ranked)
-    bands = Bands(names=tuple(c.instance_type for c in ranked), values=values,
-                   lows=tuple(v * (1 - c.uncertainty) if v else None for c, v in zip(ranked, values)),
-                   highs=tuple(v * (1 + c.uncertainty) if v else None for c, v in zip(ranked, values)),
-                   widest=max((c.uncertainty for c in ranked), default=0.0))
-    for i, c in enumerate(ranked):  # made by this call: set once, before anyone else sees them
-        object.__setattr__(c, "_bands", bands)
-        object.__setattr__(c, "_index", i)
+    # Priced and unpriced types are two runs, each in the metric's order (sort_key puts every
+    # unpriced one last): each run gets bands of its own, and a priced type never ties with one
+    # that cannot be bought in this market.
+    split = len(ranked) - len(unpriced_in(market, ranked))
+    for run in (ranked[:split], ranked[split:]):
+        values = tuple(metric(c) for c in run)
+        bands = Bands(names=tuple(c.instance_type for c in run), values=values,
+                      lows=tuple(v * (1 - c.uncertainty) if v else None for c, v in zip(run, values)),
+                      highs=tuple(v * (1 + c.uncertainty) if v else None for c, v in zip(run, values)),
+                      widest=max((c.uncertainty for c in run), default=0.0))
+        for i, c in enumerate(run):  # made by this call: set once, before anyone else sees them
+            object.__setattr__(c, "_bands", bands)
+            object.__setattr__(c, "_index", i)
     return ranked

@@ -19,7 +19,7 @@ from .errors import unknown
 from .facts import InstanceFacts
 from .profiles import Profile, get_profile
 from .ranking import (MODEL_METRICS, SPOT_QUOTE_FRESH_DAYS, SUSPECT_SPOT_FRACTION, Market, market_name, ranked_price,
-                      sort_key, tie_groups)
+                      sort_key, tie_groups, unpriced_in)
 from .record import field, record, replace
 from .requirements import Context, Filters, fails, failures, rules_for
 from .throughput import Estimate, Measurement, model
@@ -72,6 +72,7 @@ class Recommendation:
         return self.candidates[1:]
 
     def to_dict(self) -> dict[str, Any]:
+        unpriced = {c.instance_type for c in unpriced_in(self.market, list(self.candidates))}
         return {
             "profile": self.profile.name,
             "region": self.region,
@@ -81,7 +82,8 @@ class Recommendation:
             "catalog_as_of": self.catalog_as_of,
             "prices": price_summary(self.candidates, self.region),
             "why": self.why,
-            "candidates": [c.to_dict() for c in self.candidates],
+            "candidates": [{**c.to_dict(), "unpriced": c.instance_type in unpriced} for c in self.candidates],
+            "unpriced": [c.instance_type for c in self.candidates if c.instance_type in unpriced],
             "excluded": [e.to_dict() for e in self.excluded],
             "notes": list(self.notes),
             "calibration": self.calibration.to_dict() if self.calibration else None,
@@ -216,7 +218,7 @@ def recommend(
     ranked = tie_groups(survivors, profile.objective, market)
     for i, c in enumerate(ranked, start=1):
         object.__setattr__(c, "rank", i)  # set once, before anyone else sees the candidate
-    why = _why(profile, ranked, market, region)
+    why = _why(profile, ranked, market, region) + _unpriced_why(ranked, market)
     if ranked and _on_upper_bound(ranked[0]):
         # A best case must not win silently: say so in `why` itself, the line every reader sees.
         why += (f"; note: {ranked[0].facts.accelerator}'s figure is an upper bound from the vendor's own 'up to' claim, "
@@ -248,6 +250,27 @@ def _candidate(facts: InstanceFacts, profile: Profile, ctx: Context, measured: d
         capacity_block_price_per_hour=block.usd_per_hour if block else None,
         uncertainty=getattr(est, "uncertainty", 0.0), throughput_basis=getattr(est, "basis", est.source),
         _explanation=est._explain, _region=region, _measured=m)
+
+
+def _unpriced_why(ranked: list[Candidate], market: str) -> str:
+    """What `why` must add when some types have no price in the market ranked on: they rank after
+    every priced type (sort_key), and a reader who sees a faster type below the pick learns why."""
+    unpriced = unpriced_in(market, ranked)
+    if not unpriced:
+        return ""
+    names = _some(tuple(c.instance_type for c in unpriced))
+    if len(unpriced) == len(ranked):
+        return f"; no candidate has a {market} price in this region: every row is unpriced ({market})"
+    return (f"; unpriced on {market} and ranked after every priced type: {names} "
+            f"({_unpriced_reason(market)})")
+
+
+def _unpriced_reason(market: str) -> str:
+    if market == "spot":
+        return "no spot price on record, or a single-AZ quote set aside"
+    if market == "capacity-block":
+        return "no Capacity Block rate on record for this region; --live asks EC2 for today's quote"
+    return "no on-demand price on record for this region"
 
 
 def _on_upper_bound(c: Candidate) -> bool:

@@ -8,6 +8,7 @@ from . import freshness
 from .catalog import Catalog
 from .facts import InstanceFacts
 from .profiles import Profile
+from .ranking import unpriced_in
 from .recommend import CAPACITY_BLOCK_ONLY, Candidate, Recommendation, price_summary
 from .validate import clean
 
@@ -17,7 +18,13 @@ def _money(v: Optional[float]) -> str:
 
 
 def _num(v: Optional[float]) -> str:
-    return f"{v:,.0f}" if v is not None else "-"
+    return sig(v) if v is not None else "-"
+
+
+def sig(v: float) -> str:
+    """A figure with its significant digits: whole numbers from 100 up (1,652,174), three significant
+    digits below (2.1 samples/s shows as 2.1, not 2; 0.0371 as 0.0371)."""
+    return f"{v:,.0f}" if abs(v) >= 100 or v == 0 else f"{v:.3g}"
 
 
 def _price_cells(c: Candidate, market: str) -> list[str]:
@@ -64,21 +71,22 @@ def recommendation_text(rec: Recommendation, show_excluded: int = 10) -> str:
            f"catalog as of {rec.catalog_as_of}", ""]
     rows = []
     ranks = {c.instance_type: c.rank for c in rec.candidates}
+    unpriced = {c.instance_type for c in unpriced_in(rec.market, list(rec.candidates))}
     for c in rec.candidates:
         f = c.facts
         rows.append([
             str(c.rank), f.instance_type, f"{f.accelerator_count} x {f.accelerator}"
             + ("" if f.accelerator_fraction == 1 else f" ({f.accelerator_fraction:g})"),
-            f"{f.accelerator_memory_gib:g}", "yes" if f.efa else "no",
+            f"{f.accelerator_memory_gb:g} ({f.accelerator_memory_gib:g})", "yes" if f.efa else "no",
             f"{f.nvme.count}x{f.nvme.size_gb}" if f.nvme else "-", str(f.vcpus), f"{f.memory_gib:g}",
             *_price_cells(c, rec.market), _samples(c), _num(c.samples_per_dollar),
             _num(c.spot_samples_per_dollar),
             *([_num(c.per_dollar("capacity-block"))] if rec.market == "capacity-block" else []),
-            c.throughput_source + _tie_cell(c, ranks),
+            c.throughput_source + _tie_cell(c, ranks) + (f"; unpriced ({rec.market})" if f.instance_type in unpriced else ""),
         ])
     if rows:
         block = rec.market == "capacity-block"
-        out.append(table(["#", "instance", "accelerators", "GiB/acc", "EFA", "NVMe (GB)", "vCPU", "RAM GiB",
+        out.append(table(["#", "instance", "accelerators", "GB/acc (GiB)", "EFA", "NVMe (GB)", "vCPU", "RAM GiB",
                           "$/h", "spot $/h", *(["CB $/h"] if block else []), "samples/s", "samples/$",
                           "spot samples/$", *(["CB samples/$"] if block else []), "source"], rows))
         out.extend(_price_footer(rec))

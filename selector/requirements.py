@@ -5,6 +5,7 @@ p5.48xlarge?" always has an answer.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Optional
 
 from .accelerators import AcceleratorSpec, spec_for
@@ -17,18 +18,19 @@ from .record import record
 class Filters:
     """Ad-hoc narrowing on top of a profile (recommend --gpu, --min-gpu-memory, --max-price):
     accelerator (a catalog accelerator name, matched exactly: see parse_gpu), count (accelerators
-    per node), min_memory_gib (per accelerator), max_price (USD per node-hour in the ranked market)."""
+    per node), min_memory_gb (per accelerator, in the vendor's GB: InstanceFacts.accelerator_memory_gb),
+    max_price (USD per node-hour in the ranked market)."""
     accelerator: Optional[str] = None
     count: Optional[int] = None
-    min_memory_gib: float = 0.0
+    min_memory_gb: float = 0.0
     max_price: Optional[float] = None
 
     def describe(self) -> str:
         parts = []
         if self.accelerator:
             parts.append(f"--gpu {self.accelerator}" + (f":{self.count}" if self.count else ""))
-        if self.min_memory_gib:
-            parts.append(f"--min-gpu-memory {self.min_memory_gib:g}")
+        if self.min_memory_gb:
+            parts.append(f"--min-gpu-memory {self.min_memory_gb:g}")
         if self.max_price is not None:
             parts.append(f"--max-price {self.max_price:g}")
         return " ".join(parts)
@@ -177,8 +179,9 @@ def adhoc_filters(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
         return f"{f.accelerator}, not {flt.accelerator} ({flt.describe()})"
     if flt.count and f.accelerator_count != flt.count:
         return f"{f.accelerator_count} x {f.accelerator}, not {flt.count} ({flt.describe()})"
-    if flt.min_memory_gib and f.accelerator_memory_gib < flt.min_memory_gib:
-        return f"{f.accelerator_memory_gib:g} GiB per accelerator, below --min-gpu-memory {flt.min_memory_gib:g}"
+    if flt.min_memory_gb and f.accelerator_memory_gb < flt.min_memory_gb:
+        return (f"{f.accelerator_memory_gb:g} GB ({f.accelerator_memory_gib:g} GiB) per accelerator, below "
+                f"--min-gpu-memory {flt.min_memory_gb:g} GB")
     if flt.max_price is not None:
         price = _market_price(f, c)
         if price is None:
@@ -236,22 +239,49 @@ def failures(f: InstanceFacts, p: Profile, c: Context) -> list[str]:
     return out
 
 
-def parse_gpu(text: str, known: "set[str] | frozenset[str]") -> tuple[str, Optional[int]]:
-    """SkyPilot's accelerator syntax, MODEL[:COUNT] (`H100:8`, `A10G`, `trainium2:16`): the model
-    matched to one of `known` (the catalog's accelerator names) ignoring case, spaces and dashes, as
-    SkyPilot users type them; UserError (one line, the closest model) otherwise."""
+# SkyPilot names (its AWS catalog, sky/catalog/data_fetchers/fetch_aws.py, and `sky show-gpus`) that are
+# not EC2's: a memory suffix (A100-80GB is p4de's A100, V100-32GB p3dn's V100) and one other cloud's
+# name for a GPU AWS sells under its own: H100-MEGA is GCP's a3-megagpu H100 SXM, EC2's H100.
+_MEMORY_SUFFIX = re.compile(r"^(.*?)[-_ ]?(\d+)\s*GB$", re.IGNORECASE)
+SKYPILOT_ALIASES = {"h100mega": "H100"}
+
+
+def parse_gpu(text: str, known: "set[str] | frozenset[str]",
+              variants: "tuple[str, ...]" = ()) -> tuple[str, Optional[int], float]:
+    """SkyPilot's accelerator syntax, MODEL[:COUNT] (`H100:8`, `A10G`, `trainium2:16`, `A100-80GB:8`):
+    the model matched to one of `known` (the catalog's accelerator names) ignoring case, spaces and
+    dashes, as SkyPilot users type them. Returns (model, count or None, the memory in GB a suffix
+    such as -80GB asks for, else 0); UserError (one line, the closest model, among `known` and the
+    SkyPilot-style `variants` such as A100-80GB: memory_variants) otherwise."""
     from .errors import UserError, closest
     from .validate import clean, finite_number
 
     model, sep, count_text = text.strip().partition(":")
     key = lambda s: "".join(ch for ch in s.lower() if ch.isalnum())  # noqa: E731
     by_key = {key(k): k for k in known}
-    if not model.strip() or key(model) not in by_key:
-        near = closest(key(model), list(by_key), n=1) if key(model) else []
+    memory = 0.0
+    name = by_key.get(key(model)) or (SKYPILOT_ALIASES[key(model)] if key(model) in SKYPILOT_ALIASES else None)
+    suffix = _MEMORY_SUFFIX.match(model.strip())
+    if name is None and suffix and key(suffix.group(1)) in by_key:
+        name, memory = by_key[key(suffix.group(1))], float(suffix.group(2))
+    if not model.strip() or name is None or name not in known:
+        spelled = {**by_key, **{key(v): v for v in (*variants, *SKYPILOT_ALIASES.values())}, "h100mega": "H100-MEGA"}
+        near = closest(key(model), list(spelled), n=1) if key(model) else []
         raise UserError(f"--gpu {clean(repr(text))[:60]}: unknown accelerator model"
-                        + (f"; closest: {by_key[near[0]]}" if near else "")
-                        + f"; allowed: {', '.join(sorted(known))} (MODEL or MODEL:COUNT)")
+                        + (f"; closest: {spelled[near[0]]}" if near else "")
+                        + f"; allowed: {', '.join(sorted(known))} (MODEL or MODEL:COUNT; a -NNGB suffix "
+                          "asks for that much memory, as SkyPilot's A100-80GB)")
     count = None
     if sep:
         count = int(finite_number(count_text, f"--gpu {clean(model)}:COUNT", 1, 1024, integer=True))
-    return by_key[key(model)], count
+    return name, count, memory
+
+
+def memory_variants(catalog) -> tuple[str, ...]:
+    """SkyPilot-style names for the catalog's models that come in more than one memory size
+    (A100-40GB, A100-80GB, V100-16GB, V100-32GB): what a near miss of one is suggested as."""
+    sizes: dict[str, set[float]] = {}
+    for f in catalog:
+        if f.accelerator_fraction == 1:
+            sizes.setdefault(f.accelerator, set()).add(f.accelerator_memory_gb)
+    return tuple(sorted(f"{name}-{gb:g}GB" for name, gbs in sizes.items() if len(gbs) > 1 for gb in gbs))

@@ -103,6 +103,8 @@ def model(facts: InstanceFacts, profile: Profile, accelerators: dict[str, Accele
             margin = f"{spec.name} is not a training device (not-for-training)"
         else:
             margin = f"model ±{uncertainty:.0%} ({basis}" + (f": {evidence})" if evidence else ")")
+        if basis == "vendor-upper-bound" and spec.upper_bound is not None and profile.precision == "mixed":
+            margin += f"; the vendor's best case, {spec.upper_bound:g}x V100, is the top of the band"
         return f"modelled: {count} x {spec.name} at {rel:.2f}x {label} x {eff:.2f} ({how} scaling); {margin}"
 
     return Estimate(round(sps, 1), "model", explain, uncertainty=uncertainty, basis=basis)

@@ -105,7 +105,7 @@ def test_user_price_file(capsys, tmp_path):
     (["show", "p5.48xl"], "unknown instance type 'p5.48xl'; closest: p5.48xlarge"),
     (["recommend", "--profile", "training", "--families", "p5,h100"], "unknown family 'h100'"),
     (["recommend", "--profile", "training", "--top", "0"], "--top must be at least 1"),
-    (["recommend"], "the following arguments are required: --profile"),
+    (["recommend"], "recommend needs --profile (see `profiles`) or --gpu MODEL[:COUNT]"),
     (["recommend", "--profile", "training", "--throughput", "/nonexistent.csv"], "cannot read throughput file"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, expected):

@@ -8,6 +8,8 @@ import csv
 import math
 import re
 import shutil
+import statistics
+from pathlib import Path
 from selector.record import replace
 
 import pytest
@@ -22,7 +24,7 @@ from selector.throughput import Estimate, model
 
 # Rows whose uncertainty differs from their basis's default; accelerators.md gives each a reason
 # and marks it "(override)".
-OVERRIDES = {"T4": 0.25, "T4g": 0.25, "K80": 0.25, "L4": 0.40, "B200": 0.30, "B300": 0.30}
+OVERRIDES = {"T4": 0.25, "T4g": 0.25, "K80": 0.25, "L4": 0.40, "B200": 0.61, "B300": 0.61}
 
 
 def _rows() -> dict[str, dict[str, str]]:
@@ -168,22 +170,26 @@ def test_h200_chains_a_measured_ratio_through_h100():
 
 
 def test_b200_and_b300_rest_on_bf16_measurements_not_fp8_mlperf():
-    """Issue 25: 8.8 came from MLPerf ratios run in FP8; the row is BF16. Two BF16/FP16 measurements
-    of B200 against H100, chained through H100 by their geometric mean, and a band that holds both."""
+    """Issue 25: 8.8 came from MLPerf ratios run in FP8; the row is BF16. Issue 39: the centre is
+    the median of the three Megatron-Bridge releases of one row (not the most favourable alone),
+    the band holds their spread, and Lambda's suite agrees with the centre."""
     b200 = "1025/1405/523/852308/3076"
-    _quoted("B200", b200, H100_5, "1.45x", "B200 13568 vs H100 5824", "2.33x", "FP8")
+    _quoted("B200", b200, H100_5, "1.45x", "B200 13568 vs H100 5824", "2.33x", "B200 8213 vs H100 5630",
+            "B200 8047 vs H100 5993", "FP8", "median")
     lam = _geomean(b200, H100_5)
-    megatron = 13568 / 5824
-    assert (round(lam, 2), round(megatron, 2)) == (1.45, 2.33)
+    releases = [8213 / 5630, 8047 / 5993, 13568 / 5824]  # containers 25.11, 26.02, 26.04.01
+    assert [round(r, 2) for r in releases] == [1.46, 1.34, 2.33] and round(lam, 2) == 1.45
     h100 = ACC["H100"].relative_training_throughput
-    _agrees("B200", math.sqrt(lam * megatron) * h100)
+    _agrees("B200", statistics.median(releases) * h100)
     spec = ACC["B200"]
-    for measured in (lam * h100, megatron * h100):  # the band holds both measurements
+    assert abs(lam * h100 - spec.relative_training_throughput) < 0.05  # Lambda's suite agrees with the median
+    for measured in (lam * h100, *(r * h100 for r in releases)):  # the band holds every release and Lambda
         assert spec.relative_training_throughput * (1 - spec.uncertainty) <= measured <= \
             spec.relative_training_throughput * (1 + spec.uncertainty), measured
     assert "MLPerf" not in spec.evidence and spec.basis == "proxy-measured"
     _quoted("B300", "B300 15232 vs B200 13568", "1.12x")
     _agrees("B300", 15232 / 13568 * spec.relative_training_throughput)
+    assert ACC["B300"].uncertainty == spec.uncertainty  # the chain inherits B200's band
 
 
 def test_t4_rests_on_a_measured_training_ratio_not_a_vendor_claim():
@@ -223,15 +229,38 @@ def test_trainium_rows_from_best_case_claims_are_upper_bounds():
         assert "upper bound" in _provenance(name), name
 
 
+def test_an_upper_bound_is_the_top_of_its_band_never_below_the_centre():
+    """Issue 39: the table writes the vendor's best case; the model ranks on a centre below it whose
+    band tops out exactly at the bound (Trainium 1.44 -> 1.11, Trainium2 1.86 -> 1.43)."""
+    bounds = {n: s for n, s in ACC.items() if s.basis == "vendor-upper-bound"}
+    assert set(bounds) == {"Trainium", "Trainium2"}
+    for name, spec in bounds.items():
+        written = float(ROWS[name]["relative_training_throughput"])
+        assert spec.upper_bound == written, name
+        assert spec.relative_training_throughput < written, name
+        assert math.isclose(spec.relative_training_throughput * (1 + spec.uncertainty), written), name
+    assert round(ACC["Trainium"].relative_training_throughput, 2) == 1.11
+    assert round(ACC["Trainium2"].relative_training_throughput, 2) == 1.43
+    for name, spec in ACC.items():
+        if spec.basis != "vendor-upper-bound":
+            assert spec.upper_bound is None
+            assert spec.relative_training_throughput == float(ROWS[name]["relative_training_throughput"]), name
+
+
 def test_trainium2_from_aws_price_performance_claim_at_capacity_block_rates():
-    _quoted("Trainium2", "30-40% better price performance", "$35.7608", "$47.76", "$54.92", "H200 4.7")
+    """The claim at the catalog's own rates for trn2 and p5en (one quote, one date): the only Capacity
+    Block rates in the repo (test_capacity_block_rates)."""
+    _quoted("Trainium2", "30-40% better price performance", "$35.7608", "$63.158", "H200 4.7")
+    ohio = {n: load_catalog().get(n).capacity_block_prices["us-east-2"] for n in ("trn2.48xlarge", "p5en.48xlarge")}
+    assert ohio["trn2.48xlarge"].as_of == ohio["p5en.48xlarge"].as_of == "2026-10-08"
+    trn2, p5en = ohio["trn2.48xlarge"].usd_per_hour, ohio["p5en.48xlarge"].usd_per_hour
     h200 = ACC["H200"].relative_training_throughput
-    per_chip = [k * 8 * h200 * 35.7608 / gpu / 16 for k in (1.3, 1.4) for gpu in (47.76, 54.92)]
+    per_chip = [k * 8 * h200 * trn2 / p5en / 16 for k in (1.3, 1.4)]
     lo, hi = min(per_chip), max(per_chip)
-    assert (round(lo, 2), round(hi, 2)) == (1.99, 2.46)
-    _agrees("Trainium2", math.sqrt(lo * hi))
+    assert (round(lo, 2), round(hi, 2)) == (1.73, 1.86)
+    _agrees("Trainium2", hi)  # the best case (40% better) is the upper bound
     tflops = ACC["H100"].relative_training_throughput * (667 / 989) ** 0.78
-    assert round(tflops, 1) == 3.1 and 1.25 < tflops / hi and tflops / lo < 1.6  # "26-56% above"
+    assert round(tflops, 1) == 3.1 and 1.655 < tflops / hi and tflops / lo < 1.795  # "66-79% above"
 
 
 # ---------------------------------------------------------------- memory variants
@@ -310,3 +339,22 @@ def test_a_bad_basis_uncertainty_or_variant_stops_the_table(tmp_path, old, new, 
     with pytest.raises(UserError, match=re.escape(message)) as e:
         load_accelerators(str(path))
     assert "\n" not in str(e.value)
+
+
+# ---------------------------------------------------------------- the docs' table of rows
+
+def _docs_rows() -> list[str]:
+    out = []
+    for name, s in ACC.items():
+        c = s.relative_training_throughput
+        band = "-" if not s.uncertainty else f"{c*(1-s.uncertainty):.2f}-{c*(1+s.uncertainty):.2f} (±{s.uncertainty:.0%})"
+        basis = s.basis + (f" (bound {s.upper_bound:g} = top of band)" if s.upper_bound is not None else "")
+        out.append(f"| {name} | {c:.3g} | {band} | {basis} | {s.evidence} |")
+    return out
+
+
+def test_the_docs_show_each_rows_figure_band_and_basis():
+    """Issue 39: docs/selector.md's table is the accelerator table as the model ranks on it."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "selector.md").read_text().splitlines()
+    for row in _docs_rows():
+        assert row in docs, f"docs/selector.md lacks or differs on: {row}"
