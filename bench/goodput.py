@@ -23,6 +23,9 @@ notice costs no step either way: bench/drill_recovery.py.) Reported:
     python bench/goodput.py [--kills 4] [--interval 8] [--every 10] [--node-periods]
     python bench/goodput.py --fsdp [--width 256]   the FSDP2 job: the memory tier (save_to_memory
                                                    every step) against S3-only async saves
+    python bench/goodput.py --overhead 5 [--sleep 1.0]
+        the memory tier's step-time overhead alone: bench/memory_step.py (the same FSDP2 job, its
+        4 ranks only, no drill around them) without and with the tier, interleaved, 5 pairs
 """
 from __future__ import annotations
 
@@ -149,6 +152,38 @@ def run(keep: bool, kills: int, interval: float, every: int, node_periods: bool 
     return out
 
 
+def overhead(pairs: int, sleep: float, width: int) -> int:
+    """Interleaved runs of bench/memory_step.py without and with the memory tier; ratios of medians."""
+    import shutil
+    import subprocess
+
+    runs: dict[bool, list[dict]] = {False: [], True: []}
+    for i in range(pairs):
+        for memory in (False, True):
+            root = Path(tempfile.mkdtemp(prefix="dl-overhead-"))
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                   str(ROOT / "bench" / "memory_step.py"), "--sleep", str(sleep), "--width", str(width), "--root", str(root)]
+            out = subprocess.run(cmd + (["--memory"] if memory else []), capture_output=True, text=True, timeout=900,
+                                 cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            for d in (root, *Path("/dev/shm").glob(f"{root.name}-*")):
+                shutil.rmtree(d, ignore_errors=True)
+            lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+            if out.returncode or not lines:
+                print(out.stderr[-3000:], file=sys.stderr)
+                return 1
+            runs[memory].append(json.loads(lines[-1]))
+            print(f"pair {i + 1} {'with' if memory else 'without'}: {json.dumps(runs[memory][-1])}", flush=True)
+    off = statistics.median(r["step"] for r in runs[False])
+    on = statistics.median(r["step"] for r in runs[True])
+    ratios = [b["step"] / a["step"] for a, b in zip(runs[False], runs[True])]
+    cpu = statistics.median(r["snapshot_cpu"] for r in runs[True]) * 1000
+    wall = statistics.median(r["snapshot_wall"] for r in runs[True]) * 1000
+    print(f"\nmedian step: {off * 1000:.1f} ms without, {on * 1000:.1f} ms with the memory tier (every step): "
+          f"{on / off:.3f}x (pairs {min(ratios):.3f}-{max(ratios):.3f}x); "
+          f"the tier's thread {cpu:.1f} ms CPU, {wall:.0f} ms wall per snapshot")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kills", type=int, default=4)
@@ -161,7 +196,11 @@ def main() -> int:
                     help="the FSDP2 job of this hidden width: the memory tier against S3-only async saves")
     ap.add_argument("--sleep", type=float, default=SLEEP,
                     help="seconds each step stands for the accelerator's work (the CPU is idle meanwhile)")
+    ap.add_argument("--overhead", type=int, metavar="PAIRS", default=0,
+                    help="only the memory tier's step-time overhead: this many interleaved pairs of 4-rank runs")
     a = ap.parse_args()
+    if a.overhead:
+        return overhead(a.overhead, a.sleep, a.fsdp or 256)
     results = {}
     for keep in (False, True):
         results[keep] = run(keep, a.kills, a.interval, a.every, a.node_periods, a.fsdp, a.sleep)

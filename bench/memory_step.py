@@ -1,0 +1,78 @@
+"""One rank of the step-time harness of `bench/goodput.py --overhead`: the sharded drill's FSDP2
+model (gloo on CPU), 4 ranks standing for 2 nodes x 2 (run by torchrun --nproc-per-node 4), an
+async sharded save every --every steps (the S3-only baseline: the node agent's upload is not part
+of a step), and with --memory the memory tier every step. Each step is --sleep seconds of idle
+CPU (the accelerator's work) after its CPU work, then the saves. Rank 0 prints one JSON line: the
+median step time and, with --memory, the tier thread's median CPU and wall time per snapshot."""
+import argparse
+import json
+import os
+import statistics
+import time
+
+rank = int(os.environ["RANK"])
+node = rank // 2
+p = argparse.ArgumentParser()
+p.add_argument("--memory", action="store_true")
+p.add_argument("--sleep", type=float, default=0.04)
+p.add_argument("--steps", type=int, default=40)
+p.add_argument("--every", type=int, default=10)
+p.add_argument("--width", type=int, default=256)
+p.add_argument("--root", required=True)
+a = p.parse_args()
+os.environ.update(DL_GENERATION="1", LOCAL_WORLD_SIZE="2", GROUP_RANK=str(node), DL_RUN_DIR=f"{a.root}/run-{node}",
+                  DL_CHECKPOINT_DIR=f"{a.root}/ckpt-{node}", DL_MEMORY_DIR=f"/dev/shm/{os.path.basename(a.root)}-{node}")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.distributed.checkpoint.state_dict import get_state_dict  # noqa: E402
+from torch.distributed.fsdp import fully_shard  # noqa: E402
+
+from constructs_lib.runtime import Checkpointer  # noqa: E402
+from constructs_lib.runtime import memory_tier  # noqa: E402
+
+snapshots: list[tuple[float, float]] = []
+_inner = memory_tier.MemoryTier._write_send_settle
+
+
+def _timed(self, *args):
+    t, c = time.perf_counter(), time.thread_time()
+    _inner(self, *args)
+    snapshots.append((time.thread_time() - c, time.perf_counter() - t))
+
+
+memory_tier.MemoryTier._write_send_settle = _timed
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, a.width), nn.Tanh(), nn.Linear(a.width, a.width), nn.Tanh(), nn.Linear(a.width, 1))
+for layer in model:
+    if isinstance(layer, nn.Linear):
+        fully_shard(layer)
+fully_shard(model)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+ckpt = Checkpointer()
+times = []
+for step in range(a.steps):
+    t0 = time.perf_counter()
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(step * 1000 + rank))
+    loss = ((model(x) - torch.sin(x.sum(dim=1, keepdim=True))) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    time.sleep(a.sleep)
+    if ckpt.should_checkpoint(step, every=a.every):
+        msd, osd = get_state_dict(model, opt)
+        ckpt.save_sharded(step, {"model": msd, "optim": osd}, asynchronous=True)
+    if a.memory:
+        msd, osd = get_state_dict(model, opt)
+        ckpt.save_to_memory(step, {"model": msd, "optim": osd})
+    times.append(time.perf_counter() - t0)
+ckpt.wait()
+if rank == 0:
+    out = {"step": statistics.median(times[5:])}
+    if snapshots:
+        out["snapshot_cpu"] = statistics.median(s[0] for s in snapshots[5:])
+        out["snapshot_wall"] = statistics.median(s[1] for s in snapshots[5:])
+    print(json.dumps(out), flush=True)
+dist.destroy_process_group()
