@@ -13,12 +13,12 @@ from typing import Any, Optional
 
 from constructs_lib.runtime import contract
 from constructs_lib.runtime.contract import OUTPUT_JOB, TAG_JOB
-from selector.errors import closest
+from dl_selector.errors import closest
 
 from .errors import CliError
 
 PREFIX = "dl-"
-# The job names -c job= takes (stacks/settings.py holds the same rule): the checkpoint prefix
+# The job names -c job= takes (dl_stacks/settings.py holds the same rule): the checkpoint prefix
 # jobs/NAME and the stack dl-NAME.
 JOB_NAME = re.compile(contract.JOB_NAME)
 # Every status but DELETE_COMPLETE: a stack that still exists in some form.
@@ -53,7 +53,7 @@ def check_job(job: str) -> None:
     bare = job[len(PREFIX):] if job.startswith(PREFIX) else job
     if JOB_NAME.fullmatch(bare):
         return
-    from stacks.settings import show
+    from dl_stacks.settings import show
 
     near = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", bare.lower())).strip("-")[:40].strip("-")
     raise CliError(f"job {show(job)}: a job name is 1-40 lower-case letters, digits and dashes, the -c job= it was "
