@@ -12,7 +12,7 @@ import aws_cdk as cdk
 from dl_selector.errors import UserError, closest
 
 from .portfolio_settings import PortfolioSettings, portfolio_from_file
-from .product_plan import plan_product
+from .product_plan import ProductPlan, plan_product
 from .context_keys import check_only
 from .context_values import boolean, named, show
 from .settings import network_from_context
@@ -52,8 +52,9 @@ def portfolio_from_context(ctx: Mapping[str, Any]) -> PortfolioSettings:
     return settings
 
 
-def build(app: cdk.App, ctx: Mapping[str, Any], synthesizer=None) -> cdk.Stack:
-    """The portfolio stack (or one product as a plain stack) for the context."""
+def prepare(ctx: Mapping[str, Any]) -> tuple[PortfolioSettings, list[ProductPlan]]:
+    """The portfolio's settings and one plan per product, from context (or a construct's props as
+    context): every mistake one UserError before any construct exists."""
     import os
 
     settings = portfolio_from_context(ctx)
@@ -63,6 +64,14 @@ def build(app: cdk.App, ctx: Mapping[str, Any], synthesizer=None) -> cdk.Stack:
     settings = dataclasses.replace(settings, snapshots=os.path.abspath(snapshots))
     plans = [plan_product(p, settings.limits_for(p.name), settings.region, source=settings.source)
              for p in settings.profiles]
+    return settings, plans
+
+
+def build(app: cdk.App, ctx: Mapping[str, Any], synthesizer=None) -> cdk.Stack:
+    """The portfolio stack (or one product as a plain stack) for the context."""
+    import os
+
+    settings, plans = prepare(ctx)
     env = cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=settings.region)
     if "product" in ctx:
         from .portfolio_stack import product_tag

@@ -72,110 +72,119 @@ def product_tag(settings: PortfolioSettings, plan: ProductPlan) -> str:
 
 
 class PortfolioStack(cdk.Stack):
-    """Attributes: portfolio, products ({profile: CloudFormationProduct}), product_stacks
-    ({profile: ProductStack}), launch_role, tag_options, budgets ({profile: CfnBudget}), topic."""
+    """The app's portfolio stack (`-c portfolio=NAME`): the portfolio's resources at the stack's top
+    level; attributes as populate() sets them. In another app: dl_stacks.ServiceCatalogPortfolio."""
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: PortfolioSettings,
                  plans: list[ProductPlan], **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        self.settings = settings
-        self.assets = _asset_bucket(self, settings)
-        self.portfolio = sc.Portfolio(
-            self, "Portfolio", display_name=f"dl-launcher {settings.name}", provider_name=settings.provider,
-            description=(settings.description or "GPU, Trainium and Inferentia clusters for training, picked by the "
-                         "dl-launcher selector, kept alive on spot, within the platform team's limits")[:2000])
-        self.tag_options = sc.TagOptions(self, "CostTags", allowed_values_for_tags={
-            key: list(values) for key, values in settings.tag_options})
-        self.portfolio.associate_tag_options(self.tag_options)
-        self.topic = _budget_topic(self)
-        self.product_stacks: dict[str, sc.ProductStack] = {}
-        self.products: dict[str, sc.CloudFormationProduct] = {}
-        self.budgets: dict[str, budgets.CfnBudget] = {}
-        self.stop_topics: dict[str, sns.ITopic] = {}
-        histories = {}
-        versions = {plan.profile.name: version_name(plan) for plan in plans}
-        for plan in plans:
-            name = plan.profile.name
-            ps = sc.ProductStack(self, f"{name}-template", asset_bucket=self.assets,
-                                 description=f"dl-launcher {settings.name}: {name}")
-            TrainingProduct(ps, "Product", plan=plan, product_tag=product_tag(settings, plan),
-                            vpc_id=settings.vpc_id, subnet_ids=settings.subnet_ids,
-                            availability_zone=settings.availability_zone, local=settings.local)
-            # By name: the launching account's own copy (the hub's, or a shared account's).
-            iam.PermissionsBoundary.of(ps).apply(iam.ManagedPolicy.from_managed_policy_name(
-                ps, "RoleBoundary", boundary_name(settings.name)))
-            self.product_stacks[name] = ps
-            histories[name] = sc.ProductStackHistory(
-                self, f"{name}-history", product_stack=ps, current_version_name=versions[name],
-                current_version_locked=False, directory=settings.snapshots,
-                description=f"limits and candidates as of catalog {plan.catalog_as_of}")
-        self.resource_types = {r.cfn_resource_type for ps in self.product_stacks.values() for r in ps.node.find_all()
-                               if isinstance(r, cdk.CfnResource)}
-        # Shared: Service Catalog looks the launch role up by name in each account that launches.
-        self.shared = bool(settings.share_with_accounts or settings.share_with_organization_units)
-        self.boundary = ProductRoleBoundary(self, "ProductRoleBoundary", portfolio=settings.name,
-                                            assets=self.asset_bucket_name).policy
-        self.launch_role = LaunchRole(self, "LaunchRole", resource_types=self.resource_types, assets=self.assets,
-                                      boundary=self.boundary,
-                                      role_name=launch_role_name(settings) if self.shared else None).role
-        for plan in plans:
-            name = plan.profile.name
-            history = histories[name]
-            older = [v for v in _snapshot_versions(settings.snapshots, history, self.product_stacks[name])
-                     if v != versions[name]]
-            product = sc.CloudFormationProduct(
-                self, name, product_name=f"{settings.name}: {name}"[:127], owner=settings.provider,
-                distributor="dl-launcher", description=_describe(plan)[:8191],
-                support_description="Ask your platform team; the stack's outputs name the checkpoint bucket, "
-                                    "the SSM session command and the controller's log",
-                product_versions=[history.current_version(), *(history.version_from_snapshot(v) for v in older)])
-            self.portfolio.add_product(product)
-            # The cost tags a user picked at launch stay: updating a launch cannot change them.
-            self.portfolio.constrain_tag_updates(product, allow=False)
-            if self.shared:
-                self.portfolio.set_local_launch_role(product, self.launch_role)
-            else:
-                self.portfolio.set_launch_role(product, self.launch_role)
-            for rule_name, condition, assertion, text in product_rules(plan):
-                self.portfolio.constrain_cloud_formation_parameters(product, rule=sc.TemplateRule(
-                    rule_name=rule_name, condition=condition,
-                    assertions=[sc.TemplateRuleAssertion(assert_=assertion, description=text)]))
-            self.products[name] = product
-            stop = None
-            if plan.limits.budget_action == "stop":
-                stop = _budget_topic(self, f"{name}-budget-stop").topic
-                self.stop_topics[product_tag(settings, plan)] = stop
-            self.budgets[name] = _budget(self, settings, plan, self.topic, stop)
-        self.stopper = None
-        if self.stop_topics:
-            from .budget_stop import BudgetStopper
-            self.stopper = BudgetStopper(self, "BudgetStopper", topics=self.stop_topics, alerts=self.topic.topic)
-        for account in settings.share_with_accounts:
-            self.portfolio.share_with_account(account, share_tag_options=True)
-        for i, arn in enumerate(settings.principals):
-            kind = arn.split(":")[5].split("/")[0]
-            if kind == "role":
-                self.portfolio.give_access_to_role(iam.Role.from_role_arn(self, f"Principal{i}", arn, mutable=False))
-            elif kind == "group":
-                self.portfolio.give_access_to_group(iam.Group.from_group_arn(self, f"Principal{i}", arn))
-            else:
-                self.portfolio.give_access_to_user(iam.User.from_user_arn(self, f"Principal{i}", arn))
-        if settings.share_with_organization_units:
-            # AWS::ServiceCatalog::PortfolioShare takes accounts only; an organization share is an API
-            # call from the management or a delegated administrator account.
-            cdk.CfnOutput(self, "OrganizationShareCommands", value=" && ".join(
-                cdk.Fn.join("", [f"aws servicecatalog create-portfolio-share --region {settings.region} --portfolio-id ",
-                                 self.portfolio.portfolio_id, f" --organization-node Type="
-                                 f"{'ORGANIZATIONAL_UNIT' if node.startswith('ou-') else 'ORGANIZATION'},Value={node}"
-                                 " --share-tag-options"])
-                for node in settings.share_with_organization_units),
-                description="run from the organization's management or delegated administrator account "
-                            "(aws servicecatalog enable-aws-organizations-access first)")
-        _acknowledge_asset_deployment(self)
-        cdk.CfnOutput(self, "PortfolioId", value=self.portfolio.portfolio_id,
-                      description="give users access: aws servicecatalog associate-principal-with-portfolio")
-        cdk.CfnOutput(self, "BudgetTopic", value=self.topic.topic.topic_arn,
-                      description="budget alerts of every product; subscribe more people here")
+        populate(self, settings, plans)
+
+
+def populate(owner: Construct, settings: PortfolioSettings, plans: list[ProductPlan]) -> None:
+    """Builds the portfolio's resources as children of `owner` (the app's stack, or the construct in
+    another app's stack) and sets on it: settings, portfolio, products ({profile:
+    CloudFormationProduct}), product_stacks ({profile: ProductStack}), launch_role, tag_options,
+    budgets ({profile: CfnBudget}), topic, assets, asset_bucket_name, resource_types, shared,
+    boundary, stop_topics, stopper."""
+    owner.settings = settings
+    owner.assets = _asset_bucket(owner, settings)
+    owner.portfolio = sc.Portfolio(
+        owner, "Portfolio", display_name=f"dl-launcher {settings.name}", provider_name=settings.provider,
+        description=(settings.description or "GPU, Trainium and Inferentia clusters for training, picked by the "
+                     "dl-launcher selector, kept alive on spot, within the platform team's limits")[:2000])
+    owner.tag_options = sc.TagOptions(owner, "CostTags", allowed_values_for_tags={
+        key: list(values) for key, values in settings.tag_options})
+    owner.portfolio.associate_tag_options(owner.tag_options)
+    owner.topic = _budget_topic(owner)
+    owner.product_stacks: dict[str, sc.ProductStack] = {}
+    owner.products: dict[str, sc.CloudFormationProduct] = {}
+    owner.budgets: dict[str, budgets.CfnBudget] = {}
+    owner.stop_topics: dict[str, sns.ITopic] = {}
+    histories = {}
+    versions = {plan.profile.name: version_name(plan) for plan in plans}
+    for plan in plans:
+        name = plan.profile.name
+        ps = sc.ProductStack(owner, f"{name}-template", asset_bucket=owner.assets,
+                             description=f"dl-launcher {settings.name}: {name}")
+        TrainingProduct(ps, "Product", plan=plan, product_tag=product_tag(settings, plan),
+                        vpc_id=settings.vpc_id, subnet_ids=settings.subnet_ids,
+                        availability_zone=settings.availability_zone, local=settings.local)
+        # By name: the launching account's own copy (the hub's, or a shared account's).
+        iam.PermissionsBoundary.of(ps).apply(iam.ManagedPolicy.from_managed_policy_name(
+            ps, "RoleBoundary", boundary_name(settings.name)))
+        owner.product_stacks[name] = ps
+        histories[name] = sc.ProductStackHistory(
+            owner, f"{name}-history", product_stack=ps, current_version_name=versions[name],
+            current_version_locked=False, directory=settings.snapshots,
+            description=f"limits and candidates as of catalog {plan.catalog_as_of}")
+    owner.resource_types = {r.cfn_resource_type for ps in owner.product_stacks.values() for r in ps.node.find_all()
+                           if isinstance(r, cdk.CfnResource)}
+    # Shared: Service Catalog looks the launch role up by name in each account that launches.
+    owner.shared = bool(settings.share_with_accounts or settings.share_with_organization_units)
+    owner.boundary = ProductRoleBoundary(owner, "ProductRoleBoundary", portfolio=settings.name,
+                                        assets=owner.asset_bucket_name).policy
+    owner.launch_role = LaunchRole(owner, "LaunchRole", resource_types=owner.resource_types, assets=owner.assets,
+                                  boundary=owner.boundary,
+                                  role_name=launch_role_name(settings) if owner.shared else None).role
+    for plan in plans:
+        name = plan.profile.name
+        history = histories[name]
+        older = [v for v in _snapshot_versions(settings.snapshots, history, owner.product_stacks[name])
+                 if v != versions[name]]
+        product = sc.CloudFormationProduct(
+            owner, name, product_name=f"{settings.name}: {name}"[:127], owner=settings.provider,
+            distributor="dl-launcher", description=_describe(plan)[:8191],
+            support_description="Ask your platform team; the stack's outputs name the checkpoint bucket, "
+                                "the SSM session command and the controller's log",
+            product_versions=[history.current_version(), *(history.version_from_snapshot(v) for v in older)])
+        owner.portfolio.add_product(product)
+        # The cost tags a user picked at launch stay: updating a launch cannot change them.
+        owner.portfolio.constrain_tag_updates(product, allow=False)
+        if owner.shared:
+            owner.portfolio.set_local_launch_role(product, owner.launch_role)
+        else:
+            owner.portfolio.set_launch_role(product, owner.launch_role)
+        for rule_name, condition, assertion, text in product_rules(plan):
+            owner.portfolio.constrain_cloud_formation_parameters(product, rule=sc.TemplateRule(
+                rule_name=rule_name, condition=condition,
+                assertions=[sc.TemplateRuleAssertion(assert_=assertion, description=text)]))
+        owner.products[name] = product
+        stop = None
+        if plan.limits.budget_action == "stop":
+            stop = _budget_topic(owner, f"{name}-budget-stop").topic
+            owner.stop_topics[product_tag(settings, plan)] = stop
+        owner.budgets[name] = _budget(owner, settings, plan, owner.topic, stop)
+    owner.stopper = None
+    if owner.stop_topics:
+        from .budget_stop import BudgetStopper
+        owner.stopper = BudgetStopper(owner, "BudgetStopper", topics=owner.stop_topics, alerts=owner.topic.topic)
+    for account in settings.share_with_accounts:
+        owner.portfolio.share_with_account(account, share_tag_options=True)
+    for i, arn in enumerate(settings.principals):
+        kind = arn.split(":")[5].split("/")[0]
+        if kind == "role":
+            owner.portfolio.give_access_to_role(iam.Role.from_role_arn(owner, f"Principal{i}", arn, mutable=False))
+        elif kind == "group":
+            owner.portfolio.give_access_to_group(iam.Group.from_group_arn(owner, f"Principal{i}", arn))
+        else:
+            owner.portfolio.give_access_to_user(iam.User.from_user_arn(owner, f"Principal{i}", arn))
+    if settings.share_with_organization_units:
+        # AWS::ServiceCatalog::PortfolioShare takes accounts only; an organization share is an API
+        # call from the management or a delegated administrator account.
+        cdk.CfnOutput(owner, "OrganizationShareCommands", value=" && ".join(
+            cdk.Fn.join("", [f"aws servicecatalog create-portfolio-share --region {settings.region} --portfolio-id ",
+                             owner.portfolio.portfolio_id, f" --organization-node Type="
+                             f"{'ORGANIZATIONAL_UNIT' if node.startswith('ou-') else 'ORGANIZATION'},Value={node}"
+                             " --share-tag-options"])
+            for node in settings.share_with_organization_units),
+            description="run from the organization's management or delegated administrator account "
+                        "(aws servicecatalog enable-aws-organizations-access first)")
+    _acknowledge_asset_deployment(cdk.Stack.of(owner), owner.assets)
+    cdk.CfnOutput(owner, "PortfolioId", value=owner.portfolio.portfolio_id,
+                  description="give users access: aws servicecatalog associate-principal-with-portfolio")
+    cdk.CfnOutput(owner, "BudgetTopic", value=owner.topic.topic.topic_arn,
+                  description="budget alerts of every product; subscribe more people here")
 
 
 def _describe(plan: ProductPlan) -> str:
@@ -186,10 +195,12 @@ def _describe(plan: ProductPlan) -> str:
             + (f"; cluster cap {money(cap)}" if cap else "") + f". Prices as of {plan.catalog_as_of}.")
 
 
-def _asset_bucket(stack: cdk.Stack, settings: PortfolioSettings) -> s3.Bucket:
+def _asset_bucket(stack: Construct, settings: PortfolioSettings) -> s3.Bucket:
     """Where the products' assets (Lambda code, the node bundle) live: private, TLS-only, logged.
-    ProductStack needs its name at synth: the portfolio, account and region make it unique."""
-    account = stack.account if not cdk.Token.is_unresolved(stack.account) else None
+    ProductStack needs its name at synth: the portfolio, account and region make it unique.
+    `stack`: the portfolio's scope (the stack, or the construct), before any child is added."""
+    account = cdk.Stack.of(stack).account
+    account = account if not cdk.Token.is_unresolved(account) else None
     if account is None:
         cdk.Annotations.of(stack).add_warning_v2("dl-launcher:asset-bucket-name", (
             "no account at synth (CDK_DEFAULT_ACCOUNT): the product asset bucket's name lacks it. Fix: synth and "
@@ -212,14 +223,14 @@ def _asset_bucket(stack: cdk.Stack, settings: PortfolioSettings) -> s3.Bucket:
                      server_access_logs_prefix="assets/")
 
 
-def _budget_topic(stack: cdk.Stack, construct_id: str = "BudgetAlerts") -> NotificationTopic:
+def _budget_topic(stack: Construct, construct_id: str = "BudgetAlerts") -> NotificationTopic:
     """An encrypted topic AWS Budgets may publish to (its key lets Budgets encrypt)."""
     topic = NotificationTopic(stack, construct_id, display_name="dl-launcher budgets")
     topic.allow_budgets()
     return topic
 
 
-def _budget(stack: cdk.Stack, settings: PortfolioSettings, plan: ProductPlan, topic: NotificationTopic,
+def _budget(stack: Construct, settings: PortfolioSettings, plan: ProductPlan, topic: NotificationTopic,
             stop: "sns.ITopic | None" = None) -> budgets.CfnBudget:
     """A monthly cost budget over the resources tagged with the product (activate the
     dl-launcher:product cost allocation tag once in Billing), told at 80% and 100% actual and
@@ -243,7 +254,7 @@ def _snapshot_versions(directory: str, history: sc.ProductStackHistory, product_
     return [f.name[len(head):-len(tail)] for f in found]
 
 
-def _acknowledge_asset_deployment(stack: cdk.Stack) -> None:
+def _acknowledge_asset_deployment(stack: cdk.Stack, assets: s3.Bucket) -> None:
     """ProductStack copies its assets into the asset bucket with aws-cdk-lib's BucketDeployment:
     its function and role are CDK's code, not ours."""
     for child in stack.node.children:
@@ -259,12 +270,12 @@ def _acknowledge_asset_deployment(stack: cdk.Stack) -> None:
                 c.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})  # CDK's DependsOn
         for finding in ids:
             cdk.Validations.of(child).acknowledge(cdk.Acknowledgment(id=finding, reason=why))
-        for resource in _resources_of(child):
+        for resource in _resources_of(child, assets):
             cdk.Validations.of(child).acknowledge(cdk.Acknowledgment(
                 id=f"AwsSolutions-IAM5[Resource::{resource}]", reason=why + ": the CDK asset and product asset buckets"))
 
 
-def _resources_of(construct: Construct) -> list[str]:
+def _resources_of(construct: Construct, assets: s3.Bucket) -> list[str]:
     """The wildcard resources of the BucketDeployment's role policy, as cdk-nag names them."""
     stack = cdk.Stack.of(construct)
     region, account = env_names(stack)
@@ -272,7 +283,5 @@ def _resources_of(construct: Construct) -> list[str]:
     for c in construct.node.find_all():
         if isinstance(c, s3.CfnBucket):
             out.append(f"<{stack.get_logical_id(c)}.Arn>/*")
-    assets = stack.node.try_find_child("ProductAssets")
-    if assets is not None:
-        out.append(f"<{stack.get_logical_id(assets.node.default_child)}.Arn>/*")
+    out.append(f"<{stack.get_logical_id(assets.node.default_child)}.Arn>/*")
     return out
