@@ -102,3 +102,14 @@ def test_a_bad_prop_is_one_line_and_builds_nothing(tmp_path, monkeypatch, props,
     assert str(e.value).startswith(expected) and "\n" not in str(e.value), str(e.value)
     assert stack.node.children == [], "nothing half-created"
     assert not Path("product-stack-snapshots").exists()
+
+
+def test_dl_stacks_loads_the_construct_only_when_asked():
+    """The CLI's verbs import dl_stacks.settings on every start: no aws_cdk (and its Node process) for that."""
+    import subprocess
+    import sys
+
+    code = "import sys, dl_stacks, dl_stacks.settings; print('aws_cdk' in sys.modules, dl_stacks.__all__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.split() == ["False", "['ServiceCatalogPortfolio']"], out.stderr
