@@ -11,8 +11,8 @@ from typing import Any, Mapping, Optional
 # end-of-life banner on every synth for it. Node 22/24 print nothing either way.
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-from selector.errors import UserError
-from stacks.settings import from_context
+from dl_selector.errors import UserError
+from dl_stacks.settings import from_context
 
 _MESSAGE_LIMIT = 2000
 
@@ -27,19 +27,19 @@ def main(context: Optional[Mapping[str, Any]] = None, outdir: Optional[str] = No
     app = cdk.App(outdir=outdir) if outdir else cdk.App()
     try:
         ctx = {**_context(app), **(context or {})}
-        from stacks.bench_settings import bench_from_context
+        from dl_stacks.bench_settings import bench_from_context
         bench = bench_from_context(ctx)
         if "portfolio" in ctx:  # -c portfolio=NAME: the platform team's Service Catalog portfolio
-            from stacks.portfolio_app import build
+            from dl_stacks.portfolio_app import build
             build(app, ctx, synthesizer=_synthesizer_for(ctx))
         elif bench is not None:  # -c bench=PLAN_FILE: the benchmark stack instead of a training one
-            from stacks.bench_stack import bench_stack
+            from dl_stacks.bench_stack import bench_stack
             bench_stack(app, bench, synthesizer=_synthesizer(bench))
         else:
             settings = from_context(ctx)
-            from stacks.training_stack import TrainingStack
+            from dl_stacks.training_stack import TrainingStack
             stack = TrainingStack.for_settings(app, settings, synthesizer=_synthesizer(settings), quiet=True)
-            from stacks.approval import check
+            from dl_stacks.approval import check
             check(stack.plan, settings.approval.approve_hourly)  # the price before the spend: before any synth
             print(stack.summary(), file=sys.stderr)
             _preflight(settings, stack.selection.facts)
@@ -121,7 +121,7 @@ def _synthesizer_for(ctx: Mapping[str, Any]):
     moto with the legacy synthesizer; a whole portfolio cannot use it (its products' templates would
     reference the portfolio's asset parameters across stacks, which CDK refuses), so its assets keep
     concrete names and the CLI's own credentials deploy them."""
-    from stacks.context_values import boolean
+    from dl_stacks.context_values import boolean
     local = boolean("local", ctx.get("local", False))
     if local and "product" not in ctx:
         import aws_cdk as cdk

@@ -19,10 +19,10 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from selector.profiles import builtin_profiles  # noqa: E402
-from selector.recommend import Candidate  # noqa: E402
-from stacks.selection import Selection, select  # noqa: E402
-from stacks.settings import from_context  # noqa: E402
+from dl_selector.profiles import builtin_profiles  # noqa: E402
+from dl_selector.recommend import Candidate  # noqa: E402
+from dl_stacks.selection import Selection, select  # noqa: E402
+from dl_stacks.settings import from_context  # noqa: E402
 
 MULTI_NODE = ("multi-node-training", "cost-efficient-multi-node")
 

@@ -1,6 +1,6 @@
 """The reference benchmark's own noise: do its timed windows agree, within a run and run to run?
 
-Runs `python -m selector.bench.reference` on this machine's CPU at one fixed small size, RUNS
+Runs `python -m dl_selector.bench.reference` on this machine's CPU at one fixed small size, RUNS
 times, and prints side by side for each run: the median window, the window spread
 ((max - min) / median) and the ratio of its median to the first run's. The goal (BENCHMARKS.md):
 windows within 5% of each other, and medians within 5% run to run. Threads are pinned to one so
@@ -23,7 +23,7 @@ SIZE = ["--device", "cpu", "--model", "resnet50", "--width-div", "8", "--image-s
 
 
 def one_run(windows: int) -> list[float]:
-    r = subprocess.run([sys.executable, "-m", "selector.bench.reference", *SIZE, "--windows", str(windows)],
+    r = subprocess.run([sys.executable, "-m", "dl_selector.bench.reference", *SIZE, "--windows", str(windows)],
                        capture_output=True, text=True, check=True)
     found, problems = parse_output(r.stdout)
     assert not problems and len(found) == windows, (problems, r.stdout)

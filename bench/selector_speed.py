@@ -1,7 +1,7 @@
 """Selector speed, measured side by side on this machine (noisy machines: compare ratios, not ms).
 
 1. In-process: median time to rank the full catalog for each profile (goal: worst profile <= 0.5 ms, issue 25).
-2. Cold CLI: `python -m selector recommend --profile multi-node-training --json` wall time vs
+2. Cold CLI: `python -m dl_selector recommend --profile multi-node-training --json` wall time vs
    `python -c pass`, interleaved run by run (goal: ratio <= 2.5, issue 25).
 """
 from __future__ import annotations
@@ -17,9 +17,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def in_process(repeats: int = 200) -> dict[str, float]:
-    from selector.catalog import load_catalog
-    from selector.profiles import builtin_profiles
-    from selector.recommend import recommend
+    from dl_selector.catalog import load_catalog
+    from dl_selector.profiles import builtin_profiles
+    from dl_selector.recommend import recommend
 
     load_catalog()  # the CLI loads it once per run; ranking is what is timed here
     profiles = builtin_profiles()
@@ -33,7 +33,7 @@ def in_process(repeats: int = 200) -> dict[str, float]:
 
 
 def cold(runs: int = 30) -> tuple[float, float]:
-    cli = [sys.executable, "-m", "selector", "recommend", "--profile", "multi-node-training", "--json"]
+    cli = [sys.executable, "-m", "dl_selector", "recommend", "--profile", "multi-node-training", "--json"]
     base = [sys.executable, "-c", "pass"]
     a, b = [], []
     for _ in range(runs):

@@ -4,7 +4,7 @@ a hard time limit enforced twice.
 1. User data first schedules `shutdown -h +minutes`; the launch template's instance-initiated
    shutdown behaviour is terminate, so whatever hangs (the command, the runner, the upload) the
    instance is gone by then. Spot requests are one-time with terminate on interruption.
-2. The runner (selector.bench.runner) kills the command's whole process group at its own
+2. The runner (dl_selector.bench.runner) kills the command's whole process group at its own
    deadline, minutes less an upload margin, and still uploads a result saying so.
 
 The node runs only the runner: no job supervisor, agent or RAID units (a benchmark keeps nothing).
@@ -24,13 +24,13 @@ import aws_cdk.aws_s3 as s3
 import aws_cdk.aws_s3_assets as s3_assets
 from constructs import Construct
 
-from selector.facts import InstanceFacts
+from dl_selector.facts import InstanceFacts
 
 from .ami import DeepLearningAmi
 from .bundle import acknowledge_asset_parameters, copy_core, staged
 from .launch_template import select_subnets
 
-SELECTOR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "selector")
+SELECTOR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dl_selector")
 # Where the DLAMI keeps its PyTorch environment (newer lines, then older conda ones): first on PATH,
 # so the plan's `python3 -m ...` is the python that has torch.
 DLAMI_PYTHON_DIRS = ("/opt/pytorch/bin", "/opt/conda/bin")
@@ -41,10 +41,10 @@ ROOT_VOLUME_GIB = 120  # the DLAMI needs about 100 GB; a benchmark writes little
 
 
 def build_runner_asset(dest_dir: str) -> None:
-    """selector/__init__.py and selector/bench/*.py (the runner, the contract and the reference
+    """dl_selector/__init__.py and dl_selector/bench/*.py (the runner, the contract and the reference
     benchmark) and dl_core/ (the dl-bench line it prints, and the runner's uploads back off as every
     AWS call of the project does): standard library plus boto3/torch (both on the DLAMI)."""
-    pkg = os.path.join(dest_dir, "selector")
+    pkg = os.path.join(dest_dir, "dl_selector")
     os.makedirs(os.path.join(pkg, "bench"))
     shutil.copyfile(os.path.join(SELECTOR, "__init__.py"), os.path.join(pkg, "__init__.py"))
     for name in sorted(os.listdir(os.path.join(SELECTOR, "bench"))):
@@ -78,7 +78,7 @@ def user_data_script(*, asset_url: str, bucket: str, prefix: str, facts: Instanc
             "if [ -x \"$venv/bin/python3\" ]; then PATH=\"$venv/bin:$PATH\"; fi",
         ]
     runner = " ".join(shlex.quote(x) for x in (
-        "python3", "-m", "selector.bench.runner", "--bucket", bucket, "--prefix", prefix,
+        "python3", "-m", "dl_selector.bench.runner", "--bucket", bucket, "--prefix", prefix,
         "--instance-type", facts.instance_type, "--minutes", str(minutes), "--market", market, "--region", region))
     return "\n".join([
         "#!/bin/bash",

@@ -18,8 +18,8 @@ import aws_cdk.aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from dl_core.markets import MARKETS
-from selector.facts import InstanceFacts
-from selector.interchange import RULES, interchangeable
+from dl_selector.facts import InstanceFacts
+from dl_selector.interchange import RULES, interchangeable
 
 from .controller import CapacityController
 from .facts import InstanceLike, resolve
@@ -49,7 +49,7 @@ class ClusterCapacity(Construct):
     Keyword-only props (defaults in brackets):
       vpc, cluster: the VPC and the cluster id (tag dl-launcher:cluster on every node).
       options: the pick, then its alternates, each an InstanceOption; every alternate must be
-        interchangeable with the pick under `interchange` (selector.interchange).
+        interchangeable with the pick under `interchange` (dl_selector.interchange).
       nodes [1]: a cluster of more than one node needs EFA on every type and gets one cluster
         placement group, one AZ.
       market ["spot"]: "spot", "on-demand" or "capacity-block" (with capacity_reservation).
@@ -57,7 +57,7 @@ class ClusterCapacity(Construct):
         with no price, is never used; for spot it is also the maximum price sent to EC2.
       capacity_reservation [None]: a Capacity Reservation (cr-...) or a resource group ARN of
         reservations that every launch targets first (on-demand or capacity-block).
-      interchange ["same-accelerator"]: the rule alternates must meet (selector.interchange.RULES).
+      interchange ["same-accelerator"]: the rule alternates must meet (dl_selector.interchange.RULES).
       replace_within [10 minutes]: how long a lost node may wait for the same type before the
         whole cluster moves to the next option.
       subnets [the VPC's private subnets in its first AZ]: one AZ.

@@ -13,8 +13,8 @@ import aws_cdk.aws_s3 as s3
 from constructs import Construct
 
 from dl_core.markets import MARKETS
-from selector.facts import InstanceFacts
-from selector.interchange import RULES
+from dl_selector.facts import InstanceFacts
+from dl_selector.interchange import RULES
 
 from .capacity import ClusterCapacity, InstanceOption, usable_options
 from .launch_template import select_subnets

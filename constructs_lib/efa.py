@@ -8,7 +8,7 @@ from typing import Any, Optional, Union
 import aws_cdk.aws_ec2 as ec2
 from constructs import Construct
 
-from selector.facts import InstanceFacts
+from dl_selector.facts import InstanceFacts
 
 from .bundle import EFA_SDK_ENV, EFA_UNIT
 from .facts import InstanceLike, resolve

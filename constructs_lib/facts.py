@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Union
 
-from selector.catalog import load_catalog
-from selector.errors import UserError
-from selector.facts import InstanceFacts
+from dl_selector.catalog import load_catalog
+from dl_selector.errors import UserError
+from dl_selector.facts import InstanceFacts
 
 if TYPE_CHECKING:
     import aws_cdk.aws_ec2 as ec2

@@ -10,9 +10,9 @@ import aws_cdk.aws_ec2 as ec2
 import aws_cdk.aws_iam as iam
 from constructs import Construct
 
-from selector.facts import InstanceFacts
-from selector.profiles import get_profile
-from selector.recommend import recommend
+from dl_selector.facts import InstanceFacts
+from dl_selector.profiles import get_profile
+from dl_selector.recommend import recommend
 
 from .ami import DeepLearningAmi
 from .bootstrap import NodeBootstrap

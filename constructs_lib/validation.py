@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from selector.errors import UserError
-from selector.facts import InstanceFacts
+from dl_selector.errors import UserError
+from dl_selector.facts import InstanceFacts
 
 ERROR, WARNING, NOTE = "error", "warning", "note"
 
@@ -57,7 +57,7 @@ class Validator:
 
 class EfaSupported(Validator):
     rule = "EfaSupported"
-    remediation = "pick a type with EFA (python -m selector recommend --profile multi-node-training) or set efa=False"
+    remediation = "pick a type with EFA (python -m dl_selector recommend --profile multi-node-training) or set efa=False"
 
     def check(self, r):
         if r.efa and not r.facts.efa:

@@ -7,7 +7,7 @@
 (no spaces in a value). Any program that prints it can be benchmarked and monitored.
 
 One source for everything that reads or writes the line: the reference benchmark and `bench
-collect` (selector/bench) and the node monitor (constructs_lib/runtime/monitor.py). Standard
+collect` (dl_selector/bench) and the node monitor (constructs_lib/runtime/monitor.py). Standard
 library only, here in dl_core, because the node bundle ships dl_core whole and nothing of the
 selector.
 """

@@ -28,7 +28,7 @@ from dl_core.markets import OPEN_MARKETS
 from .errors import CliError
 
 PROG = "dl-launcher"
-# The selector's verbs, handed to its CLI as they are (`python -m selector` stays as it is).
+# The selector's verbs, handed to its CLI as they are (`python -m dl_selector` stays as it is).
 SELECTOR_VERBS = {"recommend": "rank instance types for a profile (dl-launcher recommend --help)",
                   "profiles": "list workload profiles", "catalog": "rebuild the catalog (needs AWS credentials)",
                   "bench": "measure throughput on real nodes and feed it to recommend"}
@@ -101,9 +101,9 @@ def _rank(text: str) -> int:
 
 def _region(a: argparse.Namespace) -> tuple[str, str]:
     """The region, checked before any AWS call: a stack deploys only where the catalog knows."""
-    from selector.catalog import load_catalog
-    from selector.errors import UserError
-    from stacks.settings import resolve_region
+    from dl_selector.catalog import load_catalog
+    from dl_selector.errors import UserError
+    from dl_stacks.settings import resolve_region
 
     region, source = resolve_region({"region": a.region} if a.region is not None else {})
     try:
@@ -124,7 +124,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # lines of Python byte strings; app.py silences it the same way for cdk synth.
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     if argv and argv[0] in SELECTOR_VERBS:
-        from selector.cli import main as selector_main
+        from dl_selector.cli import main as selector_main
         return selector_main(_with_region(argv), prog=PROG)
     try:
         a = parser().parse_args(argv)
@@ -150,7 +150,7 @@ def _with_region(argv: list[str]) -> list[str]:
     """recommend follows the same region as every other verb when --region is not given."""
     if argv[0] != "recommend" or any(x == "--region" or x.startswith("--region=") for x in argv):
         return argv
-    from stacks.settings import resolve_region
+    from dl_stacks.settings import resolve_region
     return [*argv, "--region", resolve_region({})[0]]
 
 
@@ -177,9 +177,9 @@ def _run(a: argparse.Namespace) -> int:
 def _preflight(a: argparse.Namespace, region: str, source: str) -> int:
     import json
 
-    from selector.errors import UserError
-    from stacks.selection import select
-    from stacks.settings import from_context
+    from dl_selector.errors import UserError
+    from dl_stacks.selection import select
+    from dl_stacks.settings import from_context
 
     from . import preflight
 
@@ -194,7 +194,7 @@ def _preflight(a: argparse.Namespace, region: str, source: str) -> int:
     except UserError as e:
         raise CliError(str(e)) from None
     if facts is None:
-        from selector.catalog import load_catalog
+        from dl_selector.catalog import load_catalog
         facts = load_catalog().types[settings.instance_type]
     plan = preflight.Plan(facts, settings.nodes, settings.market or "spot", region, source, settings.availability_zone)
     results = preflight.run(plan, lambda name: _client(name, region))

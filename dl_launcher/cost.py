@@ -1,5 +1,5 @@
 """The cost of a running job, for `dl-launcher status`: the stack's CostModel output (what synth
-priced, stacks/stack_cost.py) applied to the nodes that run now and how long they have run."""
+priced, dl_stacks/stack_cost.py) applied to the nodes that run now and how long they have run."""
 from __future__ import annotations
 
 import json

@@ -1,11 +1,13 @@
 """A deployed job's CloudFormation stack, found by the job name users deploy with (-c job=NAME,
-default the profile): the stack dl-NAME, its outputs and what it keeps when deleted.
+default the profile): the stack dl-NAME, or a training stack of any other name (a team's own app),
+its outputs and what it keeps when deleted.
 
 A stack's name is not proof that dl-launcher made it: `dl-data-lake` may be another team's. Every
-verb acts only on a stack that names its job itself: the training stack's output
-contract.OUTPUT_JOB, or, on stacks deployed before that output existed, the stack tag
-contract.TAG_JOB that cdk deploy sets. Any other stack is neither listed, offered as the closest
-name, described, nor touched."""
+verb acts only on a stack that names its job itself: the stack dl-JOB with the training stack's
+output contract.OUTPUT_JOB, or, on stacks deployed before that output existed, the stack tag
+contract.TAG_JOB that cdk deploy sets; a stack of any other name only with both, naming the same
+job (the tag alone is anyone's to set on any stack; the output alone is any template's). Any
+other stack is neither listed, offered as the closest name, described, nor touched."""
 from __future__ import annotations
 
 import re
@@ -13,12 +15,12 @@ from typing import Any, Optional
 
 from constructs_lib.runtime import contract
 from constructs_lib.runtime.contract import OUTPUT_JOB, TAG_JOB
-from selector.errors import closest
+from dl_selector.errors import closest
 
 from .errors import CliError
 
 PREFIX = "dl-"
-# The job names -c job= takes (stacks/settings.py holds the same rule): the checkpoint prefix
+# The job names -c job= takes (dl_stacks/settings.py holds the same rule): the checkpoint prefix
 # jobs/NAME and the stack dl-NAME.
 JOB_NAME = re.compile(contract.JOB_NAME)
 # Every status but DELETE_COMPLETE: a stack that still exists in some form.
@@ -42,9 +44,12 @@ def job_of(stack: dict[str, Any]) -> Optional[str]:
     """The job a described stack says it runs, or None when dl-launcher did not make it (its name
     must be dl-<that job> too: a copied output on another stack names no job)."""
     tags = {t.get("Key"): t.get("Value") for t in stack.get("Tags") or []}
-    for job in (output(stack, OUTPUT_JOB), tags.get(TAG_JOB)):
+    said, tagged = output(stack, OUTPUT_JOB), tags.get(TAG_JOB)
+    for job in (said, tagged):
         if job and stack.get("StackName") == f"{PREFIX}{job}":
             return job
+    if said and said == tagged and JOB_NAME.fullmatch(said):  # any other name: the template's word and the tag
+        return said
     return None
 
 
@@ -53,7 +58,7 @@ def check_job(job: str) -> None:
     bare = job[len(PREFIX):] if job.startswith(PREFIX) else job
     if JOB_NAME.fullmatch(bare):
         return
-    from stacks.settings import show
+    from dl_stacks.settings import show
 
     near = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", bare.lower())).strip("-")[:40].strip("-")
     raise CliError(f"job {show(job)}: a job name is 1-40 lower-case letters, digits and dashes, the -c job= it was "
@@ -65,18 +70,29 @@ def describe(cfn: Any, job: str, region: str) -> dict[str, Any]:
     refusing a stack of that name that dl-launcher did not make."""
     check_job(job)
     name = stack_name(job)
+    bare = name[len(PREFIX):]
+    refused = False
     try:
         (stack,) = cfn.describe_stacks(StackName=name)["Stacks"]
     except Exception as e:  # botocore's ClientError "Stack with id ... does not exist"
         if "does not exist" not in str(e):
             raise
     else:
-        if job_of(stack) is not None:
+        if job_of(stack) == bare:
             return stack
+        refused = True
+    stacks = _jobs_stacks(cfn)
+    others = [s for s in stacks if s["StackName"] != name and job_of(s) == bare]
+    if len(others) == 1:
+        return others[0]
+    if others:
+        raise CliError(f"job {bare} in {region} is run by {len(others)} stacks ({', '.join(s['StackName'] for s in others)}):"
+                       " nothing was done; delete all but one, or deploy each with its own -c job=")
+    if refused:
         raise CliError(f"stack {name} in {region} was not made by dl-launcher (it has no output {OUTPUT_JOB} or "
-                       f"stack tag {TAG_JOB} naming job {name[len(PREFIX):]}): nothing was done to it; dl-launcher "
+                       f"stack tag {TAG_JOB} naming job {bare}): nothing was done to it; dl-launcher "
                        "acts only on the stacks it deploys")
-    jobs = deployed_jobs(cfn)
+    jobs = sorted({job_of(s) for s in stacks})
     near = closest(job, jobs, n=1)
     raise NoStack(f"no stack {name} in {region} (job {job!r})"
                    + (f"; closest: {near[0]}" if near else "")
@@ -86,13 +102,13 @@ def describe(cfn: Any, job: str, region: str) -> dict[str, Any]:
 
 def deployed_jobs(cfn: Any) -> list[str]:
     """The jobs of the region's stacks that dl-launcher made and that still exist."""
-    jobs: set[str] = set()
-    for page in cfn.get_paginator("describe_stacks").paginate():
-        for stack in page["Stacks"]:
-            job = job_of(stack) if stack.get("StackStatus") in LIVE else None
-            if job:
-                jobs.add(job)
-    return sorted(jobs)
+    return sorted({job_of(s) for s in _jobs_stacks(cfn)})
+
+
+def _jobs_stacks(cfn: Any) -> list[dict[str, Any]]:
+    """The region's live stacks that dl-launcher made, whatever their names (one pass over describe_stacks)."""
+    return [stack for page in cfn.get_paginator("describe_stacks").paginate() for stack in page["Stacks"]
+            if stack.get("StackStatus") in LIVE and job_of(stack) is not None]
 
 
 def output(stack: dict[str, Any], key: str) -> Optional[str]:

@@ -1,6 +1,6 @@
 """`dl-launcher launch -c KEY=VALUE ...`: the plan first (types, nodes, market, what it is expected
 to cost per hour and what it can cost at worst), a question, then `cdk deploy` with the pinned CDK
-CLI, the same context and the approval the plan showed (stacks/approval.py). `--yes` skips the
+CLI, the same context and the approval the plan showed (dl_stacks/approval.py). `--yes` skips the
 question (and CDK's own about IAM changes); a "no" runs nothing."""
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def cdk_cli(root: Path) -> str:
 
 def _region(ctx: dict[str, str]) -> str:
     """As the CDK CLI resolves it: -c region, the environment, then the AWS profile's own region."""
-    from stacks.settings import REGION_ENV, resolve_region
+    from dl_stacks.settings import REGION_ENV, resolve_region
 
     region, source = resolve_region(ctx)
     if source not in ("context region", *REGION_ENV):
@@ -70,10 +70,10 @@ def plan(ctx: dict[str, Any], root: Path):
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     import aws_cdk as cdk
 
-    from selector.errors import UserError
-    from stacks.approval import check
-    from stacks.settings import from_context
-    from stacks.training_stack import TrainingStack
+    from dl_selector.errors import UserError
+    from dl_stacks.approval import check
+    from dl_stacks.settings import from_context
+    from dl_stacks.training_stack import TrainingStack
 
     if "portfolio" in ctx or "bench" in ctx:
         raise CliError("launch deploys a training stack (-c profile=NAME); a portfolio or a benchmark stack "

@@ -12,7 +12,7 @@ import shutil
 from typing import Any, Callable, NamedTuple, Optional
 
 from dl_core.aws import brief, error_code
-from selector.facts import InstanceFacts
+from dl_selector.facts import InstanceFacts
 
 BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"  # the CDK's default qualifier
 QUOTA_CONSOLE = "https://console.aws.amazon.com/servicequotas/home/services/ec2/quotas/{code}"

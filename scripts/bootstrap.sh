@@ -24,5 +24,5 @@ if [ ! -f .deps-stamp ] || [ "$(cat .deps-stamp)" != "$stamp_inputs" ] || [ ! -d
   echo "$stamp_inputs" > .deps-stamp
 fi
 # Byte-compile the project's own packages: environments that set PYTHONDONTWRITEBYTECODE would
-# otherwise recompile them on every CLI start (about a quarter of `python -m selector`'s time).
-.venv/bin/python -m compileall -q selector constructs_lib stacks dl_launcher dl_core app.py >/dev/null
+# otherwise recompile them on every CLI start (about a quarter of `python -m dl_selector`'s time).
+.venv/bin/python -m compileall -q dl_selector constructs_lib dl_stacks dl_launcher dl_core app.py >/dev/null

@@ -1,10 +1,10 @@
-"""Rebuild the embedded catalog offline: selector/data/catalog.json (specs) and
-selector/data/prices/<region>.json (selector/embedded.py).
+"""Rebuild the embedded catalog offline: dl_selector/data/catalog.json (specs) and
+dl_selector/data/prices/<region>.json (dl_selector/embedded.py).
 
 Runs the real `catalog refresh` code against moto, whose bundled DescribeInstanceTypes and
 DescribeInstanceTypeOfferings data is AWS's own, with live prices off (moto's spot history is a
-placeholder): prices come from the cited selector/data/prices.csv. With AWS credentials, use
-`python -m selector catalog refresh --out FILE` instead for live data.
+placeholder): prices come from the cited dl_selector/data/prices.csv. With AWS credentials, use
+`python -m dl_selector catalog refresh --out FILE` instead for live data.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ os.environ.pop("AWS_ENDPOINT_URL", None)
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-from selector import embedded  # noqa: E402
-from selector.refresh import refresh  # noqa: E402
+from dl_selector import embedded  # noqa: E402
+from dl_selector.refresh import refresh  # noqa: E402
 
 with mock_aws():
     catalog = refresh(
@@ -38,4 +38,4 @@ with mock_aws():
         specs_source=f"EC2 DescribeInstanceTypes/DescribeInstanceTypeOfferings records as bundled in moto {version('moto')}",
     )
 embedded.write(catalog.to_dict())
-print(f"{len(catalog)} types, {len(catalog.regions)} regions -> selector/data/catalog.json and prices/<region>.json")
+print(f"{len(catalog)} types, {len(catalog.regions)} regions -> dl_selector/data/catalog.json and prices/<region>.json")

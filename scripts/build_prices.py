@@ -1,15 +1,15 @@
-"""Rebuild selector/data/prices.csv, prices_sources.toml and prices.md from the two price sources.
+"""Rebuild dl_selector/data/prices.csv, prices_sources.toml and prices.md from the two price sources.
 
     python scripts/build_prices.py --on-demand all_gpu_instances.js --spot vms.csv \\
         --on-demand-ref "github:tsaol/aws-gpu@<commit> data/all_gpu_instances.js" \\
         --spot-ref "github:skypilot-org/skypilot-catalog@<commit> catalogs/v8/aws/vms.csv" \\
         --spot-as-of <commit date> [--spot-previous older/vms.csv --spot-previous-ref REF]
-        [--comparison-from selector/data/prices_sources.toml]  # keep a comparison whose older file is gone
+        [--comparison-from dl_selector/data/prices_sources.toml]  # keep a comparison whose older file is gone
 
     python scripts/build_prices.py --md-only   # prices.md again from the committed csv + toml
 
-The instance types are the catalog's (selector/data/catalog.json); the regions are
-selector.price_sources.REGIONS, and a source that prices a catalog type in a region missing from it
+The instance types are the catalog's (dl_selector/data/catalog.json); the regions are
+dl_selector.price_sources.REGIONS, and a source that prices a catalog type in a region missing from it
 (a Local Zone or Wavelength Zone key is not a region) is refused rather than dropped. The output
 is sorted and byte-identical on a rerun. Every file is written only after all inputs were read and
 checked.
@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from selector.errors import UserError
-from selector.price_sources import (
+from dl_selector.errors import UserError
+from dl_selector.price_sources import (
     build_rows,
     compare_snapshots,
     parse_on_demand_js,
@@ -35,9 +35,9 @@ from selector.price_sources import (
     spot_stats,
     unlisted_regions,
 )
-from selector.prices_page import Sources, load_sources_toml, render_markdown, render_sources_toml
+from dl_selector.prices_page import Sources, load_sources_toml, render_markdown, render_sources_toml
 
-DATA = ROOT / "selector" / "data"
+DATA = ROOT / "dl_selector" / "data"
 
 
 def _read(path: str, what: str) -> str:
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         missing = unlisted_regions(od, quotes, types)
         if missing:
             raise UserError(f"the sources price catalog types in {', '.join(missing)}, which "
-                            "selector.price_sources.REGIONS lacks; add them there (or they would be dropped)")
+                            "dl_selector.price_sources.REGIONS lacks; add them there (or they would be dropped)")
         spot = spot_stats(quotes, types, on_demand=od.prices)
         comparison: tuple[tuple[str, str], ...] = ()
         if a.spot_previous and a.comparison_from:

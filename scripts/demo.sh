@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PWD/node_modules/.bin:$PATH"
 profile=${PROFILE:-multi-node-training}
-echo "==> python -m selector recommend --profile $profile --top 5"
-python -m selector recommend --profile "$profile" --top 5
+echo "==> python -m dl_selector recommend --profile $profile --top 5"
+python -m dl_selector recommend --profile "$profile" --top 5
 echo
 echo "==> cdk deploy -c profile=$profile into moto_server on 127.0.0.1"
 exec python scripts/local_deploy.py --profile "$profile"

@@ -1,6 +1,6 @@
 """The least-privilege CloudFormation execution policy for `cdk deploy` of dl-launcher stacks:
 docs/deployer-policy.json, written from the same table the portfolio's launch role is built from
-(stacks/launch_role.py PERMISSIONS: one row per resource type the templates declare; a type
+(dl_stacks/launch_role.py PERMISSIONS: one row per resource type the templates declare; a type
 without a row stops the synth, and tests check every synthesized training template against it).
 
 The CDK's bootstrap gives CloudFormation AdministratorAccess unless told otherwise; with this
@@ -26,7 +26,7 @@ ASSETS = "arn:aws:s3:::cdk-hnb659fds-assets-*"
 
 
 def policy() -> dict:
-    from stacks.launch_role import PERMISSIONS, permissions_for
+    from dl_stacks.launch_role import PERMISSIONS, permissions_for
 
     statements = []
     for resource, actions in permissions_for(PERMISSIONS).items():

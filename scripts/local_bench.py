@@ -28,7 +28,7 @@ from constructs_lib.runtime.contract import TAG_CLUSTER  # noqa: E402
 
 REGION = "us-east-1"
 # The reference benchmark at a size a CPU finishes in seconds.
-TINY = ("python3 -m selector.bench.reference --device cpu --width-div 16 --image-size 64 --batch 4 "
+TINY = ("python3 -m dl_selector.bench.reference --device cpu --width-div 16 --image-size 64 --batch 4 "
         "--warmup-steps 1 --steps-per-window 2 --windows 3 --precision fp32 --threads 1")
 NOT_EMULATED = [
     "instances do not boot: this script runs each instance's own user data (read back from moto) with shims for "
@@ -70,14 +70,14 @@ def shims(folder: Path, calls: Path) -> Path:
 
 
 def selector(*args: str, env: dict) -> subprocess.CompletedProcess:
-    log("$ python -m selector " + " ".join(args))
-    r = subprocess.run([sys.executable, "-m", "selector", *args], cwd=ROOT, env=env, text=True, capture_output=True,
+    log("$ python -m dl_selector " + " ".join(args))
+    r = subprocess.run([sys.executable, "-m", "dl_selector", *args], cwd=ROOT, env=env, text=True, capture_output=True,
                        check=False)
     out = (r.stdout + r.stderr).strip()
     if out:
         print("\n".join("  " + line for line in out.splitlines()), flush=True)
     if r.returncode != 0:
-        raise SystemExit(f"python -m selector {args[0]} {args[1]} failed (exit {r.returncode})")
+        raise SystemExit(f"python -m dl_selector {args[0]} {args[1]} failed (exit {r.returncode})")
     return r
 
 

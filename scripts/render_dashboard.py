@@ -49,9 +49,9 @@ def dashboard_body(profile: str) -> tuple[dict[str, Any], str]:
     a scratch stack, sized and priced by the same selection."""
     import aws_cdk as cdk
 
-    from stacks.selection import select
-    from stacks.settings import from_context
-    from stacks.training_stack import TrainingStack
+    from dl_stacks.selection import select
+    from dl_stacks.settings import from_context
+    from dl_stacks.training_stack import TrainingStack
 
     settings = from_context({"profile": profile})
     app = cdk.App()

@@ -9,10 +9,10 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from selector.profiles import builtin_profiles
-from stacks.selection import money, select
-from stacks.settings import from_context
-from stacks.training_stack import TrainingStack, summary
+from dl_selector.profiles import builtin_profiles
+from dl_stacks.selection import money, select
+from dl_stacks.settings import from_context
+from dl_stacks.training_stack import TrainingStack, summary
 from tests.cdk_checks import CHECKOV_SKIPS, cdk_cli as cli, cfn_lint, checkov, synth_with_nag
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def test_every_profile_synthesizes_with_its_pick(all_profiles, profile):
 def test_no_capacity_resource_can_mix_accelerators_and_no_option_exceeds_the_ceiling(all_profiles, profile):
     """Checked against the catalog's facts, not the selector's rule: in a cluster of several nodes
     every option has the pick's accelerator, memory and count; no option costs more than the ceiling."""
-    from selector.catalog import load_catalog
+    from dl_selector.catalog import load_catalog
 
     stack, t = all_profiles[profile]
     for mixing in ("AWS::AutoScaling::AutoScalingGroup", "AWS::EC2::EC2Fleet", "AWS::EC2::SpotFleet"):
@@ -236,8 +236,8 @@ def test_the_deployer_policy_covers_every_resource_type_a_training_stack_declare
     code, env, a secret, its key, an image and FSx for its data, must have its row and every row's actions."""
     import app
     from scripts.deployer_policy import OUT, policy, render
-    from stacks.job_settings import EXAMPLES
-    from stacks.launch_role import permissions_for
+    from dl_stacks.job_settings import EXAMPLES
+    from dl_stacks.launch_role import permissions_for
 
     assert OUT.read_text() == render(), "stale: python scripts/deployer_policy.py --write"
     ctx = {"profile": "multi-node-training", "job": "full", "command": "dl-torchrun train.py", "budget": "1000",

@@ -1,6 +1,6 @@
 """The price before the spend (issue 34 item 4): a stack whose worst case per hour is above the
 threshold synthesizes only with -c approve_hourly at or above that figure; the docs' first deploy
-asks nothing. The figure is held against the selector's catalog, not against stacks/approval.py."""
+asks nothing. The figure is held against the selector's catalog, not against dl_stacks/approval.py."""
 from __future__ import annotations
 
 import re
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import app
-from selector.catalog import load_catalog
-from selector.recommend import recommend
+from dl_selector.catalog import load_catalog
+from dl_selector.recommend import recommend
 
 ROOT = Path(__file__).resolve().parents[1]
 BIG = {"profile": "multi-node-training", "job": "big"}

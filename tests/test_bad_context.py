@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import app
-from stacks.settings import HEREDOC, from_context
+from dl_stacks.settings import HEREDOC, from_context
 from tests.cdk_checks import cdk_cli as cli
 from tests.constructs.userdata_text import user_data_text
 
@@ -279,7 +279,7 @@ def test_bad_context_through_the_cdk_cli(ctx, expected, tmp_path, capsys):
 
 def test_a_command_at_the_settings_limit_synthesizes_a_multi_node_stack(tmp_path, capsys):
     """The budget in settings is honest: the largest command it accepts still synthesizes."""
-    from stacks.settings import COMMAND_LIMIT
+    from dl_stacks.settings import COMMAND_LIMIT
     command = "python train.py " + "x" * (COMMAND_LIMIT - 16)
     out = tmp_path / "cdk.out"
     assert app.main({"profile": "multi-node-training", "command": command, "approve_hourly": "1000"},
@@ -297,8 +297,8 @@ def test_a_constructs_validation_error_is_one_line():
 
 
 def test_the_summary_states_the_memory_tiers_host_memory_per_node():
-    from stacks.selection import select
-    from stacks.training_stack import summary
+    from dl_stacks.selection import select
+    from dl_stacks.training_stack import summary
 
     s = from_context({"profile": "multi-node-training", "nodes": "4", "memory_tier_gb": "1100", "region": "us-east-1"})
     line = next(x for x in summary(s, select(s)).splitlines() if "memory tier" in x)

@@ -4,7 +4,9 @@ cdk-nag) with the real CDK CLI on the lowest aws-cdk-lib, constructs and cdk-nag
 admits; its `dl-launcher` runs an AWS verb against moto_server on 127.0.0.1 (issue 35 item 8: the
 wheel's CLI crashed on every AWS verb without boto3); then the construct tests run on those floors
 too. (The rest of the suite runs on the pinned versions of constraints.txt; one install here, not
-two, keeps this test to one pip run.)"""
+two, keeps this test to one pip run.) Issue 40 item 6: the wheel installs only the project's own
+top-level names (OWN_NAMES), read from its RECORD and top_level.txt, and the clean venv has no other
+top-level module from it: no `selector`, no `stacks`."""
 from __future__ import annotations
 
 import json
@@ -14,13 +16,16 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
-PACKAGES = ("selector", "constructs_lib", "stacks", "dl_launcher", "dl_core")
+# Every top-level name the wheel may install: the project's own, nothing another project could also
+# ship under a generic name (the selector was `selector`, the CDK app's code `stacks`, before issue 40).
+OWN_NAMES = {"constructs_lib", "dl_core", "dl_launcher", "dl_selector", "dl_stacks"}
 # The suite's own pip installs into the consumer's venv (pip --python): the venv is made without
 # pip (ensurepip was a fifth of this test's time), and nothing is byte-compiled ahead (the floors'
 # aws-cdk-lib is hundreds of modules; Python compiles the few that are imported).
@@ -53,17 +58,43 @@ def _run(cmd, *, cwd, timeout=600, env=None) -> subprocess.CompletedProcess:
 
 def _wheel(tmp: Path) -> Path:
     """Built from a copy, so that the build's own files (build/, *.egg-info) never land in the
-    source tree."""
+    source tree. The copy holds every top-level package and module of the checkout (tests/ and
+    app.py too), so that what the wheel leaves out is pyproject's doing, not the copy's."""
     src = tmp / "src"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for name in PACKAGES:
-        shutil.copytree(ROOT / name, src / name, ignore=ignore)
+    for path in ROOT.iterdir():
+        if path.is_dir() and (path / "__init__.py").is_file():
+            shutil.copytree(path, src / path.name, ignore=ignore)
+        elif path.suffix == ".py" and path.is_file():
+            shutil.copy(path, src / path.name)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", tmp / "dist", src],
          cwd=tmp)
     (wheel,) = (tmp / "dist").glob("dl_launcher-*.whl")
     return wheel
+
+
+def wheel_top_level(wheel: Path) -> tuple[set[str], set[str]]:
+    """(the first path part of every file the wheel's RECORD lists, less its own .dist-info;
+    the names its top_level.txt declares)."""
+    with zipfile.ZipFile(wheel) as z:
+        (record,) = [n for n in z.namelist() if n.endswith(".dist-info/RECORD")]
+        info = record.rpartition("/")[0]
+        files = [row.split(",")[0] for row in z.read(record).decode().splitlines() if row.strip()]
+        declared = set(z.read(f"{info}/top_level.txt").decode().split())
+    return {f.split("/")[0].removesuffix(".py") for f in files if not f.startswith(info + "/")}, declared
+
+
+def installed_top_level(python: Path) -> dict:
+    """What the consumer's venv got from the dl-launcher distribution (its installed RECORD), and
+    whether `selector` or `stacks` can be imported there at all."""
+    code = ("import json, importlib.metadata as m, importlib.util as u;"
+            "files = [str(f) for f in m.files('dl-launcher')];"
+            "top = {f.split('/')[0].removesuffix('.py') for f in files if not f.startswith(('..', 'dl_launcher-'))};"
+            "print(json.dumps({'top': sorted(top), "
+            "'importable': [n for n in ('selector', 'stacks') if u.find_spec(n) is not None]}))")
+    return json.loads(_run([python, "-c", code], cwd=python.parent).stdout)
 
 
 def _versions(python: Path) -> dict[str, str]:
@@ -97,6 +128,8 @@ def _synth(python: Path, app_dir: Path, out: str) -> dict:
 @pytest.mark.skipif(not CDK.exists(), reason="the pinned CDK CLI is installed by scripts/bootstrap.sh")
 def test_the_wheel_outside_the_repository_on_the_lowest_aws_cdk_lib(tmp_path):
     wheel = _wheel(tmp_path)
+    recorded, declared = wheel_top_level(wheel)
+    assert recorded == OWN_NAMES and declared == OWN_NAMES, (recorded, declared)
     venv = tmp_path / "consumer-venv"
     _run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=tmp_path)
     python = venv / "bin" / "python"
@@ -110,6 +143,7 @@ def test_the_wheel_outside_the_repository_on_the_lowest_aws_cdk_lib(tmp_path):
                               if not line.lower().startswith(cdk_family)))
     # The wheel first and alone: whatever its CLI needs must come from its own dependencies.
     _run([*pip, "-c", others, wheel, *(f"{d}=={v}" for d, v in lowest.items())], cwd=tmp_path)
+    assert installed_top_level(python) == {"top": sorted(OWN_NAMES), "importable": []}
     _aws_verbs(venv / "bin" / "dl-launcher", tmp_path)
     _run([*pip, "-c", others, "pytest"], cwd=tmp_path)
     app_dir = tmp_path / "team-app"

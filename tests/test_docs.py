@@ -80,7 +80,7 @@ def test_the_api_reference_renders_every_exported_construct(site):
 
 def test_the_api_reference_renders_the_selector_and_the_checkpointer(site):
     selector_html = (site / "api" / "selector" / "index.html").read_text()
-    for name in ("selector.recommend.recommend", "selector.catalog.load_catalog", "selector.profiles.load_profiles"):
+    for name in ("dl_selector.recommend.recommend", "dl_selector.catalog.load_catalog", "dl_selector.profiles.load_profiles"):
         assert documented(selector_html, name), name
     runtime_html = (site / "api" / "runtime" / "index.html").read_text()
     for name in ("Checkpointer", "Checkpointer.should_checkpoint", "Checkpointer.save", "Checkpointer.resume_path"):

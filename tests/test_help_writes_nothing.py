@@ -16,8 +16,8 @@ BIN = Path(sys.executable).parent
 PROGRAMS = sorted(p for p in [*(ROOT / "scripts").glob("*.py"), *(ROOT / "bench").glob("*.py")]
                   if '__name__ == "__main__"' in p.read_text() and p.name != "minimal_app.py")  # a CDK app, no CLI
 MODULES = [
-    ["-m", "selector"], ["-m", "selector", "recommend"], ["-m", "selector", "bench", "plan"],
-    ["-m", "selector", "catalog", "refresh"], ["-m", "constructs_lib.fleet"], ["-m", "constructs_lib.runtime"],
+    ["-m", "dl_selector"], ["-m", "dl_selector", "recommend"], ["-m", "dl_selector", "bench", "plan"],
+    ["-m", "dl_selector", "catalog", "refresh"], ["-m", "constructs_lib.fleet"], ["-m", "constructs_lib.runtime"],
 ]
 
 

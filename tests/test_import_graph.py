@@ -4,7 +4,7 @@ so a cycle or a wrong-way import fails here before anyone trips over it at impor
 
 Rules: no cycle among the project's modules; dl_core imports nothing of the project; node code
 (constructs_lib/runtime) and the controller's Lambda (constructs_lib/fleet) import nothing from
-selector/, since neither ships it. Imports under `if TYPE_CHECKING:` never run and are left out.
+dl_selector/, since neither ships it. Imports under `if TYPE_CHECKING:` never run and are left out.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("dl_core", "selector", "stacks", "dl_launcher", "constructs_lib")
+PACKAGES = ("dl_core", "dl_selector", "dl_stacks", "dl_launcher", "constructs_lib")
 NO_SELECTOR = ("constructs_lib.runtime", "constructs_lib.fleet")
 
 
@@ -135,7 +135,7 @@ def test_dl_core_imports_nothing_of_the_project():
 def test_node_and_lambda_code_import_nothing_from_the_selector():
     edges = graph()
     wrong = [f"{m} -> {t} (line {line})" for m, out in edges.items() if m.startswith(NO_SELECTOR)
-             for t, line in out.items() if t.split(".")[0] == "selector"]
+             for t, line in out.items() if t.split(".")[0] == "dl_selector"]
     assert not wrong, wrong
 
 

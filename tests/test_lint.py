@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ruff_pyflakes_clean():
     ruff = Path(sys.executable).parent / "ruff"
     r = subprocess.run([str(ruff), "check", "--select", "F,E9", "--output-format", "concise",
-                        "selector", "constructs_lib", "stacks", "dl_launcher", "dl_core", "app.py", "scripts", "bench", "tests", "examples"],
+                        "dl_selector", "constructs_lib", "dl_stacks", "dl_launcher", "dl_core", "app.py", "scripts", "bench", "tests", "examples"],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 

@@ -32,7 +32,7 @@ def _read_until(proc: subprocess.Popen, lines: list[str], marker: str, timeout: 
 
 
 def test_your_own_project_from_outside_the_repository_with_moto_kept(tmp_path):
-    from selector.recommend import recommend
+    from dl_selector.recommend import recommend
     pick = recommend("multi-node-training").pick.instance_type  # the selector's, whichever it is today
     project = tmp_path / "my-project"  # not under the repository
     shutil.copytree(ROOT / "examples" / "train_project", project)
@@ -58,7 +58,7 @@ def test_your_own_project_from_outside_the_repository_with_moto_kept(tmp_path):
         assert "instances (2):" in out and out.count("cluster=dl-multi-node-training") == 2
         lt_lines = [line for line in out.splitlines() if line.strip().startswith("LaunchTemplate_")]
         assert lt_lines and all("IMDS tokens required" in line for line in lt_lines)
-        from selector.catalog import load_catalog
+        from dl_selector.catalog import load_catalog
         efa = load_catalog().get(pick).max_efa_interfaces  # every EFA interface the type takes, one per card
         assert any(f"{efa} EFA interfaces on cards [" in line for line in lt_lines), lt_lines
         assert "output ClusterCostPerHour: 2 x" in out and "output CheckpointBucket:" in out

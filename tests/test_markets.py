@@ -8,7 +8,7 @@ from pathlib import Path
 from dl_core import markets
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("dl_core", "selector", "stacks", "dl_launcher", "constructs_lib")
+PACKAGES = ("dl_core", "dl_selector", "dl_stacks", "dl_launcher", "constructs_lib")
 
 
 def test_market_names_are_listed_only_in_dl_core_markets():

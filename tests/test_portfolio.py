@@ -12,9 +12,9 @@ from aws_cdk.assertions import Match, Template
 
 import app
 from constructs_lib.runtime import contract
-from selector.catalog import load_catalog
-from selector.profiles import builtin_profiles
-from selector.recommend import recommend
+from dl_selector.catalog import load_catalog
+from dl_selector.profiles import builtin_profiles
+from dl_selector.recommend import recommend
 from tests.cdk_checks import cdk_cli as cli, cfn_lint, listify, role_statements
 
 REGION = "us-east-1"
@@ -255,7 +255,7 @@ def test_a_profile_added_to_the_file_is_a_product_with_its_governance(team_portf
 
 
 def test_launch_role_covers_every_resource_type_and_only_through_cloudformation(team_portfolio):
-    from stacks.launch_role import PERMISSIONS
+    from dl_stacks.launch_role import PERMISSIONS
     types = {r["Type"] for t in _products(team_portfolio).values() for r in t["Resources"].values()}
     assert types <= set(PERMISSIONS)
     portfolio = json.loads((team_portfolio / "dl-portfolio-team.template.json").read_text())
@@ -431,9 +431,9 @@ def test_a_product_watches_its_gpus_with_the_spec_cloudformation_chose(team_port
 
 
 def test_the_built_in_portfolios_current_versions_are_committed():
-    from stacks.portfolio_stack import version_name
-    from stacks.portfolio_settings import ProductLimits
-    from stacks.product_plan import plan_product
+    from dl_stacks.portfolio_stack import version_name
+    from dl_stacks.portfolio_settings import ProductLimits
+    from dl_stacks.product_plan import plan_product
     folder = Path(__file__).resolve().parents[1] / "product-stack-snapshots"
     names = [f.name for f in folder.glob("*.product.template.json")]
     for profile in builtin_profiles().values():
@@ -516,7 +516,7 @@ def test_every_role_a_product_creates_carries_the_boundary_and_needs_nothing_bey
     the boundary holds every action the products' own roles are granted (else a launch would fail)."""
     import fnmatch
 
-    from stacks.launch_role import boundary_name
+    from dl_stacks.launch_role import boundary_name
     portfolio = json.loads((team_portfolio / "dl-portfolio-team.template.json").read_text())
     (boundary_id, boundary), = [(k, r["Properties"]) for k, r in portfolio["Resources"].items()
                                 if r["Type"] == "AWS::IAM::ManagedPolicy"

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from selector.errors import UserError
-from selector.prices import load_prices
-from selector.profiles import builtin_profiles
-from stacks.selection import select
-from stacks.settings import DEFAULT_PROFILE, from_context
+from dl_selector.errors import UserError
+from dl_selector.prices import load_prices
+from dl_selector.profiles import builtin_profiles
+from dl_stacks.selection import select
+from dl_stacks.settings import DEFAULT_PROFILE, from_context
 
 
 def test_defaults_are_cheap_and_safe():
@@ -115,8 +115,8 @@ def test_interchange_defaults_to_same_accelerator():
     assert from_context({"interchange": "same-count"}).interchange == "same-count"
 
 
-# ---- alternates and the cost ceiling (stacks/selection.py) ---------------------------------------
-# Expected prices come from the cited price table (selector/data/prices.csv), not from the selection.
+# ---- alternates and the cost ceiling (dl_stacks/selection.py) ---------------------------------------
+# Expected prices come from the cited price table (dl_selector/data/prices.csv), not from the selection.
 PRICES = load_prices()
 
 
@@ -224,7 +224,7 @@ def test_on_demand_max_price_below_the_pick_is_refused():
 
 
 def test_a_pick_without_a_price_in_its_market_needs_max_price():
-    # The sources price no p6 in ap-south-2 (selector/data/prices.md), where the catalog offers them
+    # The sources price no p6 in ap-south-2 (dl_selector/data/prices.md), where the catalog offers them
     ctx = {"profile": "multi-node-training", "region": "ap-south-2", "market": "on-demand"}
     with pytest.raises(UserError) as e:
         select(from_context(ctx))
@@ -263,7 +263,7 @@ def test_capacity_block_only_types():
 
 @pytest.mark.parametrize("profile", sorted(builtin_profiles()))
 def test_every_alternate_is_interchangeable_priced_and_under_the_ceiling(profile):
-    from selector.interchange import interchangeable
+    from dl_selector.interchange import interchangeable
     s = from_context({"profile": profile})
     sel = select(s)
     assert len(sel.alternates) <= 4
@@ -293,8 +293,8 @@ def test_command_is_kept_as_written_and_command_file_is_read_verbatim(tmp_path, 
 
 
 def test_settings_docstring_says_multi_line_commands_go_through_command_file():
-    import stacks.settings
-    assert "multi-line commands go here" in stacks.settings.__doc__ and "command_file" in stacks.settings.__doc__
+    import dl_stacks.settings
+    assert "multi-line commands go here" in dl_stacks.settings.__doc__ and "command_file" in dl_stacks.settings.__doc__
 
 
 @pytest.mark.parametrize("profile", sorted(builtin_profiles()))
@@ -320,7 +320,7 @@ def test_the_default_spot_ceiling_is_at_least_the_picks_on_demand_price(profile)
 ])
 def test_the_region_follows_the_cdk_environment_then_the_aws_one(ctx, env, expected):
     """Issue 24: with AWS_REGION=eu-west-1 the app deployed to us-east-1 anyway."""
-    from stacks.settings import resolve_region
+    from dl_stacks.settings import resolve_region
     assert resolve_region(ctx, env) == expected
 
 

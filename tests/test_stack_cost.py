@@ -13,8 +13,8 @@ import boto3
 import pytest
 from aws_cdk.assertions import Template
 
-from stacks.settings import from_context
-from stacks.training_stack import TrainingStack
+from dl_stacks.settings import from_context
+from dl_stacks.training_stack import TrainingStack
 
 RECORD = json.loads((Path(__file__).parent / "data" / "published_service_prices.json").read_text())
 P = {k: v for k, (v, _) in RECORD["prices"].items()}
@@ -137,7 +137,7 @@ def test_every_line_matches_the_template_and_the_published_prices(ctx, tmp_path,
 
 
 def test_the_products_table_agrees_with_the_published_record():
-    from stacks.stack_cost import prices_for
+    from dl_stacks.stack_cost import prices_for
     p = prices_for("us-east-1")
     for key, value in P.items():
         assert p[key] == value, key

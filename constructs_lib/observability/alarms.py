@@ -37,7 +37,7 @@ STARVED_REMEDY = (
     "GPUs back. Storage-bound (iowait high): stage the data set on the NVMe RAID at /scratch (or cache it in "
     "memory) instead of reading it from S3, EFS or EBS during training. CPU-bound (CPU active high): more "
     "data-loader workers (num_workers), decode on the GPU (DALI), or a size with more vCPUs per GPU "
-    "(python -m selector recommend lists them). The dashboard's third row shows which.")
+    "(python -m dl_selector recommend lists them). The dashboard's third row shows which.")
 
 
 def job_metric(namespace: str, metric: str, job: str, statistic: str, period: cdk.Duration) -> cw.Metric:

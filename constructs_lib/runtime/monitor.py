@@ -3,7 +3,7 @@ health to CloudWatch (contract.NS_JOB), each metric twice: with the job and the 
 the job alone (what the alarms watch: alarms cannot search).
 
 - M_SAMPLES: the mean samples_per_second of the dl-bench lines the job printed on this node in
-  that minute (the line format of selector/bench/contract.py; the job's output is followed in
+  that minute (the line format of dl_selector/bench/contract.py; the job's output is followed in
   the journal); nothing when it printed none.
 - M_TRAINING / M_RESTORING: 1/0 from the supervisor's phase file (the training command's pid
   alive; a checkpoint restore under way). The idle guard reads both.

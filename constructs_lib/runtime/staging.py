@@ -119,7 +119,7 @@ def check_space(datasets: list[Dataset], todo: list[dict[str, int]], scratch: Op
         raise StagingError(
             f"the data is {size(total)} ({size(need)} still to fetch); {scratch} has {size(usage.free)} free of "
             f"{size(usage.total)}. Fix: stage a smaller prefix, pick a "
-            "type with more NVMe (python -m selector recommend shows NVMe (GB)), or read the data from S3 in "
+            "type with more NVMe (python -m dl_selector recommend shows NVMe (GB)), or read the data from S3 in "
             "the job instead of staging it", final=True)
     return need, usage.free
 

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from selector.bench.collect import judge
-from selector.bench.contract import Plan, PlannedCandidate, result_key, started_key
+from dl_selector.bench.collect import judge
+from dl_selector.bench.contract import Plan, PlannedCandidate, result_key, started_key
 from tests.cdk_checks import cfn_lint, checkov
 
 CANDIDATES = (("g5.xlarge", 1.006, 0.45), ("g6.xlarge", 0.8048, 0.36))
 
 
-def _plan(tmp_path: Path, market: str = "spot", command: str = "python3 -m selector.bench.reference",
+def _plan(tmp_path: Path, market: str = "spot", command: str = "python3 -m dl_selector.bench.reference",
           candidates=CANDIDATES) -> Path:
     cands = tuple(PlannedCandidate(instance_type=t, price_per_hour=sp if market == "spot" else od, price_source="t",
                                    cost_usd=0.1, modelled_samples_per_second=500.0, uncertainty=0.2, basis="measured",
@@ -79,7 +79,7 @@ def test_one_self_terminating_instance_per_candidate(spot_template):
                                        "SpotInstanceType": "one-time"}
         script = _user_data(by_type[name])
         backstop = script.index("shutdown -h +20 ")
-        runner = script.index("-m selector.bench.runner")
+        runner = script.index("-m dl_selector.bench.runner")
         assert backstop < script.index("aws s3 cp") < runner < script.rindex("shutdown -h now")
         assert f"--instance-type {name} --minutes 20 --market spot --region us-west-2" in script
         tags = {tag["Key"]: tag["Value"] for tag in data["TagSpecifications"][0]["Tags"]}
@@ -105,7 +105,7 @@ def test_the_role_writes_results_under_the_prefix_and_reads_only_its_asset(spot_
     outputs = t["Outputs"]
     assert "ResultsBucket" in outputs and outputs["ResultsPrefix"]["Value"] == "bench/demo"
     collect = outputs["CollectCommand"]["Value"]["Fn::Join"][1]
-    assert collect[0] == "python -m selector bench collect --bucket " and collect[2].startswith(" --prefix bench/demo ")
+    assert collect[0] == "python -m dl_selector bench collect --bucket " and collect[2].startswith(" --prefix bench/demo ")
     assert outputs["Candidates"]["Value"] == "g5.xlarge,g6.xlarge"
     assert "Values=demo" in outputs["InstancesCommand"]["Value"] and "Instances" in outputs
     # The results bucket: encrypted, TLS-only, versioned, access-logged, kept after cdk destroy.
@@ -241,7 +241,7 @@ def _asset_zip(tmp_path: Path) -> Path:
 
 def _render(tmp_path: Path, command: str, bucket: str) -> Path:
     from constructs_lib.bench_node import user_data_script
-    from selector.catalog import load_catalog
+    from dl_selector.catalog import load_catalog
     script = tmp_path / "user-data.sh"
     script.write_text(user_data_script(asset_url="s3://cdk-assets/runner.zip", bucket=bucket, prefix="bench/demo",
                                        facts=load_catalog().get("g5.xlarge"), minutes=20, market="spot",
@@ -260,7 +260,7 @@ def _boot(tmp_path: Path, script: Path, shims: Path, url: str) -> subprocess.Com
 
 def test_user_data_runs_the_reference_benchmark_and_powers_off(tmp_path, moto_s3):
     url, s3, bucket = moto_s3
-    command = ("python3 -m selector.bench.reference --device cpu --model resnet50 --width-div 16 --image-size 64 "
+    command = ("python3 -m dl_selector.bench.reference --device cpu --model resnet50 --width-div 16 --image-size 64 "
                "--batch 4 --warmup-steps 1 --steps-per-window 2 --windows 3 --precision fp32 --threads 1")
     r = _boot(tmp_path, _render(tmp_path, command, bucket), _shims(tmp_path, _asset_zip(tmp_path)), url)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

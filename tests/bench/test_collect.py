@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from selector.bench.contract import Plan, PlannedCandidate, result_key, started_key
-from selector.cli import main
+from dl_selector.bench.contract import Plan, PlannedCandidate, result_key, started_key
+from dl_selector.cli import main
 
 BUCKET = "dl-bench-results"
 TYPES = ("g6e.xlarge", "g5.xlarge", "g6.xlarge", "g4dn.xlarge", "g6.2xlarge", "g5.2xlarge", "g6e.2xlarge",
@@ -32,7 +32,7 @@ def _plan(tmp_path: Path) -> Path:
                                    accelerators="1 x GPU", on_demand_per_hour=2.0, spot_per_hour=1.0,
                                    max_price_per_hour=2.0, worst_cost_usd=0.67) for t in TYPES)
     plan = Plan(name="ce", profile="cost-efficient-training", region="us-east-1", market="spot", minutes=20,
-                command="python3 -m selector.bench.reference", candidates=cands, total_cost_usd=3.0,
+                command="python3 -m dl_selector.bench.reference", candidates=cands, total_cost_usd=3.0,
                 max_cost_usd=None, catalog_as_of="2026-11-22", created="2026-11-23T00:00Z")
     path = tmp_path / "plan.json"
     path.write_text(plan.to_json())
@@ -175,7 +175,7 @@ def test_a_run_inside_its_limit_is_still_running_not_hung():
     and calls it stopped only once its limit has passed."""
     from datetime import datetime, timezone
 
-    from selector.bench.collect import judge
+    from dl_selector.bench.collect import judge
 
     marker = json.dumps({"started": "2026-11-27T10:00:00Z"})
     early = judge("g6.xlarge", 20, None, marker, "s3://b/k", now=datetime(2026, 11, 27, 10, 5, tzinfo=timezone.utc))

@@ -1,5 +1,5 @@
 """bench plan: candidates from the selector's own ranking, cost from the catalog's prices, a hard
-budget. Costs are recomputed here from the price table itself (selector/data/prices.csv), not from
+budget. Costs are recomputed here from the price table itself (dl_selector/data/prices.csv), not from
 the plan's arithmetic."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from selector.bench.contract import Plan
-from selector.cli import main
+from dl_selector.bench.contract import Plan
+from dl_selector.cli import main
 
-PRICES = Path(__file__).resolve().parents[2] / "selector" / "data" / "prices.csv"
+PRICES = Path(__file__).resolve().parents[2] / "dl_selector" / "data" / "prices.csv"
 
 
 def _price_table() -> dict[tuple[str, str], dict[str, str]]:
@@ -39,7 +39,7 @@ def test_plan_measures_the_selectors_top_candidates_in_order(tmp_path, capsys):
     ranked = [c["instance_type"] for c in json.loads(out)["candidates"]]
     assert [c.instance_type for c in plan.candidates] == ranked[:4]
     assert plan.market == "spot" and plan.rank_market == "on-demand"
-    assert plan.command == "python3 -m selector.bench.reference --model resnet50 --precision fp16"
+    assert plan.command == "python3 -m dl_selector.bench.reference --model resnet50 --precision fp16"
 
 
 @pytest.mark.parametrize("launch", ["spot", "on-demand"])

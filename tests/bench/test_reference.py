@@ -15,7 +15,7 @@ GPT2 = ["--model", "gpt2", "--width-div", "12", "--seq-len", "32", "--batch", "2
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "selector.bench.reference", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dl_selector.bench.reference", *args], capture_output=True, text=True,
                           timeout=120)
 
 
@@ -73,7 +73,7 @@ def test_jpeg_folder_problems(tmp_path):
 
 
 def test_full_size_models_have_the_published_parameter_counts():
-    from selector.bench.models import build
+    from dl_selector.bench.models import build
     # torchvision's resnet50 (1,000 classes) and GPT-2 small with tied embeddings (OpenAI's 124M).
     assert sum(p.numel() for p in build("resnet50").parameters()) == 25_557_032
     assert sum(p.numel() for p in build("gpt2").parameters()) == 124_439_808

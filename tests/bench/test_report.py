@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from selector.bench import chart
-from selector.bench import report as rep
-from selector.bench.contract import Plan, PlannedCandidate
-from selector.cli import main
-from selector.errors import UserError
+from dl_selector.bench import chart
+from dl_selector.bench import report as rep
+from dl_selector.bench.contract import Plan, PlannedCandidate
+from dl_selector.cli import main
+from dl_selector.errors import UserError
 
 # type: (model samples/s, on-demand $/h, spot $/h, measured samples/s or None)
 FIXTURE = {
@@ -31,7 +31,7 @@ def _doc(rank_market: str = "on-demand", fixture: dict = FIXTURE) -> dict:
                                    max_price_per_hour=od, worst_cost_usd=od / 3)
                   for t, (model, od, sp, _) in fixture.items())
     plan = Plan(name="t", profile="cost-efficient-training", region="us-east-1", market="spot", minutes=20,
-                command="python3 -m selector.bench.reference", candidates=cands, total_cost_usd=1.0,
+                command="python3 -m dl_selector.bench.reference", candidates=cands, total_cost_usd=1.0,
                 max_cost_usd=None, catalog_as_of="2026-11-22", created="2026-11-23T00:00Z", rank_market=rank_market)
     return {"version": 1, "collected": "2026-11-23T01:00Z", "source": "s3://b/bench/t/",
             "plan": json.loads(plan.to_json()),
@@ -112,7 +112,7 @@ def test_table_and_markdown_say_what_a_reviewer_needs(tmp_path, capsys):
         assert heading in text
     assert "**b.type**: measured 1,300.0 samples/s, 0.65x" in text and "too high" in text
     assert "| 1 | c.type |" in text
-    assert "command: `python3 -m selector.bench.reference`" in text and "at most 20 min" in text
+    assert "command: `python3 -m dl_selector.bench.reference`" in text and "at most 20 min" in text
     assert "- **d.type**: never reported in: no spot capacity" in text
     # The decision says whether the other market would change it: b.type, 9.36M/$ at spot prices.
     assert "At spot prices b.type would win instead (9,360,000 samples per dollar against 2,340,000)" in text

@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from selector.bench import runner
-from selector.bench.collect import judge
+from dl_selector.bench import runner
+from dl_selector.bench.collect import judge
 from dl_core.benchline import parse_output
-from selector.bench.contract import result_key, started_key
+from dl_selector.bench.contract import result_key, started_key
 
 BUCKET = "bench-results"
 PREFIX = "bench/t"
@@ -38,7 +38,7 @@ def moto_url():
 
 def _run(moto_url, instance_type: str, command: str, *extra: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {**os.environ, "AWS_ENDPOINT_URL": moto_url, "AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:9"}
-    return subprocess.run([sys.executable, "-m", "selector.bench.runner", "--bucket", BUCKET, "--prefix", PREFIX,
+    return subprocess.run([sys.executable, "-m", "dl_selector.bench.runner", "--bucket", BUCKET, "--prefix", PREFIX,
                            "--instance-type", instance_type, "--minutes", "20", "--market", "spot", "--region",
                            "us-east-1", "--no-shutdown", *extra, "--", command],
                           env=env, capture_output=True, timeout=timeout, check=False)
@@ -125,7 +125,7 @@ def test_a_sigterm_to_the_runner_kills_the_command_and_still_uploads(moto_url, t
     """What a spot interruption or the shutdown backstop does: systemd sends the runner SIGTERM."""
     pids = tmp_path / "pids"
     env = {**os.environ, "AWS_ENDPOINT_URL": moto_url}
-    proc = subprocess.Popen([sys.executable, "-m", "selector.bench.runner", "--bucket", BUCKET, "--prefix", PREFIX,
+    proc = subprocess.Popen([sys.executable, "-m", "dl_selector.bench.runner", "--bucket", BUCKET, "--prefix", PREFIX,
                              "--instance-type", "g6.2xlarge", "--minutes", "20", "--region", "us-east-1",
                              "--no-shutdown", "--kill-grace", "1", "--",
                              f"echo dl-bench samples_per_second=7 window=1; sleep 300 & echo $! > {pids}; wait"],
@@ -148,7 +148,7 @@ def test_an_unreachable_bucket_fails_the_runner_after_retries(moto_url):
     r = _run(moto_url, "g5.2xlarge", "echo hi", timeout=90)  # bucket exists: sanity
     assert r.returncode == 0
     env_bucket = ["--bucket", "no-such-bucket"]
-    r2 = subprocess.run([sys.executable, "-m", "selector.bench.runner", *env_bucket, "--prefix", PREFIX,
+    r2 = subprocess.run([sys.executable, "-m", "dl_selector.bench.runner", *env_bucket, "--prefix", PREFIX,
                          "--instance-type", "g5.4xlarge", "--minutes", "20", "--region", "us-east-1",
                          "--no-shutdown", "--retry-delay", "0.01", "--", "echo hi"],
                         env={**os.environ, "AWS_ENDPOINT_URL": moto_url}, capture_output=True, timeout=120,

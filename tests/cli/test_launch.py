@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dl_launcher.cli import main
-from selector.catalog import load_catalog
-from selector.recommend import recommend
+from dl_selector.catalog import load_catalog
+from dl_selector.recommend import recommend
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["launch", "-c", "profile=multi-node-training", "-c", "job=big", "-c", "command=dl-torchrun train.py"]

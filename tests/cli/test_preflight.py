@@ -10,7 +10,7 @@ from botocore.stub import Stubber
 
 from constructs_lib.ami import dlami_parameter
 from dl_launcher import preflight
-from selector.catalog import load_catalog
+from dl_selector.catalog import load_catalog
 
 FACTS = load_catalog().types["p5.48xlarge"]
 
@@ -130,7 +130,7 @@ def test_synth_runs_the_checks_when_the_cdk_cli_found_an_account(aws, tmp_path, 
 
 
 def test_a_region_without_a_price_for_the_type_is_a_warning_with_the_way_out():
-    # the sources price nothing in ap-southeast-4 on demand (selector/data/prices.md), p5 not at all there
+    # the sources price nothing in ap-southeast-4 on demand (dl_selector/data/prices.md), p5 not at all there
     got = preflight.region(_plan(region="ap-southeast-4"))
     assert got.level == "warn" and "no price on record for p5.48xlarge there" in got.found
     assert "max_price" in got.fix

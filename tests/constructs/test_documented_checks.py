@@ -16,7 +16,7 @@ from aws_cdk.assertions import Annotations, Match
 
 from constructs_lib import (ClusterCapacity, NodeOptions, ClusterObservability, CodeAsset, GpuLaunchTemplate, InstanceOption,
                             InterruptionAlerts, JobDefinition)
-from selector.errors import UserError
+from dl_selector.errors import UserError
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "constructs.md"
 

@@ -189,7 +189,7 @@ def test_the_controllers_lambda_package_imports_from_itself_alone(tmp_path):
     modules = sorted(".".join(p.relative_to(tmp_path).with_suffix("").parts) for p in tmp_path.rglob("*.py")
                      if p.name != "__main__.py")
     assert "dl_core.aws" in modules and "dl_core.argv" in modules and "constructs_lib.fleet.handler" in modules
-    assert not any(m.startswith("selector") for m in modules)
+    assert not any(m.startswith("dl_selector") for m in modules)
     code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m.removesuffix('.__init__'))"
     r = subprocess.run([sys.executable, "-B", "-S", "-c", code, *modules], cwd="/", capture_output=True, text=True,
                        env={"PYTHONPATH": f"{tmp_path}:{Path(boto3.__file__).parents[1]}", "PATH": "/usr/bin:/bin"})

@@ -40,7 +40,7 @@ def test_the_package_and_the_node_runtime_import_no_aws_cdk():
 
 
 def test_py_typed_ships_with_each_package():
-    for pkg in ("selector", "constructs_lib", "dl_launcher", "dl_core"):
+    for pkg in ("dl_selector", "constructs_lib", "dl_launcher", "dl_core", "dl_stacks"):
         assert (ROOT / pkg / "py.typed").exists(), pkg
     text = (ROOT / "pyproject.toml").read_text()
-    assert text.count('"py.typed"') == 4
+    assert text.count('"py.typed"') == 5

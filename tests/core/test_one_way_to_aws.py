@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("selector", "constructs_lib", "stacks", "dl_launcher", "bench", "scripts", "examples", "app.py")
+PACKAGES = ("dl_selector", "constructs_lib", "dl_stacks", "dl_launcher", "bench", "scripts", "examples", "app.py")
 # dl_core is where it is done; the lead converts these two (issue 36, the supervisor's split).
 EXEMPT = {"dl_core/aws.py"}
 

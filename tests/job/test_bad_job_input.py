@@ -176,7 +176,7 @@ def test_a_pasted_secret_value_is_never_echoed(value, tmp, capsys):
 
 
 def test_env_takes_spaces_after_commas_and_escaped_commas(tmp):
-    from stacks.job_settings import job_from_context
+    from dl_stacks.job_settings import job_from_context
     js = job_from_context({"env": "STEPS=2000, LR=0.05 ,GPUS=0\\,1,ARGS=--lr=3 --bs=4"}, "us-east-1", None)
     assert js.env == (("STEPS", "2000"), ("LR", "0.05"), ("GPUS", "0,1"), ("ARGS", "--lr=3 --bs=4"))
 

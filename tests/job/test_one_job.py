@@ -48,8 +48,8 @@ def test_what_a_script_in_the_code_runs_decides(tmp_path: Path):
 
 
 def test_the_warning_is_in_the_summary_and_the_cdk_annotations(capsys):
-    from stacks.settings import from_context
-    from stacks.training_stack import TrainingStack
+    from dl_stacks.settings import from_context
+    from dl_stacks.training_stack import TrainingStack
 
     ctx = {"profile": "dev-prototyping", "nodes": "2", "spot": "true", "job": "copies", "command": "python train.py"}
     stack = TrainingStack.for_settings(cdk.App(), from_context(ctx), quiet=True)

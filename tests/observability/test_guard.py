@@ -13,8 +13,8 @@ from aws_cdk.assertions import Template
 
 from constructs_lib.fleet.handler import COMMAND_KEY
 from constructs_lib.fleet.idle_watch import GUARD_ENV, GuardSettings
-from stacks.settings import from_context
-from stacks.training_stack import TrainingStack
+from dl_stacks.settings import from_context
+from dl_stacks.training_stack import TrainingStack
 
 # IAM actions of the API operations whose names differ from the action (AWS service
 # authorization reference: s3 ListObjectsV2 -> s3:ListBucket, HeadObject -> s3:GetObject).

@@ -1,4 +1,4 @@
-"""Every bad input to `python -m selector` exits 2 with one line on stderr and writes nothing.
+"""Every bad input to `python -m dl_selector` exits 2 with one line on stderr and writes nothing.
 
 The table runs the real CLI as a subprocess, grouped by class of mistake: a new class is a new
 list, a new case is one row. Each row is (id, files, argv, expected text in the error line).
@@ -18,8 +18,8 @@ from typing import Any, Union
 
 import pytest
 
-from selector.errors import UserError
-from selector.validate import clean, finite_number
+from dl_selector.errors import UserError
+from dl_selector.validate import clean, finite_number
 
 ROOT = Path(__file__).resolve().parents[2]
 DIR = object()
@@ -45,7 +45,7 @@ def toml(body: str) -> str:
 
 def catalog_with(change: Any) -> str:
     """The embedded catalog, with `change(doc)` applied in place (its return value is ignored)."""
-    from selector import embedded
+    from dl_selector import embedded
     doc = embedded.joined()
     change(doc)
     # allow_nan (the default): some rows need a NaN literal in the file on purpose.
@@ -361,7 +361,7 @@ def _env() -> dict[str, str]:
 
 def selector(*argv: str) -> subprocess.CompletedProcess:
     """The real CLI, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "selector", *argv], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dl_selector", *argv], cwd=ROOT, capture_output=True, text=True,
                           env=_env(), timeout=60, errors="backslashreplace")
 
 
@@ -421,10 +421,10 @@ def test_finite_number_integer_and_above():
 # ---- property-style: the file loaders -------------------------------------------------------
 
 def _loaders(tmp: Path):
-    from selector.catalog import load_catalog
-    from selector.prices import load_prices
-    from selector.profiles import load_profiles
-    from selector.throughput import load_measurements
+    from dl_selector.catalog import load_catalog
+    from dl_selector.prices import load_prices
+    from dl_selector.profiles import load_profiles
+    from dl_selector.throughput import load_measurements
     known = load_catalog().types
     return [("t.csv", lambda p: load_measurements(p, known)), ("t.json", lambda p: load_measurements(p, known)),
             ("p.csv", load_prices), ("p.toml", load_profiles), ("p.yaml", load_profiles), ("c.json", load_catalog)]

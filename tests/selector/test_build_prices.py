@@ -1,4 +1,4 @@
-"""scripts/build_prices.py and selector/price_sources.py against cuts of the two real source files
+"""scripts/build_prices.py and dl_selector/price_sources.py against cuts of the two real source files
 (tests/data/price_sources, see its README), with every expected figure worked out by hand from
 the fixture rows; load_prices on the new optional columns; the committed prices.md against the
 committed prices.csv."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from selector.errors import UserError
-from selector.price_sources import (
+from dl_selector.errors import UserError
+from dl_selector.price_sources import (
     CSV_COLUMNS,
     REGIONS,
     Quote,
@@ -25,12 +25,12 @@ from selector.price_sources import (
     spot_stats,
     unlisted_regions,
 )
-from selector.prices_page import load_sources_toml, render_markdown
-from selector.prices import load_prices
+from dl_selector.prices_page import load_sources_toml, render_markdown
+from dl_selector.prices import load_prices
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "data" / "price_sources"
-DATA = ROOT / "selector" / "data"
+DATA = ROOT / "dl_selector" / "data"
 SCRIPT = ROOT / "scripts" / "build_prices.py"
 TYPES = ("p5.48xlarge", "p5.4xlarge", "p5e.48xlarge", "p6-b200.48xlarge", "inf2.24xlarge")
 
@@ -275,7 +275,7 @@ def test_bad_spot_spread_is_one_line_naming_file_line_and_what_is_allowed(tmp_pa
 
 
 def test_bad_spot_spread_through_the_cli_is_exit_2(capsys, tmp_path):
-    from selector.cli import main
+    from dl_selector.cli import main
     f = tmp_path / "mine.csv"
     f.write_text(HEADER + "g6.xlarge,us-east-1,0.8048,0.38,0.40,0.45,3\n")
     assert main(["recommend", "--profile", "dev-prototyping", "--prices", str(f)]) == 2
@@ -328,7 +328,7 @@ def test_committed_prices_csv_keeps_its_own_promises():
 
 
 def test_snapshot_comparison_by_hand():
-    from selector.price_sources import SpotSource, SpotStats, compare_snapshots
+    from dl_selector.price_sources import SpotSource, SpotStats, compare_snapshots
 
     def src(**medians):
         return SpotSource(stats={tuple(k.split("__")): SpotStats(m, m, m, 1, 0) for k, m in medians.items()})

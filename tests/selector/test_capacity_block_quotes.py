@@ -9,9 +9,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from selector.capacity_block_quotes import quote_rates
-from selector.catalog import load_catalog
-from selector.recommend import recommend
+from dl_selector.capacity_block_quotes import quote_rates
+from dl_selector.catalog import load_catalog
+from dl_selector.recommend import recommend
 
 NOW = dt.datetime(2026, 11, 22, 10, 31, tzinfo=dt.timezone.utc)
 START = dt.datetime(2026, 11, 25, 11, 30, tzinfo=dt.timezone.utc)
@@ -87,8 +87,8 @@ def test_cli_live_capacity_block_ranks_on_todays_quote(capsys, monkeypatch):
     rates from EC2's quotes through the stubbed client; the quote replaces the rate on record."""
     import json
 
-    from selector import live_prices
-    from selector.cli import main
+    from dl_selector import live_prices
+    from dl_selector.cli import main
     from tests.selector.test_live_prices import live, us_east_1_session
 
     live(us_east_1_session(), now=live_prices.utcnow())  # fresh list-price cache for us-east-1

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from selector.catalog import load_catalog
-from selector.paths import data_file
+from dl_selector.catalog import load_catalog
+from dl_selector.paths import data_file
 
 ROOT = Path(__file__).resolve().parents[2]
 # Where prices are written for people: the selector's data notes and the docs.

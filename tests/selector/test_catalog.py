@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from selector.catalog import load_catalog
+from dl_selector.catalog import load_catalog
 
 FAMILIES_TODAY = {"p3dn", "p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "g4dn", "g5", "g5g",
                   "g6", "g6e", "g6f", "g7e", "gr6", "gr6f", "inf1", "inf2", "trn1", "trn1n", "trn2", "dl2q"}
@@ -44,7 +44,7 @@ def test_known_specs_match_the_api_data(catalog):
 
 
 def test_nvlink_only_where_the_gpus_have_it():
-    from selector.accelerators import load_accelerators
+    from dl_selector.accelerators import load_accelerators
     acc = load_accelerators()
     # "A100 80GB" is the table's memory variant of A100 (p4de), not an EC2 name
     assert {n for n, a in acc.items() if a.nvlink} == {"A100", "A100 80GB", "B200", "B300", "H100", "H200", "V100"}
@@ -81,7 +81,7 @@ def test_legacy_types_are_retired_with_successors(catalog):
 
 
 def test_unknown_type_names_the_closest(catalog):
-    from selector.errors import UserError
+    from dl_selector.errors import UserError
     with pytest.raises(UserError, match="closest: p4d.24xlarge"):
         catalog.get("p4d.24xlarg")
 
@@ -89,16 +89,16 @@ def test_unknown_type_names_the_closest(catalog):
 def test_the_embedded_catalog_passes_the_checks_a_users_catalog_file_gets():
     """load_catalog() skips check_catalog for the package's own file (CLI start time): it is checked here."""
 
-    from selector import embedded
-    from selector.catalog import check_catalog
+    from dl_selector import embedded
+    from dl_selector.catalog import check_catalog
     check_catalog(embedded.joined())
 
 
 def test_the_embedded_catalog_loads_its_regions_prices_lazily_and_equals_the_joined_file():
-    """Specs in catalog.json, each region's prices in prices/<region>.json (selector/embedded.py):
+    """Specs in catalog.json, each region's prices in prices/<region>.json (dl_selector/embedded.py):
     the lazy catalog and the one dict a refreshed file would hold load to the same catalog."""
-    from selector import embedded
-    from selector.catalog import Catalog, load_catalog
+    from dl_selector import embedded
+    from dl_selector.catalog import Catalog, load_catalog
 
     whole = embedded.joined()
     eager = Catalog.from_dict(whole)

@@ -7,14 +7,14 @@ import shutil
 
 import pytest
 
-from selector.accelerators import FABRICS, SCALING_CLASSES, load_accelerators
-from selector.catalog import load_catalog
-from selector.errors import UserError
-from selector.paths import data_file
-from selector.prices import load_prices
-from selector.profiles import get_profile
-from selector.recommend import recommend
-from selector.throughput import FAST_FABRIC_EFFICIENCY, PCIE_EFFICIENCY, scaling
+from dl_selector.accelerators import FABRICS, SCALING_CLASSES, load_accelerators
+from dl_selector.catalog import load_catalog
+from dl_selector.errors import UserError
+from dl_selector.paths import data_file
+from dl_selector.prices import load_prices
+from dl_selector.profiles import get_profile
+from dl_selector.recommend import recommend
+from dl_selector.throughput import FAST_FABRIC_EFFICIENCY, PCIE_EFFICIENCY, scaling
 
 
 def test_every_row_names_its_fabric_and_scaling_class():
@@ -69,7 +69,7 @@ def test_capacity_block_only_types_are_marked_with_a_source():
 
 
 def test_capacity_block_only_types_are_named_as_such(capsys):
-    from selector.cli import main
+    from dl_selector.cli import main
     assert main(["show", "p5e.48xlarge"]) == 0
     out = capsys.readouterr().out
     assert "sold only as Capacity Blocks for ML" in out and "market=capacity-block" in out

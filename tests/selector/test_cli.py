@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from selector.cli import main
+from dl_selector.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 CANDIDATE_KEYS = {"instance_type", "rank", "accelerator", "accelerator_count", "accelerator_memory_gib", "efa",
@@ -130,14 +130,14 @@ def test_malformed_throughput_file(capsys, tmp_path, content, expected):
 
 
 def test_module_entry_point_and_no_heavy_imports():
-    code = ("import sys, runpy; sys.argv=['selector','recommend','--profile','multi-node-training','--json'];"
-            "import selector.cli as c; rc=c.main(sys.argv[1:]);"
+    code = ("import sys, runpy; sys.argv=['dl_selector','recommend','--profile','multi-node-training','--json'];"
+            "import dl_selector.cli as c; rc=c.main(sys.argv[1:]);"
             "heavy=[m for m in ('boto3','botocore','aws_cdk','jsii','constructs') if m in sys.modules];"
             "print('HEAVY', heavy, file=sys.stderr); sys.exit(rc)")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "HEAVY []" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "selector", "show", "nope.xlarge"], cwd=ROOT, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "dl_selector", "show", "nope.xlarge"], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.startswith("error: unknown instance type") and "Traceback" not in p.stderr
 
 

@@ -1,6 +1,6 @@
 """The guides' picks, reproduced from data: on the families the guides knew and the prices they
 saw, each profile's top pick is the one the AWS GPU buying guides recommend (the guide_pick
-column of selector/data/profiles.toml), except where the product deliberately answers otherwise
+column of dl_selector/data/profiles.toml), except where the product deliberately answers otherwise
 (DIFFERS, each with its reason). With the full, current catalog a newer type may win, but every
 candidate must still meet every hard requirement.
 
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from selector.catalog import load_catalog
-from selector.prices import load_prices
-from selector.profiles import builtin_profiles
-from selector.recommend import recommend
-from selector.requirements import Context, failures
-from selector.accelerators import load_accelerators
+from dl_selector.catalog import load_catalog
+from dl_selector.prices import load_prices
+from dl_selector.profiles import builtin_profiles
+from dl_selector.recommend import recommend
+from dl_selector.requirements import Context, failures
+from dl_selector.accelerators import load_accelerators
 
 GUIDE_FAMILIES = ["p2", "p3", "p3dn", "p4d", "g3", "g3s", "g4dn", "g5", "g5g"]
 GUIDE_ERA_PRICES = Path(__file__).parent.parent / "data" / "guide_era_prices.csv"
@@ -97,7 +97,7 @@ def test_every_golden_row_says_what_decides_it():
 def test_no_golden_pick_hinges_on_a_threshold_at_the_winners_value(profile):
     """A threshold equal to the winner's own value that, removed, changes the pick was placed to make
     that pick win (the parallel-experiments speed floor of 1.0 = V100 was one)."""
-    from selector.record import replace
+    from dl_selector.record import replace
     catalog, acc = _guide_catalog(), load_accelerators()
     rec = recommend(profile, region="us-east-1", families=GUIDE_FAMILIES, catalog=catalog)
     winner = rec.pick.facts
@@ -115,7 +115,7 @@ def test_no_golden_pick_hinges_on_a_threshold_at_the_winners_value(profile):
 def test_the_sensitivity_check_catches_a_floor_at_the_winners_value():
     """The check itself must be able to fail: the old parallel-experiments profile (min_price, speed
     floor 1.0 = V100's value) picked p3.8xlarge only because of that floor."""
-    from selector.record import replace
+    from dl_selector.record import replace
     old = replace(builtin_profiles()["parallel-experiments"], objective="min_price", min_relative_throughput=1.0)
     with pytest.raises(AssertionError, match="min_relative_throughput = 1 is exactly p3.8xlarge's value"):
         test_no_golden_pick_hinges_on_a_threshold_at_the_winners_value(old)

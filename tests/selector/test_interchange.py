@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from selector.catalog import load_catalog
-from selector.interchange import RULES, interchangeable
+from dl_selector.catalog import load_catalog
+from dl_selector.interchange import RULES, interchangeable
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Live prices (selector/live_prices.py) against independent stand-ins for AWS:
+"""Live prices (dl_selector/live_prices.py) against independent stand-ins for AWS:
 
 - recorded response shapes played through botocore's Stubber (tests/data/pricing/README.md says
   where each figure comes from), which also checks them against botocore's service model;
@@ -15,9 +15,9 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from selector import live_prices
-from selector.catalog import load_catalog
-from selector.errors import UserError
+from dl_selector import live_prices
+from dl_selector.catalog import load_catalog
+from dl_selector.errors import UserError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "pricing"
 NOW = dt.datetime(2026, 11, 22, 10, 31, 7, tzinfo=dt.timezone.utc)
@@ -414,7 +414,7 @@ def test_az_region(az, region):
 # ---- the CLI -----------------------------------------------------------------------------------
 
 def run(capsys, *argv):
-    from selector.cli import main
+    from dl_selector.cli import main
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
@@ -486,10 +486,10 @@ def test_recommend_live_botocore_error_outside_a_fetch_is_one_line(capsys, monke
 
 
 def test_catalog_refresh_prices_writes_live_figures_and_keeps_the_specs(capsys, monkeypatch, tmp_path, price_cache):
-    import selector.refresh
+    import dl_selector.refresh
     s = us_east_1_session()
     monkeypatch.setattr(boto3.session, "Session", lambda *a, **kw: s)
-    monkeypatch.setattr(selector.refresh, "describe_accelerated_types", no_aws)  # prices only: no specs call
+    monkeypatch.setattr(dl_selector.refresh, "describe_accelerated_types", no_aws)  # prices only: no specs call
     out = tmp_path / "cat.json"
     code, text, err = run(capsys, "catalog", "refresh", "--prices", "--region", "us-east-1", "--out", str(out))
     assert code == 0, err

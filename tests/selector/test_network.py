@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from selector.build import facts_from_record, family_of, load_network, parse_network_performance
-from selector.catalog import load_catalog
-from selector.errors import UserError
+from dl_selector.build import facts_from_record, family_of, load_network, parse_network_performance
+from dl_selector.catalog import load_catalog
+from dl_selector.errors import UserError
 
 PUBLISHED = Path(__file__).parent.parent / "data" / "published_network.csv"
 
@@ -99,7 +99,7 @@ def test_efa_and_ena_figures_fit_the_instance(catalog):
 
 
 def test_show_prints_the_published_figures(capsys):
-    from selector.cli import main
+    from dl_selector.cli import main
     assert main(["show", "p6-b300.48xlarge"]) == 0
     out = capsys.readouterr().out
     assert "6,400 Gbps" in out and "EFA up to 6,400 Gbps" in out and "ENA up to 3,870 Gbps" in out
@@ -161,7 +161,7 @@ def test_unreadable_strings_are_refused(text):
 
 
 def _build(record, network=None):
-    from selector.accelerators import load_accelerators
+    from dl_selector.accelerators import load_accelerators
     return facts_from_record(record, load_accelerators(), ["us-east-1"], {}, {}, "test records", None,
                              network=network or {})
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from selector.record import replace
+from dl_selector.record import replace
 
 import pytest
 
-from selector import freshness
-from selector.catalog import load_catalog
-from selector.cli import main
-from selector.facts import Price
-from selector.recommend import recommend
+from dl_selector import freshness
+from dl_selector.catalog import load_catalog
+from dl_selector.cli import main
+from dl_selector.facts import Price
+from dl_selector.recommend import recommend
 
 
 @pytest.mark.parametrize("as_of, days", [
@@ -63,7 +63,7 @@ def test_single_az_spot_is_flagged_in_table_reasons_and_json():
     assert "from 1 AZ only: not a market-wide figure" in line and "as of 2026-10-01" in line and "spot-src" in line
     d = c.to_dict()["price"]["spot"]
     assert d["single_az"] is True and d["azs"] == 1 and d["as_of"] == "2026-10-01"
-    from selector.render import recommendation_text
+    from dl_selector.render import recommendation_text
     text = recommendation_text(rec)
     row = next(x for x in text.splitlines() if " p6-b200.48xlarge " in x)
     assert "21.01!" in row and "! spot price from a single AZ" in text

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from selector.errors import UserError
-from selector.profiles import builtin_profiles, get_profile, load_profiles
-from selector.recommend import recommend
+from dl_selector.errors import UserError
+from dl_selector.profiles import builtin_profiles, get_profile, load_profiles
+from dl_selector.recommend import recommend
 
 
 def test_builtins_are_valid_and_described():

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from selector.catalog import load_catalog
-from selector.errors import UserError
-from selector.profiles import get_profile
-from selector.recommend import recommend
-from selector.throughput import Measurement
+from dl_selector.catalog import load_catalog
+from dl_selector.errors import UserError
+from dl_selector.profiles import get_profile
+from dl_selector.recommend import recommend
+from dl_selector.throughput import Measurement
 
 
 def test_samples_per_dollar_is_throughput_per_hour_over_price():
@@ -69,9 +69,9 @@ def test_the_ordering_rule_holds_for_random_candidate_sets_and_every_objective()
     """Property test over random family subsets, measured overrides, markets and every built-in
     profile under every objective."""
     import random
-    from selector.record import replace
+    from dl_selector.record import replace
 
-    from selector.profiles import builtin_profiles
+    from dl_selector.profiles import builtin_profiles
     rng = random.Random(25)
     catalog = load_catalog()
     families = sorted({f.family for f in catalog})
@@ -98,7 +98,7 @@ def test_a_faster_type_is_never_ranked_below_a_cheaper_tied_one():
 
 
 def test_equal_samples_per_dollar_goes_to_the_faster_type():
-    """The tie-break under max_samples_per_dollar (selector/ranking.py, sort_key): on the real catalog in
+    """The tie-break under max_samples_per_dollar (dl_selector/ranking.py, sort_key): on the real catalog in
     eu-south-1, g4dn.metal (8 x T4) costs exactly twice g4dn.12xlarge (4 x T4) for twice the
     throughput, so parallel-experiments' samples per dollar tie exactly, at rank 1. The faster
     type wins the tie: the same work for the same money, finished sooner."""
@@ -153,7 +153,7 @@ def test_a_hand_written_file_in_its_own_units_ranks_on_the_calibrated_scale():
     page = (Path(__file__).resolve().parents[2] / "docs" / "selector.md").read_text()
     block = page[page.index("instance_type,samples_per_second"):]
     block = block[:block.index("```")]
-    from selector.throughput import load_measurements
+    from dl_selector.throughput import load_measurements
     tmp = Path(__import__("tempfile").mkdtemp()) / "bench.csv"
     tmp.write_text(block)
     catalog = load_catalog()
@@ -211,7 +211,7 @@ def test_fractional_gpus_are_not_whole_gpus():
 
 
 def test_pcie_multi_gpu_is_penalised_but_independent_runs_are_not():
-    from selector.record import replace
+    from dl_selector.record import replace
     training = get_profile("training")
     by_type = lambda p: {c.instance_type: c.samples_per_second for c in recommend(p, families=["g5"]).candidates}
     dp = by_type(training)
@@ -247,9 +247,9 @@ def test_top_limits_candidates_but_not_exclusions():
 def test_the_rules_a_ranking_skips_could_not_have_failed():
     """rules_for() skips a rule whose profile setting is off; every skipped rule, run anyway on
     every catalog type under every built-in profile and market, passes (so skipping is only speed)."""
-    from selector.accelerators import load_accelerators
-    from selector.profiles import builtin_profiles
-    from selector.requirements import RULES, Context, Filters, rules_for
+    from dl_selector.accelerators import load_accelerators
+    from dl_selector.profiles import builtin_profiles
+    from dl_selector.requirements import RULES, Context, Filters, rules_for
     catalog, acc = load_catalog(), load_accelerators()
     for profile in builtin_profiles().values():
         for market in ("on-demand", "spot", "capacity-block"):
@@ -262,7 +262,7 @@ def test_the_rules_a_ranking_skips_could_not_have_failed():
 
 
 def _spot_prices(tmp_path, as_of: str):
-    from selector.prices import load_prices
+    from dl_selector.prices import load_prices
     f = tmp_path / "p.csv"
     f.write_text("instance_type,region,on_demand_usd_per_hour,spot_usd_per_hour,spot_azs,spot_as_of\n"
                  f"p6-b200.48xlarge,us-east-1,113.93,21.01,1,{as_of}\n")

@@ -1,4 +1,4 @@
-"""selector.record against the real `dataclasses` (the reference it replaces on the selector's
+"""dl_selector.record against the real `dataclasses` (the reference it replaces on the selector's
 start-up path): the same classes declared both ways must construct, print, compare, hash, copy
 and refuse assignment alike."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Optional
 
 import pytest
 
-from selector import record as rec
+from dl_selector import record as rec
 
 
 def _pair(frozen: bool):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import boto3
 
-from selector.catalog import load_catalog
-from selector.refresh import refresh
+from dl_selector.catalog import load_catalog
+from dl_selector.refresh import refresh
 
 
 def test_refresh_rebuilds_the_embedded_specs(aws):
@@ -40,7 +40,7 @@ def test_refresh_with_live_prices_rejects_moto_spot_placeholders_and_survives_no
 
 
 def test_cli_refresh_writes_a_catalog_the_cli_reads(aws, tmp_path, capsys):
-    from selector.cli import main
+    from dl_selector.cli import main
     out = tmp_path / "cat.json"
     assert main(["catalog", "refresh", "--region", "us-east-1", "--no-live-prices", "--out", str(out)]) == 0
     assert main(["show", "p5.48xlarge", "--catalog", str(out), "--json"]) == 0

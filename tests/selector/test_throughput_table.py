@@ -1,5 +1,5 @@
 """The throughput table's honesty: every relative_training_throughput names its basis and
-uncertainty by the rule in selector/data/accelerators.md, every measured or claimed figure is
+uncertainty by the rule in dl_selector/data/accelerators.md, every measured or claimed figure is
 recomputed here from the numbers its source column quotes, and the model picks the A100 80 GB
 row for p4de (same EC2 name "A100" as p4d) and says how far its figure may be off."""
 from __future__ import annotations
@@ -10,17 +10,17 @@ import re
 import shutil
 import statistics
 from pathlib import Path
-from selector.record import replace
+from dl_selector.record import replace
 
 import pytest
 
-from selector.accelerators import BASES, DEFAULT_UNCERTAINTY, load_accelerators, spec_for
-from selector.catalog import load_catalog
-from selector.errors import UserError
-from selector.paths import data_file
-from selector.profiles import get_profile
-from selector.requirements import Context, accelerator_speed
-from selector.throughput import Estimate, model
+from dl_selector.accelerators import BASES, DEFAULT_UNCERTAINTY, load_accelerators, spec_for
+from dl_selector.catalog import load_catalog
+from dl_selector.errors import UserError
+from dl_selector.paths import data_file
+from dl_selector.profiles import get_profile
+from dl_selector.requirements import Context, accelerator_speed
+from dl_selector.throughput import Estimate, model
 
 # Rows whose uncertainty differs from their basis's default; accelerators.md gives each a reason
 # and marks it "(override)".

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from selector.catalog import load_catalog
-from selector.cli import main
-from selector.facts import gb_of
-from selector.render import sig
+from dl_selector.catalog import load_catalog
+from dl_selector.cli import main
+from dl_selector.facts import gb_of
+from dl_selector.render import sig
 
 
 def run(capsys, *argv):

@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from selector.catalog import load_catalog
-from selector.cli import main
-from selector.profiles import builtin_profiles
-from selector.recommend import recommend
+from dl_selector.catalog import load_catalog
+from dl_selector.cli import main
+from dl_selector.profiles import builtin_profiles
+from dl_selector.recommend import recommend
 
 
 def _has_price(c, market: str, region: str) -> bool:

@@ -1,0 +1,202 @@
+"""prices.md and prices_sources.toml: the page that says where every figure of prices.csv came
+from, and the record it is rendered from besides prices.csv (source references, rejected and
+left-out quotes), so tests can check the page against prices.csv without the source files.
+Written by scripts/build_prices.py; price_sources.py reads the sources and builds the rows.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterable
+
+from .price_sources import QUOTE_STEP, REGIONS
+from .prices import MIN_SPOT_SHARE_OF_ON_DEMAND
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What prices.md says about where the figures came from; kept in prices_sources.toml."""
+    on_demand_ref: str
+    on_demand_as_of: str
+    spot_ref: str
+    spot_as_of: str
+    spot_date_note: str = ""
+    on_demand_note: str = ""
+    types: tuple[str, ...] = ()  # the catalog types the build looked for
+    retired: tuple[str, ...] = ()
+    on_demand_entries: int = 0
+    spot_rows: int = 0
+    spot_no_quote: int = 0
+    spot_at_on_demand: int = 0  # kept quotes equal to their row's on-demand price
+    zones_excluded: tuple[tuple[str, int], ...] = ()
+    rejected: tuple[tuple[str, str, str, str, str], ...] = ()
+    spot_without_on_demand: tuple[tuple[str, str, str, int], ...] = ()  # type, region, median, AZs
+    comparison: tuple[tuple[str, str], ...] = ()  # (key, value) lines about an older spot snapshot
+
+
+def _toml_str(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)  # a JSON string is a TOML basic string
+
+
+def render_sources_toml(s: Sources) -> str:
+    out = ["# Written by scripts/build_prices.py with prices.csv; prices.md is rendered from both.",
+           "# Do not edit by hand: rebuild.", ""]
+    for key in ("on_demand_ref", "on_demand_as_of", "on_demand_note", "spot_ref", "spot_as_of", "spot_date_note"):
+        out.append(f"{key} = {_toml_str(getattr(s, key))}")
+    for key in ("on_demand_entries", "spot_rows", "spot_no_quote", "spot_at_on_demand"):
+        out.append(f"{key} = {getattr(s, key)}")
+    out.append("types = [" + ", ".join(_toml_str(t) for t in s.types) + "]")
+    out.append("retired = [" + ", ".join(_toml_str(t) for t in s.retired) + "]")
+    out.append("")
+    out.append("[zones_excluded]  # Local Zone / Wavelength Zone ID -> quotes left out")
+    out += [f"{_toml_str(z)} = {n}" for z, n in s.zones_excluded]
+    out.append("")
+    out.append("[comparison]  # the spot medians against an older snapshot")
+    out += [f"{_toml_str(k)} = {_toml_str(v)}" for k, v in s.comparison]
+    for r in s.rejected:
+        out += ["", "[[rejected]]"] + [f"{k} = {_toml_str(v)}" for k, v in
+                                       zip(("instance_type", "region", "az", "spot", "reason"), r)]
+    for r in s.spot_without_on_demand:
+        out += ["", "[[spot_without_on_demand]]",
+                f"instance_type = {_toml_str(r[0])}", f"region = {_toml_str(r[1])}",
+                f"spot = {_toml_str(r[2])}", f"azs = {r[3]}"]
+    return "\n".join(out) + "\n"
+
+
+def load_sources_toml(text: str) -> Sources:
+    import tomllib
+    d = tomllib.loads(text)
+    return Sources(
+        on_demand_ref=d["on_demand_ref"], on_demand_as_of=d["on_demand_as_of"], spot_ref=d["spot_ref"],
+        spot_as_of=d["spot_as_of"], spot_date_note=d.get("spot_date_note", ""),
+        on_demand_note=d.get("on_demand_note", ""), types=tuple(d.get("types", ())),
+        retired=tuple(d.get("retired", ())), on_demand_entries=d.get("on_demand_entries", 0),
+        spot_rows=d.get("spot_rows", 0), spot_no_quote=d.get("spot_no_quote", 0),
+        spot_at_on_demand=d.get("spot_at_on_demand", 0),
+        zones_excluded=tuple(d.get("zones_excluded", {}).items()),
+        rejected=tuple((r["instance_type"], r["region"], r["az"], r["spot"], r["reason"]) for r in d.get("rejected", ())),
+        spot_without_on_demand=tuple((r["instance_type"], r["region"], r["spot"], r["azs"])
+                                     for r in d.get("spot_without_on_demand", ())),
+        comparison=tuple(d.get("comparison", {}).items()),
+    )
+
+
+def render_markdown(rows: list[dict[str, str]], s: Sources, regions: Iterable[str] = REGIONS) -> str:
+    """prices.md, from prices.csv's rows and prices_sources.toml alone (no source files needed)."""
+    regions = sorted(regions)
+    types_priced = sorted({r["instance_type"] for r in rows})
+    L = (_head(rows, s, regions, types_priced) + _counts(rows, s, regions) + _left_out(s)
+         + _gaps(rows, s, regions, types_priced))
+    return "\n".join(L) + "\n"
+
+
+def _head(rows: list[dict[str, str]], s: Sources, regions: list[str], types_priced: list[str]) -> list[str]:
+    """The title, the two sources, how the spot figure is computed, the head of the rows table."""
+    with_spot = [r for r in rows if r["spot_usd_per_hour"]]
+    L = ["# prices.csv: where the numbers come from", "",
+         "Generated by `scripts/build_prices.py` from the two sources below; do not edit by hand. "
+         "`dl_selector/data/prices_sources.toml` holds what this page needs besides `prices.csv` "
+         "(source references, rejected and excluded quotes), so tests can check this page against "
+         "`prices.csv` without the source files.", "",
+         f"`prices.csv` has {len(rows)} rows for {len(types_priced)} of the {len(s.types)} catalog types "
+         f"in {len(regions)} regions ({', '.join(regions)}). A row is present wherever the on-demand "
+         f"source prices the type in the region; {len(with_spot)} rows also have a spot figure. "
+         "Nothing is estimated or carried over by hand.", "",
+         "## Sources", "",
+         f"1. **On-demand** (`on_demand_usd_per_hour`, `as_of`, `source`): {s.on_demand_ref}.",
+         f"   - `as_of` = {s.on_demand_as_of}, the date in the file's own `// Last updated:` header "
+         "(it is generated from instances.vantage.sh, which reads the AWS Price List: Linux, shared tenancy, USD/hour).",
+         f"   - The file lists {s.on_demand_entries} instance entries; each `pricing[region].onDemand` is used as written."
+         + (f" {s.on_demand_note}" if s.on_demand_note else ""),
+         f"2. **Spot** (`spot_usd_per_hour`, `spot_min`, `spot_max`, `spot_azs`, `spot_as_of`, `spot_source`): {s.spot_ref}.",
+         f"   - `spot_as_of` = {s.spot_as_of}." + (f" {s.spot_date_note}" if s.spot_date_note else ""),
+         f"   - {s.spot_rows} rows of that file are for a catalog type in one of the {len(regions)} regions "
+         f"(one row per availability zone); {s.spot_no_quote} of them have no spot price.",
+         "", "## How the spot figure is computed", "",
+         "- `spot_usd_per_hour` is the **median** of the type's spot quotes across the region's availability zones; "
+         "`spot_min` and `spot_max` are the cheapest and dearest of those quotes and `spot_azs` their number.",
+         "- **Kept:** AZs quoting spot equal to on-demand. AWS caps spot at the on-demand price, so such a quote is "
+         "real (no discount there today); dropping it would bias the median low. (The previous, hand-made table "
+         "dropped them.)",
+         "- **Left out:** Local Zones and Wavelength Zones, recognised by their AZ ID not being `<region code>-az<n>` "
+         "(for example `usw2-lax1-az1`). They are separate markets in other cities.",
+         f"- **Rejected:** quotes that `dl_selector.prices.implausible` refuses (zero, negative, out of bounds, below "
+         f"{MIN_SPOT_SHARE_OF_ON_DEMAND:.0%} of on-demand: a placeholder or unit slip) and quotes more than "
+         f"{QUOTE_STEP:g} USD above their own row's on-demand price (AWS caps spot there). They are listed below.",
+         "- `note` says `spot from 1 AZ` where one AZ is all there is: one AZ is not a market, so read that figure with care.",
+         "- `note` marks P4/P5 rows `after 2025-06 P4/P5 price cut`, rows of types the catalog marks retired "
+         "`retired type, last published price`, and rows without spot `no spot quote in the snapshot`.",
+         "", "## Rows per region", "",
+         "| region | rows | with spot | single-AZ spot |", "|---|---:|---:|---:|"]
+    return L
+
+
+def _counts(rows: list[dict[str, str]], s: Sources, regions: list[str]) -> list[str]:
+    """Rows per region, the AZs behind each spot figure, spot at on-demand, single-AZ figures."""
+    with_spot = [r for r in rows if r["spot_usd_per_hour"]]
+    azs: dict[int, int] = {}
+    for r in with_spot:
+        azs[int(r["spot_azs"])] = azs.get(int(r["spot_azs"]), 0) + 1
+    single = [r for r in with_spot if r["spot_azs"] == "1"]
+    L: list[str] = []
+    for region in regions:
+        here = [r for r in rows if r["region"] == region]
+        L.append(f"| {region} | {len(here)} | {sum(1 for r in here if r['spot_usd_per_hour'])} | "
+                 f"{sum(1 for r in here if r['spot_azs'] == '1')} |")
+    L.append(f"| all | {len(rows)} | {len(with_spot)} | {len(single)} |")
+    L += ["", "## AZs behind each spot figure", "", "| AZs | rows |", "|---:|---:|"]
+    L += [f"| {n} | {azs[n]} |" for n in sorted(azs)]
+    at_od = [r for r in with_spot if r["spot_max"]
+             and abs(float(r["spot_max"]) - float(r["on_demand_usd_per_hour"])) <= QUOTE_STEP]
+    L += ["", f"{len(at_od)} spot rows have at least one AZ quoting the on-demand price (`spot_max` = on-demand "
+          f"within the {QUOTE_STEP:g} USD step spot is quoted in); their median is kept as it is. Over all rows, "
+          f"{s.spot_at_on_demand} kept AZ quotes equal their own row's on-demand price.", ""]
+    L += [f"- {r['instance_type']} in {r['region']}: median {r['spot_usd_per_hour']} over {r['spot_azs']} AZ(s), "
+          f"{r['spot_min']} to {r['spot_max']}; on-demand {r['on_demand_usd_per_hour']}" for r in at_od]
+    L += ["", "## Single-AZ spot figures", ""]
+    L += [f"- {r['instance_type']} in {r['region']}: {r['spot_usd_per_hour']}" for r in single] or ["- none"]
+    return L
+
+
+def _left_out(s: Sources) -> list[str]:
+    """Quotes left out or rejected, spot figures without on-demand, the older snapshot."""
+    L: list[str] = []
+    L += ["", "## Left out and rejected quotes", "",
+          f"Local Zone / Wavelength Zone quotes left out: {sum(n for _, n in s.zones_excluded)}"
+          + (" (" + ", ".join(f"{z}: {n}" for z, n in s.zones_excluded) + ")" if s.zones_excluded else "") + ".", "",
+          f"Rejected quotes: {len(s.rejected)}.", ""]
+    if s.rejected:
+        L += ["| type | region | AZ | spot | reason |", "|---|---|---|---:|---|"]
+        L += [f"| {t} | {r} | {az} | {p} | {why} |" for t, r, az, p, why in s.rejected]
+        L.append("")
+    L += ["Spot figures with no on-demand price to go with them (left out of `prices.csv`): "
+          f"{len(s.spot_without_on_demand)}."]
+    L += [f"- {t} in {r}: median {p} over {n} AZ(s)" for t, r, p, n in s.spot_without_on_demand]
+    if s.comparison:
+        L += ["", "## Against an older spot snapshot", "",
+              "The same medians (same rule) computed from an older snapshot of the spot source, over the families "
+              "and regions named below (the older snapshot may have been read only in part), "
+              "to show how far a spot figure moves between snapshots: read `spot_usd_per_hour` as a dated "
+              "observation, not a quote.", ""]
+        L += [f"- {k}: {v}" for k, v in s.comparison]
+    return L
+
+
+def _gaps(rows: list[dict[str, str]], s: Sources, regions: list[str], types_priced: list[str]) -> list[str]:
+    """Types with no price anywhere, types priced in some regions only, rows without spot."""
+    L: list[str] = []
+    L += ["", "## Gaps", "", "Catalog types with no on-demand price in any of the regions:", ""]
+    L += [f"- {t}" for t in s.types if t not in types_priced] or ["- none"]
+    L += ["", "Types priced in some regions but not others (no row where the source has no on-demand price):", ""]
+    by_type: dict[str, list[str]] = {}
+    for r in rows:
+        by_type.setdefault(r["instance_type"], []).append(r["region"])
+    partial = [(t, [g for g in regions if g not in by_type[t]]) for t in types_priced if len(by_type[t]) < len(regions)]
+    L += [f"- {t}: none in {', '.join(gone)}" for t, gone in partial] or ["- none"]
+    L += ["", "Rows with an on-demand price but no spot figure (no quote for the type there in the snapshot):", ""]
+    no_spot: dict[str, list[str]] = {}
+    for r in rows:
+        if not r["spot_usd_per_hour"]:
+            no_spot.setdefault(r["instance_type"], []).append(r["region"])
+    L += [f"- {t}: {', '.join(sorted(g))}" for t, g in sorted(no_spot.items())] or ["- none"]
+    return L
