@@ -38,10 +38,11 @@ ROWS = [
     ("json type", {"memory_tier_gb": [112]}, "context memory_tier_gb=[112] (a JSON list): expected GB of the whole"),
     ("cluster", {"profile": "multi-node-training", "nodes": "1", "memory_tier_gb": "112"},
      "the memory tier keeps each node's state on another node, and this cluster has 1; use -c nodes=2 or more"),
-    # p6-b300.48xlarge: 4,096 GiB of RAM, half of it /dev/shm (2,199 GB); 4 x 2,500 GB does not fit
+    # p5en.48xlarge (the profile's spot pick): 2,048 GiB of RAM, half of it /dev/shm (1,100 GB);
+    # 4 x 2,500 GB does not fit
     ("cluster", {"profile": "multi-node-training", "nodes": "2", "memory_tier_gb": "5000"},
-     "a p6-b300.48xlarge node needs 10,000 GB of /dev/shm for the memory tier (4 x its 2,500 GB share: two "
-     "snapshots, its own and its buddy's) and has 2,199 GB (half its 4,096 GiB of RAM); use -c nodes=10 or more"),
+     "a p5en.48xlarge node needs 10,000 GB of /dev/shm for the memory tier (4 x its 2,500 GB share: two "
+     "snapshots, its own and its buddy's) and has 1,100 GB (half its 2,048 GiB of RAM); use -c nodes=19 or more"),
     # ---- budget (USD a month) and interactive nodes ------------------------------------------------
     ("number", {"budget": "0"}, "context budget=0: allowed 1 to 1000000; closest: 1"),
     ("number", {"budget": "1_000"}, "context budget='1_000': expected a whole number from 1 to 1000000"),
@@ -300,8 +301,8 @@ def test_the_summary_states_the_memory_tiers_host_memory_per_node():
     from dl_stacks.selection import select
     from dl_stacks.training_stack import summary
 
-    s = from_context({"profile": "multi-node-training", "nodes": "4", "memory_tier_gb": "1100", "region": "us-east-1"})
+    s = from_context({"profile": "multi-node-training", "nodes": "4", "memory_tier_gb": "1000", "region": "us-east-1"})
     line = next(x for x in summary(s, select(s)).splitlines() if "memory tier" in x)
-    # p6-b300.48xlarge: 4,096 GiB of RAM, /dev/shm half of it
-    assert line == ("  memory tier: 1,100 GB of state over 4 nodes: 1,100 GB of /dev/shm per node (4 x its 275 GB "
-                    "share) of 2,199 GB, and 275 GB staging in the training processes"), line
+    # p5en.48xlarge (the profile's spot pick): 2,048 GiB of RAM, /dev/shm half of it
+    assert line == ("  memory tier: 1,000 GB of state over 4 nodes: 1,000 GB of /dev/shm per node (4 x its 250 GB "
+                    "share) of 1,100 GB, and 250 GB staging in the training processes"), line

@@ -141,9 +141,11 @@ def test_issue_multi_node_b200_never_gets_a100_or_b300_behind_it():
         assert (c.facts.accelerator, c.facts.accelerator_memory_gib) == ("B200", sel.facts.accelerator_memory_gib)
     assert reason(sel, "p4d.24xlarge").startswith("not interchangeable: 8 x A100 40 GiB")
     assert reason(sel, "p6-b300.48xlarge").startswith("not interchangeable: 8 x B300")
-    # and the profile's own pick (B300 on BF16 evidence, issue 25) keeps its accelerator the same way
+    # and the profile's own pick keeps its accelerator the same way: on spot, its default market,
+    # p5en (H200), since p6-b300 has no spot price to rank on (issue 39)
     sel = select(from_context({"profile": "multi-node-training"}))
-    assert sel.pick.facts.accelerator == "B300" and all(c.facts.accelerator == "B300" for c in sel.alternates)
+    assert sel.pick.instance_type == "p5en.48xlarge"
+    assert all(c.facts.accelerator == "H200" for c in sel.alternates)
     assert reason(sel, "p6-b200.48xlarge").startswith("not interchangeable: 8 x B200")
 
 

@@ -40,7 +40,7 @@ def test_a_no_at_the_question_runs_nothing(terminal, capsys, tmp_path, monkeypat
     monkeypatch.chdir(ROOT)
     assert main(ARGS) == 1
     out = capsys.readouterr().out
-    pick = recommend("multi-node-training").pick.instance_type
+    pick = recommend("multi-node-training", spot=True).pick.instance_type  # the profile launches on spot
     assert out.startswith(f"plan for job big: 2 x {pick}")
     on_demand = load_catalog().get(pick).price("us-east-1").on_demand
     assert 2 * on_demand <= float(_figure(out)) < 2 * on_demand + 1, "every node at the spot max price, plus cents"

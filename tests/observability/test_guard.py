@@ -20,8 +20,9 @@ from dl_stacks.training_stack import TrainingStack
 # authorization reference: s3 ListObjectsV2 -> s3:ListBucket, HeadObject -> s3:GetObject).
 S3_ACTIONS = {"ListObjectsV2": "s3:ListBucket", "HeadObject": "s3:GetObject", "GetObject": "s3:GetObject",
               "PutObject": "s3:PutObject"}
-# p6-b300.48xlarge (multi-node-training's pick): 8 NVIDIA B300 GPUs (https://aws.amazon.com/ec2/instance-types/p6/).
-B300_GPUS = 8
+# p5en.48xlarge (multi-node-training's pick on spot, its default market: p6-b300 has no spot price):
+# 8 NVIDIA H200 GPUs (https://aws.amazon.com/ec2/instance-types/p5/).
+H200_GPUS = 8
 
 
 def _stack(ctx):
@@ -62,7 +63,7 @@ def test_settings_come_from_the_catalog_and_the_context(multi_node):
     assert s.job == "dl-multi-node-training" and s.action == "stop"
     # No command: a development cluster, warned 15 min before the stop, in the job's log group too.
     assert s.interactive and s.warning_minutes == 15 and s.job_log_group == "TOKEN"  # the JobLogs group's Ref
-    assert s.expected_gpus == {"p6-b300.48xlarge": B300_GPUS}
+    assert s.expected_gpus == {"p5en.48xlarge": H200_GPUS}
     assert s.config == {"threshold_pct": 5.0, "idle_minutes": 30, "grace_minutes": 20.0}
     assert s.checkpoint_prefix == "jobs/multi-node-training"
     rules = [r for name, r in t.find_resources("AWS::Events::Rule").items() if "IdleGuard" in name]
@@ -203,7 +204,7 @@ def test_every_node_type_runs_the_agent_and_the_monitor(multi_node, monkeypatch,
     for t in stack.cluster.templates:
         env = parse_env(t.node_env())
         assert "dl-monitor.service" in env["DL_UNITS"].split()
-        assert env["DL_EXPECTED_GPUS"] == str(t.facts.accelerator_count) == str(B300_GPUS)
+        assert env["DL_EXPECTED_GPUS"] == str(t.facts.accelerator_count) == str(H200_GPUS)
         for k in ("DL_CLUSTER", "DL_SDK"):
             monkeypatch.setenv(k, env[k])
         config = json.loads(write_for_node(str(tmp_path / "cw.json")))

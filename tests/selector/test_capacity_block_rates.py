@@ -18,8 +18,8 @@ from dl_selector.paths import data_file
 
 ROOT = Path(__file__).resolve().parents[2]
 # Where prices are written for people: the selector's data notes and the docs.
-TEXT = [*sorted((ROOT / "selector" / "data").glob("*.md")), *sorted((ROOT / "selector" / "data").glob("*.toml")),
-        ROOT / "selector" / "data" / "accelerators.csv", *sorted((ROOT / "docs").glob("*.md")),
+TEXT = [*sorted((ROOT / "dl_selector" / "data").glob("*.md")), *sorted((ROOT / "dl_selector" / "data").glob("*.toml")),
+        ROOT / "dl_selector" / "data" / "accelerators.csv", *sorted((ROOT / "docs").glob("*.md")),
         ROOT / "README.md"]
 
 
