@@ -76,13 +76,44 @@ def layout_of(planner: Any, storage_data: dict, rank: int) -> Optional[dict]:
     return {"rank": rank, "items": items, "size": raw}
 
 
-def write(path: str, planner: Any, layout: dict) -> bool:
-    """Write the rank's items, resolved by `planner` (set up on this step's staged state), raw to
-    `path`; False (and nothing trustworthy written) when an item's size, dtype or shape is not the
-    layout's any more."""
+class Sources:
+    """Where each of a rank's items comes from in the staged state, worked out once at the full
+    save: a tensor DCP writes as it is is the staging buffer itself, refilled in place every step
+    (memory_tier._stage, until its buffers are new), so only pickled values and tensors DCP
+    would copy are looked up again, by their path in the nested state."""
+
+    def __init__(self, planner: Any) -> None:
+        mappings = getattr(planner, "mappings", None) or {}
+        self.planner = planner
+        self.items: list[tuple[Any, tuple, Any]] = []
+        for wi in planner.plan.items:
+            data = planner.resolve_data(wi)
+            live = None
+            if not isinstance(data, io.BytesIO):
+                t = data.detach()
+                live = t if t.untyped_storage().nbytes() == t.nbytes else None
+            self.items.append((wi, tuple(mappings.get(wi.index.fqn, (wi.index.fqn,))), live))
+
+    def resolve(self, staged: dict, wi: Any, path: tuple, live: Any) -> Any:
+        from torch.distributed.checkpoint.utils import find_state_dict_object
+
+        if live is not None:
+            return live
+        obj: Any = staged
+        for key in path:
+            obj = obj[key]
+        return self.planner.transform_object(wi, find_state_dict_object({wi.index.fqn: obj}, wi.index))
+
+
+def write(path: str, sources: Sources, staged: dict, layout: dict) -> bool:
+    """Write the rank's items of this step's `staged` state raw to `path`; False (nothing to trust
+    written) when an item's size, dtype or shape is not the layout's any more."""
     with open(path, "wb") as f:
-        for wi, it in zip(planner.plan.items, layout["items"]):
-            data = _as_written(planner.resolve_data(wi))
+        for (wi, where, live), it in zip(sources.items, layout["items"]):
+            try:
+                data = _as_written(sources.resolve(staged, wi, where, live))
+            except (KeyError, IndexError, TypeError, ValueError):
+                return False  # the state's structure changed: a full save fixes a new layout
             if isinstance(data, memoryview):
                 if it["kind"] != "bytes" or data.nbytes != it["n"]:
                     return False

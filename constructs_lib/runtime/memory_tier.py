@@ -86,7 +86,7 @@ class MemoryTier:
         # its marker's read sets and (global rank 0) DCP's .metadata, for the raw snapshots after it.
         self.fast: Optional[dict] = None
         self.fast_json = ""
-        self.fast_keys: set = set()
+        self.sources: Any = None  # memory_raw.Sources of the last full save
         self.reads: list[str] = []
         self.expect: list[str] = []
         self.meta_bytes = b""
@@ -194,17 +194,15 @@ class MemoryTier:
         self.finish(step, attempt, staged, metadata, self.group, root=own)  # fills metadata.storage_data
         self.fast = memory_raw.layout_of(self.planner, metadata.storage_data or {}, self.rank)
         self.fast_json = json.dumps(self.fast)
-        self.fast_keys = set(self.planner.state_dict)
+        self.sources = memory_raw.Sources(self.planner)
         self.reads, self.expect = shards.read_set(staged, metadata)
         self.meta_bytes = meta_bytes
 
     def _write_raw(self, tmp: str, staged: dict) -> bool:
         if self.fast is None:
             return False
-        self.planner.set_up_planner(staged)  # this step's objects; the plan stays the full save's
-        if set(self.planner.state_dict) != self.fast_keys:
-            return False
-        if not memory_raw.write(os.path.join(tmp, memory_raw.raw_name(self.rank)), self.planner, self.fast):
+        # New staging buffers (a key or a shape changed) never get here: `fresh` makes a full save.
+        if not memory_raw.write(os.path.join(tmp, memory_raw.raw_name(self.rank)), self.sources, staged, self.fast):
             return False
         with open(os.path.join(tmp, memory_raw.layout_name(self.rank)), "w") as f:
             f.write(self.fast_json)
