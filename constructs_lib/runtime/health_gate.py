@@ -51,6 +51,7 @@ class HealthGate:
         self.findings: list[Finding] = []
         self.took: Optional[float] = None
         self._thread: Optional[threading.Thread] = None
+        self.summary = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, log: Log, health: Callable[[str, str, str], None]) -> "HealthGate":
@@ -111,6 +112,7 @@ class HealthGate:
         said += f"; not looked at: {', '.join(degraded)})" if degraded else ")"
         self.health(COMPONENT, LEVELS[worst], said)
         self.log(f"health gate: {said}")
+        self.summary = said
         return True
 
 
@@ -125,6 +127,21 @@ def mark_for_replacement(ec2, instance_id: str, why: str, log: Log) -> bool:
         return False
     log(f"health gate: tagged {contract.TAG_HEALTH} for replacement")
     return True
+
+
+def conclude(gate: HealthGate, ec2, instance_id: str, log: Log) -> Optional[int]:
+    """After the gate: None when the node may join (its verdict, when checks ran this boot, is
+    its TAG_HEALTH "ok: ...", which `dl-launcher status` lists; best effort: a node that passed is
+    never held for a tag); else the node waits to be replaced (hold)."""
+    if not gate.wait():
+        return hold(ec2, instance_id, gate.reason(), log)
+    if gate.summary:
+        try:
+            ec2.create_tags(Resources=[instance_id],
+                            Tags=[{"Key": contract.TAG_HEALTH, "Value": f"ok: gate {gate.summary}"[:255]}])
+        except Exception as e:  # noqa: BLE001 - the verdict is in health.d and the job log as well
+            log(f"health gate: the verdict was not tagged: {e}")
+    return None
 
 
 def hold(ec2, instance_id: str, why: str, log: Log, *, sleep: Callable[[float], None] = time.sleep,

@@ -143,3 +143,26 @@ def test_a_failed_node_tags_itself_for_replacement_and_waits(aws):
                                       {"Name": "key", "Values": [contract.TAG_HEALTH]}])["Tags"]
     assert [t["Value"] for t in tags] == ["replace: efa-devices: 3 of 4 EFA devices"]
     assert slept == [60, 60] and sum("tagged" in line for line in lines) == 1
+
+
+def test_a_passed_node_tags_its_verdict_and_joins_a_failed_one_holds(aws, tmp_path, monkeypatch):
+    from constructs_lib.runtime.health_gate import conclude
+
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    ok, bad = (i["InstanceId"] for i in ec2.run_instances(ImageId="ami-12c6146b", MinCount=2, MaxCount=2,
+                                                           InstanceType="p5.48xlarge")["Instances"])
+    assert conclude(gate(p5(), node_tools(tmp_path), []).start(), ec2, ok, print) is None
+
+    def tag(instance):
+        return [t["Value"] for t in ec2.describe_tags(Filters=[{"Name": "resource-id", "Values": [instance]}])["Tags"]
+                if t["Key"] == contract.TAG_HEALTH]
+    assert tag(ok)[0].startswith("ok: gate passed in ")
+    held: list = []
+    monkeypatch.setattr("constructs_lib.runtime.health_gate.hold",
+                        lambda ec2_, instance, why, log: held.append((instance, why)) or contract.EXIT_FAILED)
+    (tmp_path / "b").mkdir()
+    Path(contract.path("health_dir"), "gate").unlink()  # the other node's boot
+    end = conclude(gate(p5(), node_tools(tmp_path / "b", efa=3), []).start(), ec2, bad, print)
+    assert end == contract.EXIT_FAILED and held == [(bad, "efa-devices: 3 of 4 EFA devices in " + str(tmp_path / "b" / "infiniband")
+                                                     + " (rdmap0s0, rdmap1s0, rdmap2s0)")]
+    assert tag(bad) == []  # hold tags it (test_a_failed_node_tags_itself_for_replacement_and_waits)
