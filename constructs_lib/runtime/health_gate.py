@@ -136,7 +136,11 @@ def conclude(gate: HealthGate, ec2, instance_id: str, log: Log) -> Optional[int]
     if not gate.wait():
         return hold(ec2, instance_id, gate.reason(), log)
     if gate.summary:
-        try:
+        try:  # never over a monitor's "replace: ..." (it runs from boot too): that node is replaced
+            tags = ec2.describe_tags(Filters=[{"Name": "resource-id", "Values": [instance_id]},
+                                              {"Name": "key", "Values": [contract.TAG_HEALTH]}])["Tags"]
+            if any(t["Value"].startswith(contract.HEALTH_REPLACE) for t in tags):
+                return None
             ec2.create_tags(Resources=[instance_id],
                             Tags=[{"Key": contract.TAG_HEALTH, "Value": f"ok: gate {gate.summary}"[:255]}])
         except Exception as e:  # noqa: BLE001 - the verdict is in health.d and the job log as well
