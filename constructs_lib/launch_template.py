@@ -226,6 +226,18 @@ class GpuLaunchTemplate(Construct):
             if agent_config is not None:
                 agent_config.grant_read(self.role)
 
+    def enable_health_gate(self, level: str = contract.HEALTH_CHECK_DEFAULT) -> None:
+        """What the boot health gate (runtime/health_gate.py) checks this node against: the
+        catalog's GPUs, the EFA interfaces this template attaches, the instance-store NVMe its RAID
+        spans; and the DCGM diagnostic's depth (contract.HEALTH_CHECKS)."""
+        if level not in contract.HEALTH_CHECKS:
+            raise ConfigurationError(f"health check {level!r}: allowed {', '.join(contract.HEALTH_CHECKS)}")
+        efa = sum(1 for i in self.efa.interfaces if i["InterfaceType"] != "interface") if self.efa else 0
+        nvme = self.facts.nvme.total_gb if self.raid is not None and self.facts.nvme else 0
+        self.bootstrap.set_env(**{"DL_EXPECTED_GPUS": str(self.facts.accelerator_count if self.facts.sdk == "cuda" else 0),
+                                  contract.ENV_EXPECTED_EFA: str(efa), contract.ENV_EXPECTED_SCRATCH_GB: str(nvme),
+                                  contract.ENV_HEALTH_CHECK: level})
+
     # ---- rendering -----------------------------------------------------------------------------
     def node_env(self) -> str:
         """node.env: this node's facts, its units and where its bundle is (tokens until deploy)."""

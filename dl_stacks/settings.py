@@ -105,6 +105,7 @@ class Settings:
     budget: Optional[int] = None  # USD per month (-c budget=): an AWS Budgets budget on the job's cost tag
     approval: ApprovalSettings = ApprovalSettings()  # -c approve_hourly, approval_threshold (dl_stacks/approval.py)
     memory_tier_gb: Optional[float] = None  # -c memory_tier_gb=: the job's state, checked against /dev/shm
+    health_check: str = contract.HEALTH_CHECK_DEFAULT  # -c health_check=: DCGM's depth at boot (runtime/health_gate.py)
     on_end: str = "stop"  # when a job with a command finishes or fails for good: stop its cluster, or keep it
 
     def __post_init__(self) -> None:
@@ -323,4 +324,6 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                     preflight=boolean("preflight", ctx.get("preflight", True)),
                     budget=whole("budget", ctx["budget"], *BUDGET) if "budget" in ctx else None,
                     approval=approval_from_context(ctx), memory_tier_gb=memory_tier.parse(ctx),
-                    on_end=choice("on_end", ctx.get("on_end", "stop"), ON_END))
+                    on_end=choice("on_end", ctx.get("on_end", "stop"), ON_END),
+                    health_check=choice("health_check", ctx.get("health_check", contract.HEALTH_CHECK_DEFAULT),
+                                        tuple(contract.HEALTH_CHECKS)))

@@ -197,7 +197,9 @@ def _status(a: argparse.Namespace, ec2: Any, s3: Any, cw: Any = None) -> int:
     if state.loss_since is not None:
         print(f"short of nodes since {_when(state.loss_since)}")
     for n in nodes:
-        print(f"  {n.id}  {n.instance_type}  {n.subnet}  launched {_when(n.launched)}")
+        # The node's last health verdict (its boot gate's or the monitor's: contract.TAG_HEALTH) and why.
+        print(f"  {n.id}  {n.instance_type}  {n.subnet}  launched {_when(n.launched)}"
+              + (f"  health {n.health}" if n.health else ""))
     if guard.checked_at:
         print(guard.line())
     if last:

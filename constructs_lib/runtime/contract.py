@@ -29,6 +29,15 @@ TAG_STACK = "dl-launcher:stack"
 TAG_HEALTH = "dl-launcher:health"
 HEALTH_REPLACE = "replace"
 
+# ---- the boot health gate (health_gate.py): node.env names the constructs write at synth ---------
+# -c health_check=LEVEL picks how deep DCGM's diagnostic goes before a node joins its first
+# generation (dcgmi diag -r 1|2|3: seconds, about 2 minutes, about 15 minutes by NVIDIA's docs).
+ENV_HEALTH_CHECK = "DL_HEALTH_CHECK"
+HEALTH_CHECKS = {"quick": 1, "standard": 2, "thorough": 3}  # level -> `dcgmi diag -r` suite
+HEALTH_CHECK_DEFAULT = "quick"  # time to first step: level 1 runs in parallel with staging, in seconds
+ENV_EXPECTED_EFA = "DL_EXPECTED_EFA"            # EFA devices the launch template attaches (0: none)
+ENV_EXPECTED_SCRATCH_GB = "DL_EXPECTED_SCRATCH_GB"  # the instance-store NVMe the RAID spans, GB (0: no RAID)
+
 # ---- resource tags beyond the nodes -----------------------------------------------------------------
 # What a dl-launcher Lambda function is (the budget stopper finds a product's controllers by it),
 # and which portfolio product (portfolio/profile) a resource belongs to: the product's budget filters on it.

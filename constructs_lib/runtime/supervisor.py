@@ -36,6 +36,7 @@ from dl_core.aws import brief
 from . import contract, framework_checkpoints, kept, memory_store, notice, rendezvous, sharded_store, survivor
 from .agent import push_newest, pushed_step, write_health
 from .cluster import ClusterState, Liveness, Member, Plan
+from .health_gate import HealthGate, conclude
 from .decisions import (
     agreed_outcome, container_env, error_signature, failures_after, gives_up, repeated_error, run_environment,
 )
@@ -85,9 +86,14 @@ class Supervisor:
 
     # ---- the loop ----------------------------------------------------------------------------------------
     def run(self) -> int:
+        # The boot health gate runs while the job is prepared (staging included); a node it fails never joins.
+        gate = HealthGate.from_env(os.environ, log=self.log, health=write_health).start()
         started = self._before_first_generation()
         if started is not None:
             return started
+        end = conclude(gate, self.liveness.ec2, self.cfg.node, self.log)
+        if end is not None:
+            return end
         first = True
         while True:
             # At start an AWS error ends the supervisor (systemd starts it again, and the journal

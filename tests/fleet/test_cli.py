@@ -138,3 +138,23 @@ def test_no_option_within_the_ceiling_is_a_price_shortfall(cloud, capsys):
     assert _status(spec) == 0
     line = _short_line(capsys.readouterr().out)
     assert line.startswith("short: 4 nodes of any option: price: no option is within the ceiling") and "max_price" in line
+
+
+def test_status_shows_each_nodes_last_health_verdict_and_why(cloud, capsys):
+    from constructs_lib.runtime import contract
+    from constructs_lib.runtime.health_gate import mark_for_replacement
+
+    spec = cloud.spec()
+    cloud.reconcile(cloud.controller(spec))
+    first, second = sorted(i["InstanceId"] for i in live_instances(cloud.raw))[:2]
+    # what the boot gate tags (health_gate.conclude and .hold), as the node's role does it
+    cloud.raw.create_tags(Resources=[first], Tags=[{"Key": contract.TAG_HEALTH, "Value": "ok: gate passed in 41 s (7 checks)"}])
+    assert mark_for_replacement(cloud.raw, second, "efa-devices: 31 of 32 EFA devices", print)
+    capsys.readouterr()
+    assert _status(spec) == 0
+    out = capsys.readouterr().out
+    assert f"  {first}  " in out and "health ok: gate passed in 41 s (7 checks)" in out
+    assert [line for line in out.splitlines() if second in line and "health replace: efa-devices: 31 of 32" in line]
+    assert _status(spec, "--json") == 0
+    health = {i["id"]: i["health"] for i in json.loads(capsys.readouterr().out)["instances"]}
+    assert health[second] == "replace: efa-devices: 31 of 32 EFA devices"
