@@ -80,9 +80,14 @@ class SimNode:
             text = node_env.read_text()
             for var, default in contract.DIR_DEFAULTS.items():
                 text = text.replace(f'="{default}', f'="{self.dirs[var]}')
+            import re
             if self.procs_per_node is not None:
-                import re
                 text = re.sub(r'^DL_PROCS_PER_NODE=".*"$', f'DL_PROCS_PER_NODE="{self.procs_per_node}"', text, flags=re.M)
+            # This machine has none of the GPUs, EFA devices or NVMe RAID the type has: the boot health
+            # gate checks what the simulated node has, nothing (tests/runtime/test_health_gate.py drills
+            # every check on recorded tool outputs).
+            for var in ("DL_EXPECTED_GPUS", contract.ENV_EXPECTED_EFA, contract.ENV_EXPECTED_SCRATCH_GB):
+                text = re.sub(rf'^{var}=".*"$', f'{var}="0"', text, flags=re.M)
             node_env.write_text(text)
         return r
 

@@ -193,7 +193,7 @@ def test_summary_shows_ceiling_options_and_rejected_reasons():
     assert "    p4d.24xlarge $8.00/h spot (on record; on-demand $21.96/h)" in text
     assert "all on-demand" in _worst_line(text) and "all spot" in _worst_line(text)
     assert "  not taken (" in text
-    assert "p6-b200.48xlarge: price $21.01/h spot is above the pick's own spot price $8.00/h" in text
+    assert "p5en.48xlarge: price $17.40/h spot is above the pick's own spot price $8.00/h" in text
     capped = from_context({"profile": "multi-node-training", "max_price": "30"})
     assert "ceiling $30.00/h per node, spot (max_price, as you set it)" in summary(capped, select(capped))
 

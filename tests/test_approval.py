@@ -26,7 +26,7 @@ def _error(capsys, code: int, out: Path) -> str:
 
 
 def test_the_approval_refuses_and_accepts(tmp_path, capsys):
-    pick = recommend("multi-node-training").pick.instance_type
+    pick = recommend("multi-node-training", spot=True).pick.instance_type  # the profile launches on spot
     on_demand = load_catalog().get(pick).price("us-east-1").on_demand
     # no approval: one line naming the exact key, nothing synthesized
     out = tmp_path / "none"

@@ -33,7 +33,7 @@ def _read_until(proc: subprocess.Popen, lines: list[str], marker: str, timeout: 
 
 def test_your_own_project_from_outside_the_repository_with_moto_kept(tmp_path):
     from dl_selector.recommend import recommend
-    pick = recommend("multi-node-training").pick.instance_type  # the selector's, whichever it is today
+    pick = recommend("multi-node-training", spot=True).pick.instance_type  # the selector's spot pick (the profile launches on spot), whichever it is today
     project = tmp_path / "my-project"  # not under the repository
     shutil.copytree(ROOT / "examples" / "train_project", project)
     assert ROOT not in project.resolve().parents

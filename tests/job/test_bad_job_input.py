@@ -79,7 +79,7 @@ ROWS = [
     ({"setup_file": "{tmp}/empty.sh"}, "is empty: expected the script the nodes run"),
     ({"code": "{tmp}/proj", "coed": "x"}, "unknown context key 'coed'; closest: code"),
     # a key like none of ours is refused too: a safety setting must not vanish behind a typo
-    ({"health_check": "thorough"}, "unknown context key 'health_check'; allowed: profile, "),
+    ({"burn_in": "thorough"}, "unknown context key 'burn_in'; allowed: profile, "),
     ({"max_hourly": "10"}, "unknown context key 'max_hourly'"),
     # ---- data (issue 23) -------------------------------------------------------------------------
     ({"data": "/mnt/datasets/imagenet"}, "context data=/mnt/datasets/imagenet: not an s3:// URI"),
