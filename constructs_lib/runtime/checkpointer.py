@@ -262,15 +262,15 @@ class Checkpointer:
         future.add_done_callback(done)
 
     def _finish_sharded(self, step: int, attempt: str, state_dict: dict, metadata: Any, group: Any = None, *,
-                        root: Optional[str] = None) -> None:
+                        root: Optional[str] = None) -> tuple[list[str], list[str]]:
+        """This rank's marker (the node's part complete if it is the last); (its read set, every file)."""
         # What dcp.save returns lacks storage_data on some torch versions (2.11 seen): the file
         # DCP wrote on global rank 0 has it, so rank 0 reads that and hands it to every rank.
         import torch.distributed as dist
 
         tmp = shards.tmp_dir(root or self.directory, step, attempt)
         if metadata.storage_data:  # DCP broadcast the same object to every rank: the same answer everywhere
-            self._commit_sharded(step, attempt, state_dict, metadata, root)
-            return
+            return self._commit_sharded(step, attempt, state_dict, metadata, root)
         storage = None
         if self.rank == 0:
             from torch.distributed.checkpoint.filesystem import FileSystemReader
@@ -285,10 +285,10 @@ class Checkpointer:
         if not storage:  # not complete anywhere: every rank fails this save the same way
             raise RuntimeError(f"sharded save of step {step}: DCP's .metadata on global rank 0 is unreadable")
         metadata.storage_data = storage
-        self._commit_sharded(step, attempt, state_dict, metadata, root)
+        return self._commit_sharded(step, attempt, state_dict, metadata, root)
 
     def _commit_sharded(self, step: int, attempt: str, state_dict: dict, metadata: Any,
-                        root: Optional[str] = None) -> None:
+                        root: Optional[str] = None) -> tuple[list[str], list[str]]:
         reads, written = shards.read_set(state_dict, metadata)
         final = shards.finish_rank(
             root or self.directory, step, attempt, rank=self.rank, node_rank=_env_int("GROUP_RANK", _env_int("NODE_RANK", 0)),
@@ -297,6 +297,7 @@ class Checkpointer:
             guard_uploads=self.managed and root is None, sync=root is None)
         if final and root is None:
             self._prune_unmanaged()
+        return reads, written
 
     def save_to_memory(self, step: int, state_dict: dict, *, every: int = 1) -> bool:
         """Every rank, every step, after should_checkpoint (and save_sharded, if due): every `every`

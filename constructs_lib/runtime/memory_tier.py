@@ -65,7 +65,7 @@ class MemoryTier:
     rank at the same call: creating the tier's process group is collective)."""
 
     def __init__(self, *, root: str, generation: str, rank: int, world_size: int, local_world_size: int,
-                 node_rank: int, finish: Callable[..., None],
+                 node_rank: int, finish: Callable[..., tuple[list[str], list[str]]],
                  log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
         import torch.distributed as dist
         from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
@@ -191,11 +191,11 @@ class MemoryTier:
         if self.rank == 0:  # read before this rank's marker: the node's last marker moves the directory
             with open(os.path.join(tmp, shards.METADATA), "rb") as f:
                 meta_bytes = f.read()
-        self.finish(step, attempt, staged, metadata, self.group, root=own)  # fills metadata.storage_data
+        # fills metadata.storage_data; its read sets are what every raw snapshot's marker repeats
+        self.reads, self.expect = self.finish(step, attempt, staged, metadata, self.group, root=own)
         self.fast = memory_raw.layout_of(self.planner, metadata.storage_data or {}, self.rank)
         self.fast_json = json.dumps(self.fast)
         self.sources = memory_raw.Sources(self.planner)
-        self.reads, self.expect = shards.read_set(staged, metadata)
         self.meta_bytes = meta_bytes
 
     def _write_raw(self, tmp: str, staged: dict) -> bool:
