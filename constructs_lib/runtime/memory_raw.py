@@ -21,7 +21,8 @@ from typing import Any, Optional
 
 _RAW = re.compile(r"^__(\d{1,7})\.raw\Z", re.ASCII)
 _LAYOUT = re.compile(r"^__(\d{1,7})\.layout\.json\Z", re.ASCII)
-_DISTCP = re.compile(r"^__(\d{1,7})_\d{1,4}\.distcp\Z", re.ASCII)
+# A DCP shard file of one rank (FileSystemWriter: __<rank>_<n>.distcp); memory_store names files by it too.
+DISTCP = re.compile(r"^__(\d{1,7})_\d{1,4}\.distcp\Z", re.ASCII)
 _DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
            "float8_e4m3fn", "float8_e5m2", "complex64")
 MAX_ITEMS = 1_000_000
@@ -63,7 +64,8 @@ def layout_of(planner: Any, storage_data: dict, rank: int) -> Optional[dict]:
     raw = 0
     for wi in planner.plan.items:
         info = where.get(_key(wi.index))
-        if info is None or not _DISTCP.match(info.relative_path) or int(_DISTCP.match(info.relative_path).group(1)) != rank:
+        m = DISTCP.match(info.relative_path) if info is not None else None
+        if m is None or int(m.group(1)) != rank:
             return None
         data = _as_written(planner.resolve_data(wi))
         if isinstance(data, memoryview):
@@ -189,7 +191,7 @@ def _checked(layout: Any, rank: int, raw_size: int) -> list[dict]:
     for it in items:
         if not isinstance(it, dict) or not all(whole(it.get(k)) for k in ("n", "off", "len", "raw")):
             raise ValueError(f"layout of rank {rank}: an item without whole sizes and offsets")
-        m = _DISTCP.match(it.get("file") if isinstance(it.get("file"), str) else "")
+        m = DISTCP.match(it.get("file") if isinstance(it.get("file"), str) else "")
         if not m or int(m.group(1)) != rank or it["raw"] + it["n"] > raw_size:
             raise ValueError(f"layout of rank {rank}: an item outside its raw bytes or not in this rank's file")
         if it.get("kind") == "tensor":

@@ -20,7 +20,6 @@ from typing import Callable, Optional
 from . import memory_raw, shards
 from .layout import make_final, name_for, newest_local, step_of
 
-_RANK_FILE = re.compile(r"^__(\d{1,7})_\d{1,4}\.distcp\Z", re.ASCII)
 _HELD = re.compile(r"^node-(\d{1,7})\Z", re.ASCII)
 
 
@@ -49,7 +48,7 @@ def rank_files(part: str, rank: int) -> list[str]:
     """A rank's files in a complete node part: its DCP shard files (or its raw bytes and their
     layout), its marker, and (global rank 0, DCP's coordinator) the step's .metadata."""
     names = sorted(n for n in os.listdir(part)
-                   if ((m := _RANK_FILE.match(n)) and int(m.group(1)) == rank) or memory_raw.is_fast_file(n, rank))
+                   if ((m := memory_raw.DISTCP.match(n)) and int(m.group(1)) == rank) or memory_raw.is_fast_file(n, rank))
     names.append(f"{shards.MARKERS}/rank-{rank}.json")
     if rank == 0:
         names.append(shards.METADATA)
@@ -73,7 +72,7 @@ def receive(held: str, step: int, attempt: str, header: list, data: memoryview) 
 
 
 def _safe(name: object) -> bool:
-    return (isinstance(name, str) and (bool(_RANK_FILE.match(name)) or name == shards.METADATA
+    return (isinstance(name, str) and (bool(memory_raw.DISTCP.match(name)) or name == shards.METADATA
                                        or memory_raw.is_fast_file(name)
                                        or bool(re.match(rf"^{re.escape(shards.MARKERS)}/rank-\d{{1,7}}\.json\Z", name))))
 
