@@ -42,8 +42,6 @@ class Plan:
 
 def build(req: Request, clients: Optional[Clients], offline: Optional[str] = None) -> Plan:
     """Every line for `req`, ranked (lines.sort_key). clients None: offline, catalog prices only."""
-    from . import blocks, on_demand, reservations, spot
-
     by_market = {m: {region: ranked(req, m, region) for region in req.regions} for m in MARKETS}
     lines: list[Line] = []
     degraded: list[dict] = []
@@ -52,6 +50,8 @@ def build(req: Request, clients: Optional[Clients], offline: Optional[str] = Non
             for region, cands in by_market[m].items():
                 lines += [catalog_line(req, m, region, c, NEEDS_ACCOUNT[m]) for c in cands]
     else:
+        from . import blocks, on_demand, reservations, spot
+
         def ec2(region: str) -> Any:
             return clients("ec2", region)
 

@@ -7,8 +7,6 @@ from typing import Any, Callable
 
 from dl_core.aws import brief
 from dl_core.markets import CAPACITY_BLOCK
-from dl_selector.capacity_block_quotes import hourly_rate
-
 from .lines import DATED, Line, iso, launch_context
 from .request import Request, catalog_line
 
@@ -18,6 +16,8 @@ PLATFORM = "Linux/UNIX"  # the Deep Learning AMI's
 
 def lines(req: Request, ranked: dict[str, list], ec2: Callable[[str], Any]) -> tuple[list[Line], list[dict]]:
     from botocore.exceptions import BotoCoreError, ClientError
+
+    from dl_selector.capacity_block_quotes import hourly_rate  # the selector's rule for an offering's rate
 
     out: list[Line] = []
     degraded: list[dict] = []

@@ -13,8 +13,9 @@ def text(plan: Plan) -> str:
         out.append(f"offline ({plan.offline}): catalog prices only, no start is known; these need an account: "
                    f"{'; '.join(ACCOUNT_COLUMNS)}")
     if not plan.lines:
-        out.append("no instance type meets the request in these regions: `dl-launcher recommend` says why each "
-                   "is excluded")
+        efa = "; for more than one node, types without EFA are left out" if r.nodes > 1 else ""
+        out.append(f"no instance type meets the request in these regions{efa}: `dl-launcher recommend` says why "
+                   "each is excluded")
     for i, line in enumerate(plan.lines, 1):
         where = line.region + (f" ({line.availability_zone})" if line.availability_zone else "")
         price = "unpriced" if line.usd_per_hour is None else f"${line.usd_per_hour:,.2f}/h"

@@ -16,6 +16,9 @@ MARKETS = (SPOT, ON_DEMAND, CAPACITY_BLOCK)
 # EC2's Capacity Block durations (DescribeCapacityBlockOfferings' CapacityDurationHours): 1-day
 # steps up to 14 days, 7-day steps up to 182 days.
 BLOCK_DAYS = tuple(range(1, 15)) + tuple(range(21, 183, 7))
+# dl_stacks.settings.NODES, the stack's -c nodes bounds (a test checks they agree): importing that
+# module brings the node runtime's contract along, a second of start for a check of two numbers.
+NODES = (1, 64)
 NEEDS_ACCOUNT = {SPOT: "placement score needs an account", ON_DEMAND: "quota headroom needs an account",
                  CAPACITY_BLOCK: "offerings (start, total price) need an account"}
 
@@ -41,7 +44,6 @@ def parse(nodes: int, gpu: Optional[str], profile: Optional[str], regions: list[
     from dl_selector.errors import UserError
     from dl_selector.profiles import get_profile
     from dl_selector.requirements import memory_variants, parse_gpu
-    from dl_stacks.settings import NODES
 
     lo, hi = NODES
     if not lo <= nodes <= hi:
@@ -102,6 +104,9 @@ def catalog_line(req: Request, market: str, region: str, candidate, note: str) -
                        f"{candidate.instance_type} --instance-count {req.nodes} --capacity-duration-hours {hours}, "
                        "then aws ec2 purchase-capacity-block --capacity-block-offering-id ID --instance-platform "
                        "Linux/UNIX")
+    if market == SPOT and getattr(candidate, "spot_untrusted", False):
+        line.notes.append("the selector sets this spot quote aside (one AZ's undated quote far below on-demand): "
+                          "confirm it with `dl-launcher recommend --spot --live`")
     if rate is None:
         line.notes.append(f"no {market} price on record for {candidate.instance_type} in {region}")
     return line

@@ -206,6 +206,12 @@ def test_the_plan_only_reads_and_an_aws_error_degrades_its_market_alone():
     assert by_market["capacity-block"].start_note.startswith("EC2 offers no block of 16 x p5.48xlarge")
 
 
+def test_plan_bounds_nodes_as_the_stack_does():
+    from dl_launcher.plan.request import NODES
+    from dl_stacks.settings import NODES as STACK_NODES
+    assert NODES == STACK_NODES
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--nodes", "0", "--gpu", "H100:8"], "--nodes 0: expected a whole number from 1 to 64"),
     (["--nodes", "4", "--gpu", "H1OO:8"], "closest: H100"),
