@@ -212,6 +212,39 @@ def test_plan_bounds_nodes_as_the_stack_does():
     assert NODES == STACK_NODES
 
 
+LINE_KEYS = {"rank", "market", "region", "availability_zone", "instance_type", "nodes", "usd_per_hour", "earliest_start",
+             "start_note", "duration_hours", "total_usd", "placement_score", "quota", "offering_id", "reservation_id",
+             "source", "take", "notes"}  # docs/cli.md's --json keys
+
+
+def test_one_ranked_list_held_then_now_cheapest_first_then_dated():
+    ec2, stub = _stubbed("ec2", EAST)
+    start = dt.datetime(2026, 12, 3, 11, 30, tzinfo=dt.timezone.utc)
+    stub.add_response("get_spot_placement_scores", {"SpotPlacementScores": [
+        {"Region": EAST, "AvailabilityZoneId": "use1-az4", "Score": 8}]})
+    stub.add_response("describe_availability_zones", {"AvailabilityZones": [
+        {"ZoneName": "us-east-1a", "ZoneId": "use1-az4"}]})
+    stub.add_response("describe_instances", {"Reservations": []})
+    stub.add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": [{
+        "CapacityBlockOfferingId": "cbr-0123456789abcdef0", "InstanceType": "p5.48xlarge", "InstanceCount": 16,
+        "AvailabilityZone": "us-east-1e", "StartDate": start, "EndDate": start + dt.timedelta(hours=24),
+        "CapacityBlockDurationHours": 24, "UpfrontFee": "15103.00", "CurrencyCode": "USD"}]})
+    stub.add_response("describe_capacity_reservations", {"CapacityReservations": [{
+        "CapacityReservationId": "cr-0aaaaaaaaaaaaaaaa", "InstanceType": "p5.48xlarge", "AvailabilityZone": "us-east-1c",
+        "TotalInstanceCount": 16, "AvailableInstanceCount": 16, "State": "active", "ReservationType": "default"}]})
+    clients = {"ec2": ec2, "service-quotas": _quotas(EAST, 4000.0)}
+    with stub:
+        result = plan.build(_req(regions=(EAST,)), lambda service, region: clients[service])
+    body = result.to_dict()
+    assert [(line["market"], line["earliest_start"]) for line in body["lines"]] == [
+        ("reservation", "now"), ("spot", "now"), ("on-demand", "now"), ("capacity-block", "2026-12-03T11:30+00:00")]
+    assert all(set(line) == LINE_KEYS for line in body["lines"])
+    assert not body["offline"] and body["degraded"] == [] and [line["rank"] for line in body["lines"]] == [1, 2, 3, 4]
+    assert body["lines"][0]["take"]["command"] == (
+        "dl-launcher launch -c profile=training -c instance_type=p5.48xlarge -c nodes=16 -c market=on-demand "
+        "-c region=us-east-1 -c capacity_reservation=cr-0aaaaaaaaaaaaaaaa")
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--nodes", "0", "--gpu", "H100:8"], "--nodes 0: expected a whole number from 1 to 64"),
     (["--nodes", "4", "--gpu", "H1OO:8"], "closest: H100"),
