@@ -3,6 +3,8 @@
 Examples:
   dl-launcher recommend --profile multi-node-training       rank every accelerated type
   dl-launcher preflight --profile multi-node-training       quotas, bootstrap, AMI, offerings
+  dl-launcher plan --nodes 16 --gpu H100:8 --regions us-east-1,us-west-2
+                                                            when can I have 16 nodes, and for how much?
   dl-launcher launch -c profile=multi-node-training -c command="dl-torchrun train.py"
                                                             the plan and its price, a question, cdk deploy
   dl-launcher status multi-node-training                    the cluster, and why it waits
@@ -54,6 +56,22 @@ def parser() -> argparse.ArgumentParser:
     pf.add_argument("--availability-zone", help="the AZ the cluster will use, if you pin one")
     pf.add_argument("--region")
     pf.add_argument("--json", action="store_true")
+    pl = sub.add_parser("plan", help="N nodes across spot, on-demand, Capacity Blocks and your reservations: "
+                        "$/h, earliest start, the -c keys", formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="Example: dl-launcher plan --nodes 16 --gpu H100:8 --regions us-east-1,us-west-2"
+                                    "\n\nOne ranked list: capacity you hold, then what starts now, then dated "
+                                    "Capacity Blocks, then the rest; each line with the $/h of the N nodes and the "
+                                    "command that takes it. Read-only. Offline (--offline, or no credentials): the "
+                                    "catalog's prices, and which columns need an account.")
+    pl.add_argument("--nodes", type=int, required=True, help="nodes in the cluster (1-64)")
+    pl.add_argument("--gpu", metavar="MODEL:COUNT", help="e.g. H100:8, A100-80GB:8, trainium2:16")
+    pl.add_argument("--profile", help="a workload profile instead of --gpu (dl-launcher profiles)")
+    pl.add_argument("--regions", help="comma-separated [the region, as every verb resolves it]")
+    pl.add_argument("--top", type=int, default=3, help="types per market and region [3]")
+    pl.add_argument("--block-hours", type=int, default=24, help="Capacity Block length: 24-336 by 24, "
+                    "then to 4368 by 168 [24]")
+    pl.add_argument("--offline", action="store_true", help="ask no AWS API: catalog prices only")
+    pl.add_argument("--json", action="store_true")
     la = sub.add_parser("launch", help="the plan and what it costs per hour, a question, then cdk deploy",
                         description="Example: dl-launcher launch -c profile=multi-node-training -c code=. "
                                     "-c command=\"dl-torchrun train.py\"\n\n"
@@ -158,6 +176,8 @@ def _run(a: argparse.Namespace) -> int:
     if a.verb == "launch":
         from .launch import launch
         return launch(a.context, yes=a.yes, region=a.region)
+    if a.verb == "plan":
+        return _plan(a)
     region, source = _region(a)
     if a.verb == "preflight":
         return _preflight(a, region, source)
@@ -205,6 +225,35 @@ def _preflight(a: argparse.Namespace, region: str, source: str) -> int:
         for r in results:
             print(f"  {r.line()}")
     return 1 if any(r.level == "fail" for r in results) else 0
+
+
+def _plan(a: argparse.Namespace) -> int:
+    import functools
+    import json
+
+    from . import plan
+    from .plan import render
+
+    if a.regions is None:
+        from dl_stacks.settings import resolve_region
+        regions = [resolve_region({})[0]]
+    else:
+        regions = a.regions.split(",")
+    req = plan.parse(a.nodes, a.gpu, a.profile, regions, a.top, a.block_hours)
+    offline = "--offline" if a.offline else _no_credentials()
+    result = plan.build(req, None if offline else functools.lru_cache(maxsize=None)(_client), offline)
+    print(json.dumps(result.to_dict(), indent=1) if a.json else render.text(result))
+    return 0
+
+
+def _no_credentials() -> Optional[str]:
+    """Why no account can be asked, or None: credentials are found without any call to AWS."""
+    import boto3
+    try:
+        found = boto3.session.Session().get_credentials()
+    except Exception as e:  # a broken profile (botocore's ProfileNotFound, ...): said, and offline
+        return f"no usable AWS credentials: {type(e).__name__}"
+    return None if found is not None else "no AWS credentials"
 
 
 def _status(a: argparse.Namespace, region: str) -> int:
