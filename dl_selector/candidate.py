@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from . import freshness
 from .facts import InstanceFacts, Price
-from .ranking import (PRICE_FIELD, SUSPECT_SPOT_FRACTION, Market, market_name, per_dollar, ranked_per_dollar_of,
+from .ranking import (PRICE_FIELD, Market, market_name, per_dollar, ranked_per_dollar_of,
                       ranked_price)
 from .record import field, record
 from .throughput import Measurement
@@ -36,8 +36,9 @@ class Candidate:
     # The model's stated uncertainty for this figure (0.15 = +-15%); 0 for measured figures.
     uncertainty: float = 0.0
     throughput_basis: str = ""
-    # The spot price is shown but not ranked on (see SUSPECT_SPOT_FRACTION).
+    # The spot price is shown but not ranked on (spot_trust.set_aside), and why.
     spot_untrusted: bool = False
+    spot_set_aside: str = ""
     # The ranking's uncertainty bands and this candidate's place in them: tied_with is read from
     # them when asked (a --top 5 table asks five times; the whole catalog may hold 1,000 tied pairs).
     _bands: Optional["Bands"] = field(repr=False, default=None, compare=False)
@@ -71,13 +72,9 @@ class Candidate:
                        f"({freshness.describe(block.as_of)}; {block.source})")
         if m and (m.price_per_hour or m.spot_price_per_hour):
             out.append(f"prices from {m.source}")
-        spot, on_demand = self.spot_price_per_hour, self.price_per_hour
-        # recommend() flags only a spot quote it compared with an on-demand price on record.
-        if self.spot_untrusted and price and spot is not None and on_demand:
-            out.append(f"spot ${spot:.2f}/h is one AZ's quote ({price.spot_as_of or 'undated'}) at "
-                       f"{spot / on_demand:.0%} of on-demand, below the "
-                       f"{SUSPECT_SPOT_FRACTION:.0%} this ranking trusts without a current quote: ranked as unpriced "
-                       "on spot; confirm it with --live, or rank on it with --trust-single-az-spot")
+        if self.spot_untrusted:
+            out.append(f"{self.spot_set_aside or 'spot quote set aside'}: ranked as unpriced on spot; confirm it "
+                       "with --live, or rank on it with --trust-single-az-spot")
         if self.tied_with:
             out.append(f"ties with {', '.join(self.tied_with)}: their uncertainty bands overlap, so the model cannot "
                        "tell them apart; measure these to decide (ranked by the objective's expected value)")
@@ -156,6 +153,7 @@ class Candidate:
             "throughput_uncertainty": self.uncertainty,
             "tied_with": list(self.tied_with),
             "spot_untrusted": self.spot_untrusted,
+            "spot_set_aside": self.spot_set_aside or None,
             "reasons": list(self.reasons),
         }
 

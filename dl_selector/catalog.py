@@ -5,7 +5,7 @@ that a recommendation costs milliseconds and no AWS account.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from .errors import UserError, unknown
 from .facts import MAX_NETWORK_GBPS, InstanceFacts, Price
@@ -233,9 +233,21 @@ def _check_facts(t: dict, where: str) -> None:
         for k in ("on_demand", "spot"):
             if p.get(k) is not None:
                 finite_number(p[k], f"{where}.prices[{region!r}].{k}", MIN_USD_PER_HOUR, MAX_USD_PER_HOUR)
-        for k in ("as_of", "source", "note"):
+        for k in ("as_of", "source", "note", "spot_source", "spot_flag"):
             if k in p and not isinstance(p[k], str):
                 raise UserError(f"{where}.prices[{region!r}].{k} must be a string")
         for k in ("as_of", "spot_as_of"):
             if k in p:
                 date_stamp(p[k], f"{where}.prices[{region!r}].{k}")
+        _check_spot_quotes(p.get("spot_quotes", []), f"{where}.prices[{region!r}].spot_quotes")
+
+
+def _check_spot_quotes(quotes: Any, where: str) -> None:
+    """[[AZ, USD/h, timestamp], ...]: what `catalog refresh --prices` records per AZ."""
+    if not isinstance(quotes, list):
+        raise UserError(f"{where} must be a list of [AZ, USD per hour, timestamp]")
+    for i, q in enumerate(quotes):
+        if not (isinstance(q, list) and len(q) == 3 and isinstance(q[0], str) and q[0] and isinstance(q[2], str)):
+            raise UserError(f"{where}[{i}] must be [AZ, USD per hour, timestamp], got {clean(repr(q))[:60]}")
+        finite_number(q[1], f"{where}[{i}] USD per hour", MIN_USD_PER_HOUR, MAX_USD_PER_HOUR)
+        date_stamp(q[2], f"{where}[{i}] timestamp")

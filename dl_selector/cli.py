@@ -52,7 +52,8 @@ def _parser(prog: str = "python -m dl_selector") -> argparse.ArgumentParser:
                    help=f"with --live: use cached prices younger than this (default {DEFAULT_MAX_AGE}; 0 refetches)")
     s.add_argument("--az", metavar="a,b", help="with --live: only these Availability Zones count for spot")
     s.add_argument("--trust-single-az-spot", action="store_true",
-                   help="with --spot: rank on single-AZ quotes below 25%% of on-demand (set aside by default)")
+                   help="with --spot: rank on spot quotes set aside as implausibly low (below 25%% of on-demand on a "
+                        "snapshot, or below half their previous figure; docs/selector.md)")
     s.add_argument("--gpu", metavar="MODEL[:COUNT]",
                    help="only this accelerator model, and count per node (SkyPilot's syntax: H100:8, A10G, trainium2:16)")
     s.add_argument("--min-gpu-memory", metavar="GB",

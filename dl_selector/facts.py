@@ -20,6 +20,12 @@ class Price:
     spot_azs: int = 0  # AZs behind the spot figure; 1 is flagged: one AZ is not a market
     spot_as_of: str = ""
     spot_source: str = ""
+    # Why the spot figure is suspect against its own history (spot_trust.against_history), set when a
+    # new figure replaced an older one; "" otherwise.
+    spot_flag: str = ""
+    # The per-AZ quotes behind a live spot figure: (AZ, USD/h, the quote's own timestamp), as
+    # DescribeSpotPriceHistory gave them; () for the embedded snapshot, which keeps only the spread.
+    spot_quotes: tuple[tuple[str, float, str], ...] = ()
 
     @property
     def spot_date(self) -> str:
@@ -153,6 +159,13 @@ class InstanceFacts:
         d["regions"] = tuple(d["regions"])
         d["successors"] = tuple(d.get("successors", ()))
         d["nvme"] = NvmeDisks(**d["nvme"]) if d.get("nvme") else None
-        d["prices"] = prices if prices is not None else {r: Price(**p) for r, p in d.get("prices", {}).items()}
+        d["prices"] = prices if prices is not None else {r: _price(p) for r, p in d.get("prices", {}).items()}
         d["capacity_block_prices"] = {r: CapacityBlockPrice(**p) for r, p in d.get("capacity_block_prices", {}).items()}
         return cls(**d)
+
+
+def _price(p: dict[str, Any]) -> Price:
+    """A Price from its JSON form (spot_quotes' lists back to tuples)."""
+    if "spot_quotes" in p:
+        p = {**p, "spot_quotes": tuple((str(az), float(v), str(ts)) for az, v, ts in p["spot_quotes"])}
+    return Price(**p)

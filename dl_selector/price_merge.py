@@ -10,6 +10,7 @@ from typing import Any, Optional
 from .facts import Price
 from .price_fetch import SPOT_PRODUCT, RegionQuotes
 from .prices import implausible, spot_spread
+from .spot_trust import against_history
 
 
 @dataclass
@@ -54,8 +55,8 @@ def _live_on_demand(name: str, q: RegionQuotes) -> tuple[Optional[float], str, s
 
 
 def _live_spot(name: str, q: RegionQuotes, azs: Optional[set[str]],
-               ref: Optional[float]) -> tuple[dict[str, float], str, str, list[str]]:
-    """(the plausible quote per AZ, live/kept/rejected, why not live, each AZ's rejection);
+               ref: Optional[float]) -> tuple[dict[str, tuple[float, str]], str, str, list[str]]:
+    """(the plausible quote and its timestamp per AZ, live/kept/rejected, why not live, each AZ's rejection);
     `ref` is the on-demand figure a spot quote is judged against."""
     if q.spot is None:
         return {}, "kept", "spot price history unavailable", []
@@ -64,14 +65,14 @@ def _live_spot(name: str, q: RegionQuotes, azs: Optional[set[str]],
         quotes = {az: v for az, v in quotes.items() if az in azs}
     if not quotes:
         return {}, "kept", "no spot quote" + (f" in {', '.join(sorted(azs))}" if azs is not None else f" in {q.region}"), []
-    good: dict[str, float] = {}
+    good: dict[str, tuple[float, str]] = {}
     bad: list[str] = []
-    for az, (price, _ts) in sorted(quotes.items()):
+    for az, (price, ts) in sorted(quotes.items()):
         why = implausible(price, ref)
         if why:
             bad.append(f"{az}: {why}")
         else:
-            good[az] = price
+            good[az] = (price, ts)
     if good:
         return good, "live", "", bad
     why = "live " + bad[0].split(": ", 1)[1] + (f" (and in {len(bad) - 1} more AZs)" if len(bad) > 1 else "")
@@ -91,18 +92,21 @@ def _on_demand_fields(old: Optional[Price], q: RegionQuotes, od_live: Optional[f
             f"no on-demand figure ({od_why})" + (f"; {old.source}" if old and old.source else ""))
 
 
-def _spot_fields(old: Optional[Price], q: RegionQuotes, good: dict[str, float], why: str,
+def _spot_fields(old: Optional[Price], q: RegionQuotes, good: dict[str, tuple[float, str]], why: str,
                  bad: list[str]) -> dict[str, Any]:
     """The merged Price's spot fields: the median of the plausible live quotes, else the embedded ones."""
     if good:
-        median, low, high, n = spot_spread(good.values())
+        median, low, high, n = spot_spread(v for v, _ts in good.values())
+        # The figure this one replaces is its history: a fall past SPOT_HISTORY_FRACTION is kept, flagged.
         return dict(spot=median, spot_min=low, spot_max=high, spot_azs=n, spot_as_of=q.spot_as_of,
+                    spot_flag=against_history(median, old),
+                    spot_quotes=tuple((az, v, ts) for az, (v, ts) in sorted(good.items())),
                     spot_source=(f"EC2 DescribeSpotPriceHistory ({SPOT_PRODUCT}): median of the latest quote in "
                                  f"{n} AZ(s) {', '.join(sorted(good))}"
                                  + (f"; rejected {'; '.join(bad)}" if bad else "")))
     if old is not None and old.spot is not None:
         return dict(spot=old.spot, spot_min=old.spot_min, spot_max=old.spot_max, spot_azs=old.spot_azs,
-                    spot_as_of=old.spot_date,
+                    spot_as_of=old.spot_date, spot_flag=old.spot_flag,
                     spot_source=f"embedded figure kept ({why}): {old.spot_source or old.source}")
     return dict(spot=None, spot_min=None, spot_max=None, spot_azs=0, spot_as_of="",
                 spot_source=f"no spot figure ({why})")

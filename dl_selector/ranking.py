@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Callable, Optional, Union
 from dl_core.markets import CAPACITY_BLOCK, ON_DEMAND, SPOT
 
 from .record import record
+# When a spot figure is set aside (ranked as unpriced on spot): spot_trust.py holds the one rule.
+from .spot_trust import SPOT_QUOTE_FRESH_DAYS, SUSPECT_SPOT_FRACTION  # noqa: F401  (names kept for importers)
 
 if TYPE_CHECKING:
     from .candidate import Candidate
@@ -33,14 +35,6 @@ def per_dollar(sps: float, price: Optional[float]) -> Optional[float]:
 
 MISSING = float("inf")
 
-# A spot figure that is one AZ's quote, undated or more than SPOT_QUOTE_FRESH_DAYS old, and below this
-# fraction of on-demand is not trusted to decide a ranking: AWS GPU spot prices in a healthy market
-# sit at 30-70% of on-demand across AZs, and the quotes below a quarter that the catalog holds
-# (p6-b200.48xlarge at 18% in us-east-1, p5en.48xlarge at 14% in Seoul) are single AZs on undated
-# snapshots. Such a type ranks as unpriced on spot until --live confirms the quote (a quote from today's
-# market) or the user passes --trust-single-az-spot.
-SUSPECT_SPOT_FRACTION = 0.25
-SPOT_QUOTE_FRESH_DAYS = 2
 
 
 def ranked_price(market: Market) -> Callable[[Candidate], Optional[float]]:

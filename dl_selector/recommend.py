@@ -10,7 +10,7 @@ from typing import Any, Iterable, Optional
 
 from dl_core.markets import MARKETS
 
-from . import freshness
+from . import freshness, spot_trust
 from .accelerators import AcceleratorSpec, load_accelerators
 from .calibration import Calibration, calibrate
 from .candidate import CAPACITY_BLOCK_ONLY, Candidate, fmt_price, price_dict, price_line, spot_spread
@@ -242,11 +242,11 @@ def _candidate(facts: InstanceFacts, profile: Profile, ctx: Context, measured: d
     od = m.price_per_hour if m and m.price_per_hour else (price.on_demand if price else None)
     sp = m.spot_price_per_hour if m and m.spot_price_per_hour else (price.spot if price else None)
     block = facts.capacity_block_prices.get(region)
-    untrusted = (ctx.spot and not trust_single_az_spot and sp is not None and od and price is not None
-                 and sp < SUSPECT_SPOT_FRACTION * od and price.spot_azs == 1 and sp == price.spot
-                 and not _fresh(price.spot_as_of))
+    # A measured spot price is the user's own and never set aside.
+    aside = (spot_trust.set_aside(price, od) if ctx.spot and not trust_single_az_spot and price is not None
+             and sp is not None and sp == price.spot else "")
     return Candidate(
-        facts, 0, od, sp, est.samples_per_second, est.source, spot_untrusted=bool(untrusted),
+        facts, 0, od, sp, est.samples_per_second, est.source, spot_untrusted=bool(aside), spot_set_aside=aside,
         capacity_block_price_per_hour=block.usd_per_hour if block else None,
         uncertainty=getattr(est, "uncertainty", 0.0), throughput_basis=getattr(est, "basis", est.source),
         _explanation=est._explain, _region=region, _measured=m)
@@ -267,7 +267,7 @@ def _unpriced_why(ranked: list[Candidate], market: str) -> str:
 
 def _unpriced_reason(market: str) -> str:
     if market == "spot":
-        return "no spot price on record, or a single-AZ quote set aside"
+        return "no spot price on record, or a spot quote set aside as implausibly low"
     if market == "capacity-block":
         return "no Capacity Block rate on record for this region; --live asks EC2 for today's quote"
     return "no on-demand price on record for this region"
@@ -290,8 +290,9 @@ def _notes(ranked: list[Candidate], scale: Optional[Calibration], top: Optional[
     untrusted = [c.instance_type for c in ranked if c.spot_untrusted]
     if untrusted:
         notes.append(f"spot: {', '.join(untrusted[:5])}{' and more' if len(untrusted) > 5 else ''} rank as unpriced: "
-                     f"each one AZ's undated quote below {SUSPECT_SPOT_FRACTION:.0%} of on-demand; confirm with --live "
-                     "or pass --trust-single-az-spot")
+                     f"each a snapshot's quote below {SUSPECT_SPOT_FRACTION:.0%} of on-demand, or one below "
+                     f"{spot_trust.SPOT_HISTORY_FRACTION:.0%} of its previous figure (see each row's reasons); "
+                     "confirm with --live or pass --trust-single-az-spot")
     if scale is not None:
         notes.append(f"calibrated: modelled figures x {scale.scale:.3g} into your measurements' units "
                      f"({scale.describe()}), so measured and modelled types rank on one scale")
@@ -307,8 +308,3 @@ def _some(names: tuple[str, ...], most: int = 4) -> str:
     """'a, b, c, d and 5 more': a why line stays readable when dozens tie."""
     shown = ", ".join(names[:most])
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
-
-
-def _fresh(as_of: str) -> bool:
-    days = freshness.age_days(as_of)
-    return days is not None and days <= SPOT_QUOTE_FRESH_DAYS
