@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Optional
 
 _UNRECOGNIZED = re.compile(r"unrecognized arguments: (?P<args>.*)", re.S)
 _CHOICE = re.compile(r"invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)", re.S)

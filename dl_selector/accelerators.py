@@ -10,7 +10,9 @@ from __future__ import annotations
 import csv
 import functools
 import math
-from typing import Any, Optional, Union
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Any, Optional, Union
 
 from .errors import UserError
 from .paths import data_file
@@ -149,7 +151,8 @@ def load_accelerators(path: str = data_file("accelerators.csv")) -> dict[str, Ac
     return out
 
 
-Facts = Any  # anything with .accelerator and .accelerator_memory_gib (InstanceFacts)
+if TYPE_CHECKING:
+    Facts = Any  # anything with .accelerator and .accelerator_memory_gib (InstanceFacts)
 
 
 def spec_for(what: Union[Facts, tuple[str, Optional[float]], str],

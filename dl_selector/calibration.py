@@ -2,7 +2,9 @@
 types puts every modelled figure in the user's own units (see Calibration)."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Any, Iterable, Optional
 
 from .accelerators import AcceleratorSpec
 from .facts import InstanceFacts

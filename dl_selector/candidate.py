@@ -4,17 +4,19 @@ app's summary share.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Any, Optional
 
 from . import freshness
 from .facts import InstanceFacts, Price
-from .ranking import (PRICE_FIELD, Market, market_name, per_dollar, ranked_per_dollar_of,
+from .ranking import (PRICE_FIELD, market_name, per_dollar, ranked_per_dollar_of,
                       ranked_price)
 from .record import field, record
 from .throughput import Measurement
 
 if TYPE_CHECKING:
-    from .ranking import Bands
+    from .ranking import Bands, Market
 
 # What to say about a type AWS sells only as Capacity Blocks, where no on-demand or spot price exists.
 CAPACITY_BLOCK_ONLY = ("sold only as Capacity Blocks for ML (no on-demand or spot price): rank it with "

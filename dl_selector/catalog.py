@@ -5,7 +5,9 @@ that a recommendation costs milliseconds and no AWS account.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Any, Callable, Iterable, Mapping, Optional
 
 from .errors import UserError, unknown
 from .facts import MAX_NETWORK_GBPS, InstanceFacts, Price

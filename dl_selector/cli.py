@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Optional
 
 from dl_core.argv import OneLineParser
 from .errors import UserError

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator, Mapping
+from collections import abc
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Any, Iterator, Mapping
 
 from .facts import Price
 from .paths import data_file
@@ -89,7 +93,7 @@ class RegionPrices:
         return self._regions
 
 
-class LazyPrices(Mapping[str, Price]):
+class LazyPrices(abc.Mapping[str, Price]):
     """One type's prices by region, as InstanceFacts.prices: a region is read when it is asked for;
     iterating (to_dict, a user's price file merged in) reads them all."""
 

@@ -1,7 +1,9 @@
 """User-facing errors: one line that says what was wrong, what is allowed and the closest match."""
 from __future__ import annotations
 
-from typing import Iterable
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Iterable
 
 
 class UserError(Exception):

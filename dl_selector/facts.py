@@ -1,7 +1,9 @@
 """The facts of one instance type, as the catalog holds them."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Any, Mapping, Optional
 
 from .record import asdict, field, record
 

@@ -3,7 +3,9 @@ selector shows carries its date and its age in days."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Optional
 
 
 def parse_as_of(as_of: str) -> Optional[dt.date]:

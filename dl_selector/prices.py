@@ -1,7 +1,9 @@
 """Price tables: the embedded, cited one and the user's own (private pricing, discounts)."""
 from __future__ import annotations
 
-from typing import Iterable, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Iterable, Optional
 
 from .errors import UserError
 from .facts import Price

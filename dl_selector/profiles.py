@@ -5,9 +5,11 @@ or YAML file of the same shape (`[profiles.NAME]` tables; `extends = "NAME"` cop
 """
 from __future__ import annotations
 
+import json
 import os
-import tomllib
-from typing import Any, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Any, Optional
 
 from .errors import UserError, closest, unknown
 from .paths import data_file
@@ -173,6 +175,7 @@ def _read_file(path: str) -> dict[str, Any]:
         except ValueError as e:  # e.g. an integer past Python's 4300-digit limit
             raise UserError(f"{shown}: not valid YAML ({clean(str(e))[:120]})") from None
     else:
+        import tomllib  # only here: the built-ins are read from their JSON copy (builtin_profiles)
         try:
             data = tomllib.loads(raw)
         except tomllib.TOMLDecodeError as e:
@@ -192,12 +195,28 @@ _builtin: Optional[dict[str, Profile]] = None
 
 
 def builtin_profiles() -> dict[str, Profile]:
+    """data/profiles.toml, read from its JSON copy (scripts/build_profiles.py writes it): parsing
+    TOML imported tomllib, string and their regular expressions on every cold start."""
     global _builtin
     if _builtin is None:
-        with open(data_file("profiles.toml"), "rb") as f:
-            raw = tomllib.load(f)["profiles"]
+        with open(data_file("profiles.json"), "rb") as f:
+            raw = json.load(f)["profiles"]
         _builtin = {n: profile_from_mapping(n, d, None, "built-in") for n, d in raw.items()}
     return _builtin
+
+
+def write_builtin_json() -> str:
+    """Writes data/profiles.json from data/profiles.toml; returns its path."""
+    import tomllib
+    with open(data_file("profiles.toml"), "rb") as f:
+        raw = tomllib.load(f)["profiles"]
+    path = data_file("profiles.json")
+    body = {"generated_from": "dl_selector/data/profiles.toml by scripts/build_profiles.py: edit the TOML",
+            "profiles": raw}
+    with open(path, "w") as f:
+        json.dump(body, f, indent=1, sort_keys=False)
+        f.write("\n")
+    return path
 
 
 def load_profiles(extra: Optional[str] = None) -> dict[str, Profile]:

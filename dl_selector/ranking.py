@@ -4,7 +4,9 @@ explains the order; candidate.py shows them.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional, Union
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Callable, Optional, Union
 
 from dl_core.markets import CAPACITY_BLOCK, ON_DEMAND, SPOT
 
@@ -15,7 +17,8 @@ from .spot_trust import SPOT_QUOTE_FRESH_DAYS, SUSPECT_SPOT_FRACTION  # noqa: F4
 if TYPE_CHECKING:
     from .candidate import Candidate
 
-Market = Union[bool, str]  # True/False (spot or on-demand, the older API) or one of MARKETS
+if TYPE_CHECKING:
+    Market = Union[bool, str]  # True/False (spot or on-demand, the older API) or one of MARKETS
 
 
 # The Candidate field holding each market's price.

@@ -6,7 +6,10 @@ ranked type is candidate.py. Their public names are importable from here as befo
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterable, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from .ranking import Market
+    from typing import Any, Iterable, Optional
 
 from dl_core.markets import MARKETS
 
@@ -18,7 +21,7 @@ from .catalog import Catalog, load_catalog
 from .errors import unknown
 from .facts import InstanceFacts
 from .profiles import Profile, get_profile
-from .ranking import (MODEL_METRICS, SPOT_QUOTE_FRESH_DAYS, SUSPECT_SPOT_FRACTION, Market, market_name, ranked_price,
+from .ranking import (MODEL_METRICS, SPOT_QUOTE_FRESH_DAYS, SUSPECT_SPOT_FRACTION, market_name, ranked_price,
                       sort_key, tie_groups, unpriced_in)
 from .record import field, record, replace
 from .requirements import Context, Filters, fails, failures, rules_for

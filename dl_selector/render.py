@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Any, Optional
 
 from . import freshness
 from .catalog import Catalog

@@ -6,7 +6,9 @@ p5.48xlarge?" always has an answer.
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Callable, Optional
 
 from .accelerators import AcceleratorSpec, spec_for
 from .facts import InstanceFacts
@@ -50,7 +52,8 @@ class Context:
             object.__setattr__(self, "market", "spot" if self.spot else "on-demand")
 
 
-Rule = Callable[[InstanceFacts, Profile, Context], Optional[str]]
+if TYPE_CHECKING:
+    Rule = Callable[[InstanceFacts, Profile, Context], Optional[str]]
 
 
 def retired(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:

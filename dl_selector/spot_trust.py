@@ -18,7 +18,9 @@ Only the stdlib and freshness are imported: recommend calls this for every candi
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Optional
 
 from . import freshness
 

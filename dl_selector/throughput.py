@@ -16,7 +16,9 @@ Scaling efficiency (documented assumptions, not measurements; replace with --thr
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional, Union
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Callable, Optional, Union
 
 from .accelerators import DEFAULT_UNCERTAINTY, AcceleratorSpec, spec_for
 from .errors import UserError, unknown

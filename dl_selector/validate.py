@@ -11,7 +11,9 @@ import json
 import math
 import os
 import re
-from typing import Any, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Any, Optional
 
 from .errors import UserError
 from .freshness import parse_as_of

@@ -7,7 +7,9 @@ report:  a table, a PNG chart and a Markdown report ranked by measured samples p
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    from typing import Callable
 
 from ..errors import UserError
 from ..validate import family_list, finite_number
