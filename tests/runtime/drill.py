@@ -266,9 +266,11 @@ class Drill:
         return self._events
 
     def wait(self, what: str, cond: Callable[[], bool], timeout: float = 90.0, poll: float = 0.01) -> None:
-        end = time.monotonic() + timeout
+        t0 = time.monotonic()
+        end = t0 + timeout
         while time.monotonic() < end:
             if cond():
+                print(f"[drill] {time.monotonic() - t0:6.1f} s waiting for {what}", flush=True)
                 return
             time.sleep(poll)
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n" + self.dump())
