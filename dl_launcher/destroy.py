@@ -97,6 +97,9 @@ def destroy(cfn: Any, s3: Any, job: str, region: str, *, delete_checkpoints: boo
         cfn.delete_stack(StackName=name)
     else:
         import uuid
+        if catalog is None:
+            import boto3
+            catalog = boto3.client("servicecatalog", region_name=region)
         say(f"terminating Service Catalog provisioned product {product} in {region}: it deletes stack {name} "
             "(the cluster first, by its teardown resource)")
         catalog.terminate_provisioned_product(ProvisionedProductId=product, TerminateToken=str(uuid.uuid4()))
