@@ -185,9 +185,9 @@ def _run(a: argparse.Namespace) -> int:
         return _status(a, region)
     if a.verb == "logs":
         from constructs_lib.fleet.cli import main as fleet_main
-        from .jobstack import describe
+        from .jobstack import cluster_of, describe
         stack = describe(_client("cloudformation", region), a.job, region)  # one line if it is not a job's
-        return fleet_main(["logs", "--cluster", stack["StackName"], "--since", f"{a.since:.0f}s", "--region", region,
+        return fleet_main(["logs", "--cluster", cluster_of(stack), "--since", f"{a.since:.0f}s", "--region", region,
                            *(["--follow"] if a.follow else [])])
     if a.verb == "shell":
         return _shell(a, region)
@@ -263,10 +263,8 @@ def _status(a: argparse.Namespace, region: str) -> int:
 
     from constructs_lib.fleet.cli import main as fleet_main
     from constructs_lib.fleet.instances import list_cluster
-    from constructs_lib.runtime.contract import capacity_state_key
-
     from .cost import running_cost
-    from .jobstack import describe, output
+    from .jobstack import cluster_of, describe, output, state_key_of
 
     stack = describe(_client("cloudformation", region), a.job, region)
     bucket = output(stack, "CheckpointBucket")
@@ -274,14 +272,14 @@ def _status(a: argparse.Namespace, region: str) -> int:
         raise CliError(f"stack {stack['StackName']} has no CheckpointBucket output: is it a dl-launcher training "
                        f"stack (it is {stack['StackStatus']})?")
     # Nodes are those tagged with this stack's id as well as its cluster name (contract.TAG_STACK).
-    args = ["status", "--bucket", bucket, "--key", capacity_state_key(stack["StackName"]), "--stack", stack["StackId"],
+    args = ["status", "--bucket", bucket, "--key", state_key_of(stack), "--stack", stack["StackId"],
             "--region", region]
     captured = io.StringIO()
     with contextlib.redirect_stdout(captured):
         rc = fleet_main([*args, *(["--json"] if a.json else [])])
     cost = None
     if rc == 0:
-        nodes = list_cluster(_client("ec2", region), stack["StackName"], stack["StackId"])
+        nodes = list_cluster(_client("ec2", region), cluster_of(stack), stack["StackId"])
         cost = running_cost(output(stack, "CostModel"), stack["CreationTime"].timestamp(), nodes)
     if a.json and rc == 0:
         body = json.loads(captured.getvalue())
@@ -300,10 +298,10 @@ def _shell(a: argparse.Namespace, region: str) -> int:
 
     from constructs_lib.fleet.instances import list_cluster
 
-    from .jobstack import describe
+    from .jobstack import cluster_of, describe
 
     stack = describe(_client("cloudformation", region), a.job, region)
-    nodes = sorted(list_cluster(_client("ec2", region), stack["StackName"], stack["StackId"]),
+    nodes = sorted(list_cluster(_client("ec2", region), cluster_of(stack), stack["StackId"]),
                    key=lambda n: (n.launched, n.id))
     if not nodes:
         raise CliError(f"job {a.job} has no running node in {region}: `dl-launcher status {a.job}` says why")
@@ -328,7 +326,7 @@ def _destroy(a: argparse.Namespace, region: str) -> int:
         return input(f"delete every checkpoint of {a.job} for good? type {a.job} to confirm: ").strip() == a.job
 
     return destroy(_client("cloudformation", region), _client("s3", region), a.job, region,
-                   delete_checkpoints=a.delete_checkpoints, confirm=confirm)
+                   delete_checkpoints=a.delete_checkpoints, confirm=confirm, catalog=_client("servicecatalog", region))
 
 
 def console() -> None:

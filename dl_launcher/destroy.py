@@ -5,6 +5,8 @@ checkpoint bucket and its access-log bucket are RETAIN: a deleted stack must nev
 of training with it. `--delete-checkpoints` empties and removes them (every version and delete
 marker: the checkpoint bucket is versioned), after the user types the job name or passes --yes;
 once the stack is gone, it finds them in CloudFormation's record of the deleted stack (jobstack.deleted_stacks).
+A stack Service Catalog launched is terminated through Service Catalog (its provisioned product),
+never deleted under it: a stack deleted directly leaves the provisioned product in error.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import time
 from typing import Any, Callable
 
 from .errors import CliError
-from .jobstack import NoStack, deleted_stacks, describe, stack_name
+from .jobstack import NoStack, deleted_stacks, describe, provisioned_product
 
 # S3 Standard in us-east-1, first 50 TB (the S3 pricing page): what a kept checkpoint costs.
 S3_USD_PER_GB_MONTH = 0.023
@@ -71,7 +73,9 @@ def _elapsed(seconds: float) -> str:
 
 
 def destroy(cfn: Any, s3: Any, job: str, region: str, *, delete_checkpoints: bool, confirm: Callable[[str], bool],
-            timeout: float = 3600.0, poll: float = 10.0, say: Callable[[str], Any] = print) -> int:
+            timeout: float = 3600.0, poll: float = 10.0, say: Callable[[str], Any] = print,
+            catalog: Any = None) -> int:
+    """`catalog`: a Service Catalog client, for a stack Service Catalog launched."""
     try:
         stack = describe(cfn, job, region)
     except NoStack:
@@ -86,9 +90,19 @@ def destroy(cfn: Any, s3: Any, job: str, region: str, *, delete_checkpoints: boo
     buckets = [p for _l, t, p in kept if t == "AWS::S3::Bucket"]
     if delete_checkpoints and not confirm(name):
         raise CliError(f"not confirmed: nothing was deleted (type {job} at the prompt, or pass --yes)")
-    say(f"deleting stack {name} in {region} (the cluster is terminated first by its teardown resource)")
     seen = {ev["EventId"] for ev in _latest_events(cfn, stack["StackId"])}
-    cfn.delete_stack(StackName=name)
+    product = provisioned_product(stack)
+    if product is None:
+        say(f"deleting stack {name} in {region} (the cluster is terminated first by its teardown resource)")
+        cfn.delete_stack(StackName=name)
+    else:
+        import uuid
+        if catalog is None:
+            import boto3
+            catalog = boto3.client("servicecatalog", region_name=region)
+        say(f"terminating Service Catalog provisioned product {product} in {region}: it deletes stack {name} "
+            "(the cluster first, by its teardown resource)")
+        catalog.terminate_provisioned_product(ProvisionedProductId=product, TerminateToken=str(uuid.uuid4()))
     started = time.monotonic()
     deadline = started + timeout
     quiet_since = started
@@ -146,10 +160,10 @@ def _left_behind(cfn: Any, s3: Any, job: str, region: str, stack_ids: list[str],
     stacks retained, the ones that still exist, with the same confirmation as before."""
     from dl_core.aws import not_found
 
-    buckets: list[tuple[str, str]] = []
+    buckets: list[tuple[str, str, str]] = []  # (the deleted stack's name, logical id, bucket)
     for stack_id in stack_ids:
         for logical, kind, physical in retained(cfn, stack_id):
-            if kind != "AWS::S3::Bucket" or any(physical == b for _, b in buckets):
+            if kind != "AWS::S3::Bucket" or any(physical == b for _, _, b in buckets):
                 continue
             try:
                 s3.head_bucket(Bucket=physical)
@@ -157,17 +171,18 @@ def _left_behind(cfn: Any, s3: Any, job: str, region: str, stack_ids: list[str],
                 if not_found(e):
                     continue
                 raise
-            buckets.append((logical, physical))
-    name = stack_name(job)
+            # A stack's id is arn:...:stack/NAME/UUID: the name it had, whatever the job's.
+            buckets.append((stack_id.split("/")[1] if stack_id.count("/") >= 2 else stack_id, logical, physical))
     if not buckets:
-        say(f"stack {name} in {region} is deleted and none of the buckets it kept is left: nothing to delete")
+        names = ", ".join(dict.fromkeys(i.split("/")[1] if i.count("/") >= 2 else i for i in stack_ids))
+        say(f"stack {names} in {region} is deleted and none of the buckets it kept is left: nothing to delete")
         return 0
-    for logical, physical in buckets:
+    for name, logical, physical in buckets:
         n, size = bucket_size(s3, physical)
         say(f"stack {name} is deleted; it kept bucket {physical} ({logical}): {n:,} object versions, {size / 1e9:,.2f} GB")
-    if not confirm(name):
+    if not confirm(buckets[0][0]):
         raise CliError(f"not confirmed: nothing was deleted (type {job} at the prompt, or pass --yes)")
-    for _logical, physical in buckets:
+    for _name, _logical, physical in buckets:
         say(f"deleted bucket {physical} ({empty_and_delete(s3, physical):,} object versions)")
     return 0
 

@@ -6,15 +6,18 @@ A stack's name is not proof that dl-launcher made it: `dl-data-lake` may be anot
 verb acts only on a stack that names its job itself: the stack dl-JOB with the training stack's
 output contract.OUTPUT_JOB, or, on stacks deployed before that output existed, the stack tag
 contract.TAG_JOB that cdk deploy sets; a stack of any other name only with both, naming the same
-job (the tag alone is anyone's to set on any stack; the output alone is any template's). Any
-other stack is neither listed, offered as the closest name, described, nor touched."""
+job (the tag alone is anyone's to set on any stack; the output alone is any template's); a stack
+Service Catalog launched from a dl-launcher product (SC-...-pp-...) by the job output, the
+product's own output contract.OUTPUT_PRODUCT and Service Catalog's AutoTags, which no user can set
+(aws: is reserved). Any other stack is neither listed, offered as the closest name, described,
+nor touched (docs/security.md)."""
 from __future__ import annotations
 
 import re
 from typing import Any, Optional
 
 from constructs_lib.runtime import contract
-from constructs_lib.runtime.contract import OUTPUT_JOB, TAG_JOB
+from constructs_lib.runtime.contract import OUTPUT_CLUSTER, OUTPUT_JOB, OUTPUT_PRODUCT, OUTPUT_STATE_KEY, TAG_JOB
 from dl_selector.errors import closest
 
 from .errors import CliError
@@ -40,6 +43,13 @@ def stack_name(job: str) -> str:
     return job if job.startswith(PREFIX) else f"{PREFIX}{job}"
 
 
+# Service Catalog's AutoTags on every stack it provisions (the Service Catalog Administrator Guide,
+# "AWS Service Catalog AutoTags"): keys under the reserved aws: prefix, which no user can set on a
+# stack, nor remove.
+SC_PROVISIONED_PRODUCT = "aws:servicecatalog:provisionedProductArn"
+SC_PRODUCT = "aws:servicecatalog:productArn"
+
+
 def job_of(stack: dict[str, Any]) -> Optional[str]:
     """The job a described stack says it runs, or None when dl-launcher did not make it (its name
     must be dl-<that job> too: a copied output on another stack names no job)."""
@@ -50,7 +60,31 @@ def job_of(stack: dict[str, Any]) -> Optional[str]:
             return job
     if said and said == tagged and JOB_NAME.fullmatch(said):  # any other name: the template's word and the tag
         return said
+    if said and JOB_NAME.fullmatch(said) and provisioned_product(stack) and output(stack, OUTPUT_PRODUCT):
+        return said  # launched by Service Catalog from a product that marks itself dl-launcher's
     return None
+
+
+def provisioned_product(stack: dict[str, Any]) -> Optional[str]:
+    """The provisioned product's id (pp-...) of a stack Service Catalog launched, by its AutoTags
+    (both: the product's ARN and the provisioned product's), else None."""
+    tags = {t.get("Key"): t.get("Value") for t in stack.get("Tags") or []}
+    arn = tags.get(SC_PROVISIONED_PRODUCT)
+    if not arn or not tags.get(SC_PRODUCT):
+        return None
+    last = arn.rsplit("/", 1)[-1]  # arn:aws:servicecatalog:REGION:ACCOUNT:stack/NAME/pp-...
+    return last if last.startswith("pp-") else None
+
+
+def cluster_of(stack: dict[str, Any]) -> str:
+    """The cluster id the stack says its nodes carry (contract.TAG_CLUSTER); a training stack
+    deployed before OUTPUT_CLUSTER existed was always dl-JOB, named after its construct id."""
+    return output(stack, OUTPUT_CLUSTER) or stack["StackName"]
+
+
+def state_key_of(stack: dict[str, Any]) -> str:
+    """Where the stack's capacity controller keeps its state, as the stack says (else as before)."""
+    return output(stack, OUTPUT_STATE_KEY) or contract.capacity_state_key(cluster_of(stack))
 
 
 def check_job(job: str) -> None:
@@ -116,24 +150,33 @@ def output(stack: dict[str, Any], key: str) -> Optional[str]:
 
 
 def deleted_stacks(cfn: Any, job: str) -> list[str]:
-    """The ids of the deleted stacks dl-<job> that dl-launcher made, newest first. CloudFormation
+    """The ids of the deleted stacks that ran the job by the same rule as a live one (job_of), whatever
+    their names (dl-JOB, a team's own, a Service Catalog launch), newest first. CloudFormation
     keeps a deleted stack's record, template and resources for 90 days, under its id: what the
-    stack retained is found there, by CloudFormation's own word, never by a tag anyone could set."""
-    name = stack_name(job)
+    stack retained is found there, by CloudFormation's own word, never by a tag alone."""
+    bare = stack_name(job)[len(PREFIX):]
     found = [s for page in cfn.get_paginator("list_stacks").paginate(StackStatusFilter=["DELETE_COMPLETE"])
-             for s in page["StackSummaries"] if s.get("StackName") == name]
+             for s in page["StackSummaries"]]
     found.sort(key=lambda s: s.get("DeletionTime") or s.get("CreationTime"), reverse=True)
-    return [s["StackId"] for s in found if _made_by_us(cfn, s["StackId"], name[len(PREFIX):])]
+    return [s["StackId"] for s in found if _made_by_us(cfn, s["StackId"], bare)]
 
 
 def _made_by_us(cfn: Any, stack_id: str, job: str) -> bool:
-    """A deleted stack whose record (or, where AWS keeps no outputs for it, its template) names the job."""
+    """A deleted stack whose record names the job; where AWS keeps no outputs for it, with the
+    outputs its template declares (a parameter's Ref read from the record's parameters)."""
     (stack,) = cfn.describe_stacks(StackName=stack_id)["Stacks"]
-    if job_of(stack) == job:
-        return True
+    if stack.get("Outputs"):
+        return job_of(stack) == job
     body = cfn.get_template(StackName=stack_id)["TemplateBody"]
     if isinstance(body, str):
         import json
         body = json.loads(body)
-    return ((body.get("Outputs") or {}).get(OUTPUT_JOB) or {}).get("Value") == job
-
+    params = {p.get("ParameterKey"): p.get("ParameterValue") for p in stack.get("Parameters") or []}
+    outputs = []
+    for key, out in (body.get("Outputs") or {}).items():
+        value = (out or {}).get("Value")
+        if isinstance(value, dict) and set(value) == {"Ref"}:
+            value = params.get(value["Ref"])
+        if isinstance(value, str):
+            outputs.append({"OutputKey": key, "OutputValue": value})
+    return job_of({**stack, "Outputs": outputs}) == job

@@ -18,7 +18,7 @@ from dl_selector.errors import UserError
 
 from .portfolio_app import prepare
 from .portfolio_settings import PortfolioSettings
-from .portfolio_stack import populate
+from .portfolio_stack import LaunchRoleStack, populate
 from .product_plan import ProductPlan
 
 
@@ -107,3 +107,62 @@ def _region(scope: Construct, region: Optional[str]) -> str:
         raise UserError(f"ServiceCatalogPortfolio region={region!r} is not its stack's region {stack_region!r}: "
                         "the products are priced where they deploy; leave region out")
     return region if region is not None else stack_region
+
+
+class PortfolioLaunchRoleStack(LaunchRoleStack):
+    """The launch role of a shared ServiceCatalogPortfolio, as a stack of its own, for each account
+    the portfolio is shared with (deploy it there, or as a StackSet): Service Catalog looks a
+    shared product's launch role up by name in the launching account.
+
+    ```python
+    hub = cdk.Stack(app, "Platform", env=cdk.Environment(account="111111111111", region="us-east-1"))
+    portfolio = ServiceCatalogPortfolio(hub, "Gpu", name="ml", profiles_file="team.toml")  # shares in [portfolio]
+    PortfolioLaunchRoleStack(app, "GpuLaunchRole", portfolio=portfolio,
+                             env=cdk.Environment(account="222222222222", region="us-east-1"))
+    ```
+
+    The same role as the hub's (permissions from the products' resource types, the products'
+    permissions boundary beside it), named `dl-launcher-NAME-launch`, reading the hub's asset bucket.
+    A portfolio shared with no account (`share_with_accounts` in profiles_file's [portfolio])
+    uses the hub's own role and needs none: that, or a region other than the portfolio's, raises
+    dl_selector.errors.UserError with one line, before anything is built.
+
+    Args:
+        scope: the app (or a stage).
+        id: the stack's construct id.
+        portfolio: the ServiceCatalogPortfolio whose products this role launches.
+        env: the shared account and the portfolio's region. Default: the portfolio's region,
+            the account of the CDK CLI's credentials.
+        description: the stack's description. Default: names the portfolio.
+        stack_name: as cdk.Stack's.
+        synthesizer: as cdk.Stack's.
+
+    Attributes:
+        role: the iam.Role Service Catalog assumes in this account.
+        boundary: the ManagedPolicy every role a product creates must carry.
+    """
+
+    role: iam.IRole
+    boundary: iam.IManagedPolicy
+
+    def __init__(self, scope: Construct, id: str, *, portfolio: ServiceCatalogPortfolio,
+                 env: Optional[cdk.Environment] = None, description: Optional[str] = None,
+                 stack_name: Optional[str] = None, synthesizer: Optional[cdk.IStackSynthesizer] = None) -> None:
+        settings = portfolio.settings
+        if not portfolio.shared:
+            raise UserError(f"PortfolioLaunchRoleStack {id}: portfolio {settings.name} is shared with no account "
+                            "(share_with_accounts in profiles_file's [portfolio]): its products use the hub's own "
+                            "launch role (portfolio.launch_role); leave this stack out")
+        region = env.region if env is not None and env.region is not None else None
+        if region is not None and not cdk.Token.is_unresolved(region) and region != settings.region:
+            raise UserError(f"PortfolioLaunchRoleStack {id}: env region {region!r} is not portfolio "
+                            f"{settings.name}'s region {settings.region!r}: the role launches its products there")
+        account = env.account if env is not None else None
+        hub = cdk.Stack.of(portfolio).account
+        if account is not None and not cdk.Token.is_unresolved(account) and account == hub:
+            raise UserError(f"PortfolioLaunchRoleStack {id}: account {account} holds the portfolio, whose own "
+                            f"launch role has this name already; deploy this stack in the accounts it is shared with")
+        env = cdk.Environment(account=account, region=settings.region)
+        super().__init__(scope, id, portfolio=portfolio, env=env, stack_name=stack_name, synthesizer=synthesizer,
+                         description=description or f"dl-launcher portfolio {settings.name}: its launch role, "
+                                                    "for a shared account")

@@ -88,7 +88,7 @@ def build(app: cdk.App, ctx: Mapping[str, Any], synthesizer=None) -> cdk.Stack:
                            synthesizer=synthesizer,
                            description=f"dl-launcher portfolio {settings.name}: {len(plans)} products")
     if stack.shared:
-        LaunchRoleStack(app, f"dl-portfolio-{settings.name}-launch-role", settings=settings, portfolio=stack,
+        LaunchRoleStack(app, f"dl-portfolio-{settings.name}-launch-role", portfolio=stack,
                         env=cdk.Environment(region=settings.region), synthesizer=synthesizer,
                         description=f"dl-launcher portfolio {settings.name}: its launch role, for a shared account")
     return stack

@@ -55,11 +55,12 @@ def launch_role_name(settings: PortfolioSettings) -> str:
 class LaunchRoleStack(cdk.Stack):
     """The launch role alone, by its shared name, for each account the portfolio is shared with
     (`cdk deploy dl-portfolio-NAME-launch-role` there, or a StackSet): the same permissions, the
-    hub's asset bucket (which the portfolio's shares let those accounts read)."""
+    hub's asset bucket (which the portfolio's shares let those accounts read). `portfolio`: the
+    app's PortfolioStack or a ServiceCatalogPortfolio (anything populate() built)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: PortfolioSettings, portfolio: "PortfolioStack",
-                 **kwargs) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, portfolio: Construct, **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        settings: PortfolioSettings = portfolio.settings
         assets = s3.Bucket.from_bucket_name(self, "HubAssets", portfolio.asset_bucket_name)
         self.boundary = ProductRoleBoundary(self, "ProductRoleBoundary", portfolio=settings.name,
                                             assets=portfolio.asset_bucket_name).policy

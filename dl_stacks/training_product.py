@@ -16,6 +16,7 @@ from constructs import Construct
 from constructs_lib import CheckpointBucket, InstanceOption, InterruptionAlerts, NodeOptions
 from constructs_lib.choice_capacity import CapacityChoice, ChoiceCapacity
 from constructs_lib.observability.cluster import ClusterObservability
+from constructs_lib.runtime import contract
 from constructs_lib.runtime.contract import JOB_NAME, TAG_CLUSTER, TAG_PRODUCT, capacity_state_key
 
 from .network import existing_subnets, training_vpc
@@ -104,6 +105,16 @@ class TrainingProduct(Construct):
         cdk.Tags.of(self).add(TAG_PRODUCT, product_tag, exclude_resource_types=skip)
         self._command_room()
         self._outputs(stack, plan, prefix)
+        # What the dl-launcher CLI reads (dl_launcher/jobstack.py): the job, this product's mark
+        # beside Service Catalog's AutoTags (docs/security.md), and where its controller keeps state.
+        for key, value, why in (
+                (contract.OUTPUT_JOB, job.value_as_string, "the job this launch runs: dl-launcher status JOB and "
+                 "destroy JOB find it"),
+                (contract.OUTPUT_PRODUCT, product_tag, "the dl-launcher product (portfolio/profile) this was "
+                 "launched from"),
+                (contract.OUTPUT_CLUSTER, job.value_as_string, f"the cluster id (tag {TAG_CLUSTER}) on every node"),
+                (contract.OUTPUT_STATE_KEY, self.state_key, "the capacity controller's state, in CheckpointBucket")):
+            cdk.CfnOutput(stack, key, value=value, description=why)
 
     @staticmethod
     def _parameters(stack: cdk.Stack, plan: ProductPlan) -> dict[str, cdk.CfnParameter]:

@@ -140,6 +140,11 @@ class TrainingStack(cdk.Stack):
             description="start the cluster again after the idle guard or a teardown stopped it (newest checkpoint)")
         cdk.CfnOutput(self, contract.OUTPUT_JOB, value=settings.job, description=(
             "the job this stack runs: dl-launcher status, logs, shell and destroy act only on a stack that says so"))
+        # The cluster id is the construct id, which `stack_name=` can set apart from the stack's name.
+        cdk.CfnOutput(self, contract.OUTPUT_CLUSTER, value=cluster_id,
+                      description=f"the cluster id (tag {TAG_CLUSTER}) on every node")
+        cdk.CfnOutput(self, contract.OUTPUT_STATE_KEY, value=capacity_state_key(cluster_id),
+                      description="the capacity controller's state, in CheckpointBucket")
         cdk.CfnOutput(self, "DestroyCommand", value=f"dl-launcher destroy {settings.job} --region {self.region}",
                       description="delete this stack (the cluster first); the checkpoint buckets stay unless "
                                   "--delete-checkpoints")

@@ -54,6 +54,14 @@ JOB_NAME = r"[a-z0-9][a-z0-9-]{0,39}"
 # made (its name alone says nothing: `dl-data-lake` may be anyone's). An output, because it is part
 # of the template whoever deploys it; stacks deployed before it existed carry TAG_JOB instead.
 OUTPUT_JOB = "DlLauncherJob"
+# A Service Catalog product's own mark (its value: TAG_PRODUCT's, PORTFOLIO/PROFILE): with the job
+# output and Service Catalog's AutoTags on the stack, it makes a provisioned product's stack a
+# job's for the CLI (dl_launcher/jobstack.py; docs/security.md says who can write each).
+OUTPUT_PRODUCT = "DlLauncherProduct"
+# What the stack says its cluster id (TAG_CLUSTER's value) and its capacity controller's state key
+# are: the CLI reads them rather than guess from the stack's name (a renamed stack, a product).
+OUTPUT_CLUSTER = "DlLauncherCluster"
+OUTPUT_STATE_KEY = "DlLauncherStateKey"
 
 # ---- metrics (CloudWatch) -------------------------------------------------------------------------
 # Every metric of both namespaces carries DIM_JOB (the cluster id, as in TAG_CLUSTER) and

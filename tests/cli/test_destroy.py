@@ -26,13 +26,15 @@ TEMPLATE = {"Resources": {
 }, "Outputs": {"CheckpointBucket": {"Value": {"Ref": "CheckpointsBucket"}}}}
 
 
-def _deploy(name: str, mark: Optional[str] = None, **kw):
-    """TEMPLATE as stack `name`, with the training stack's job output when `mark` is given; its
-    buckets' physical ids, the checkpoint bucket holding three versions and a delete marker."""
+def _deploy(name: str, mark: Optional[str] = None, outputs: Optional[dict] = None, **kw):
+    """TEMPLATE as stack `name`, with the training stack's job output when `mark` is given (and
+    `outputs` beside); its buckets' physical ids, the checkpoint bucket holding three versions and
+    a delete marker."""
     cfn, s3 = boto3.client("cloudformation", region_name="us-east-1"), boto3.client("s3", region_name="us-east-1")
     template = json.loads(json.dumps(TEMPLATE))
     if mark is not None:
         template["Outputs"][OUTPUT_JOB] = {"Value": mark}
+    template["Outputs"].update({k: {"Value": v} for k, v in (outputs or {}).items()})
     cfn.create_stack(StackName=name, TemplateBody=json.dumps(template), **kw)
     res = {r["LogicalResourceId"]: r["PhysicalResourceId"]
            for r in cfn.list_stack_resources(StackName=name)["StackResourceSummaries"]}

@@ -11,7 +11,7 @@ import aws_cdk as cdk
 import boto3
 import pytest
 
-from constructs_lib.runtime.contract import OUTPUT_JOB, TAG_JOB
+from constructs_lib.runtime.contract import OUTPUT_CLUSTER, OUTPUT_JOB, OUTPUT_STATE_KEY, TAG_JOB, capacity_state_key
 from dl_launcher.cli import main
 from dl_launcher.errors import CliError
 from dl_launcher.jobstack import NoStack, deployed_jobs, describe, job_of
@@ -22,6 +22,7 @@ from tests.cli.conftest import job_stack
 
 TOPIC = {"T": {"Type": "AWS::SNS::Topic"}}
 NAME = "ml-team-llm"  # the team's own stack name: nothing like dl-<job>
+CONSTRUCT = "LlmTraining"  # its construct id, which names the cluster
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +32,14 @@ def team_app(tmp_path_factory):
     settings = from_context({"profile": "single-gpu-training", "job": "llm", "preflight": "false"})
     out = tmp_path_factory.mktemp("team")
     app = cdk.App(outdir=str(out))
-    TrainingStack(app, NAME, settings=settings, selection=select(settings), env=cdk.Environment(region="us-east-1"))
+    # Its construct id (the cluster id) apart from its stack name, as `stack_name=` allows.
+    stack = TrainingStack(app, CONSTRUCT, stack_name=NAME, settings=settings, selection=select(settings),
+                          env=cdk.Environment(region="us-east-1"))
     app.synth()
+    assert stack.stack_name == NAME
     manifest = json.loads((out / "manifest.json").read_text())
-    return json.loads((out / f"{NAME}.template.json").read_text()), manifest["artifacts"][NAME]["properties"]["tags"]
+    return (json.loads((out / f"{stack.artifact_id}.template.json").read_text()),
+            manifest["artifacts"][stack.artifact_id]["properties"]["tags"])
 
 
 def _create(cfn, name: str, *, said: str | None = None, tagged: str | None = None, outputs: dict | None = None) -> None:
@@ -94,3 +99,27 @@ def test_a_dl_stack_that_is_not_ours_is_still_refused_unless_the_job_runs_elsewh
     _create(cfn, NAME, said="llm", tagged="llm")
     assert describe(cfn, "llm", "us-east-1")["StackName"] == NAME
     assert job_of(cfn.describe_stacks(StackName="dl-llm")["Stacks"][0]) is None
+
+
+def test_status_of_a_renamed_stack_reads_the_cluster_the_stack_names(aws, team_app, capsys):
+    """`stack_name=` sets the stack's name apart from its construct id, which names the cluster
+    and the controller's state key: status reads both from the stack's outputs."""
+    import dataclasses
+
+    from tests.fleet.conftest import BUCKET, Cloud
+
+    template, tags = team_app
+    assert template["Outputs"][OUTPUT_CLUSTER]["Value"] == CONSTRUCT
+    assert template["Outputs"][OUTPUT_STATE_KEY]["Value"] == capacity_state_key(CONSTRUCT)
+    cloud = Cloud()
+    cfn = boto3.client("cloudformation", region_name="us-east-1")
+    outputs = {k: template["Outputs"][k] for k in (OUTPUT_JOB, OUTPUT_CLUSTER, OUTPUT_STATE_KEY)}
+    stack_id = cfn.create_stack(StackName=NAME, TemplateBody=json.dumps({"Resources": TOPIC, "Outputs": {
+        **outputs, "CheckpointBucket": {"Value": BUCKET}}}), Tags=[{"Key": k, "Value": v} for k, v in tags.items()])["StackId"]
+    spec = dataclasses.replace(cloud.spec(nodes=1, stack=stack_id), cluster=CONSTRUCT,
+                               state_key=capacity_state_key(CONSTRUCT))
+    cloud.controller(spec).reconcile()
+    capsys.readouterr()
+    assert main(["status", "llm", "--region", "us-east-1"]) == 0
+    out = capsys.readouterr().out
+    assert f"cluster {CONSTRUCT}: current type " in out and "1 running" in out, out
