@@ -125,7 +125,10 @@ class StallWatch:
         reports = steps.read(str(self.g))
         if reports and not self.reports_steps:
             self.reports_steps = True
-            with open(self.flag, "w"):
+            try:  # remembered for the next runs of this boot: their first step then has its allowance
+                with open(self.flag, "w"):
+                    pass
+            except OSError:
                 pass
         detail = hang_detail(reports, self.started, time.time(), self.s, self.reports_steps)
         if detail:

@@ -68,11 +68,21 @@ class StepClock:
         self._left = time.monotonic()
 
 
+def busy() -> None:
+    """This rank is working, not stepping (an evaluation, a final export): its report's time moves
+    on and the supervisor sees no hang. Cheap (one utime of a local file): call it every few
+    seconds of a long phase between steps. Off a node, or before the rank's first step, nothing."""
+    try:
+        os.utime(os.path.join(steps_dir(), f"rank-{os.environ.get('LOCAL_RANK', '0')}.json"))
+    except (OSError, ValueError):
+        pass
+
+
 @dataclass(frozen=True)
 class Report:
     rank: str
     step: int
-    at: float                 # wall clock of the rank's last report
+    at: float                 # wall clock of the rank's last report, or of its last busy()
     median: Optional[float]   # seconds: the rank's recent median busy step time
 
 
@@ -87,7 +97,7 @@ def read(generation: str) -> list[Report]:
             if str(d.get("generation")) != str(generation):
                 continue
             median = d.get("median")
-            out.append(Report(os.path.basename(f)[5:-5], int(d["step"]), float(d["at"]),
+            out.append(Report(os.path.basename(f)[5:-5], int(d["step"]), max(float(d["at"]), os.stat(f).st_mtime),
                               float(median) if isinstance(median, (int, float)) else None))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue

@@ -188,3 +188,19 @@ def test_a_node_whose_run_a_peers_hang_stopped_runs_the_quick_checks_too(node):
     assert any("i-0000000000000000b hung; quick checks passed" in line for line in node.said), node.said
     node.said.clear()
     assert after_run(node, 6, "peer-lost", "x gone") == ("peer-lost", "x gone") and not node.said
+
+
+def test_busy_moves_a_ranks_report_on_so_a_long_evaluation_is_no_hang(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    steps.busy()
+    assert steps.read("1") == [], "before the rank's first step there is nothing to move on"
+    StepClock(2, "1").arrived(7)
+    path = Path(steps.steps_dir(), "rank-2.json")
+    old = _report_file("2")["at"] - 3600
+    path.write_text(json.dumps({**_report_file("2"), "at": old}))
+    os.utime(path, (old, old))
+    [before] = steps.read("1")
+    assert hang_detail([before], 0.0, old + 61, S, True).startswith("hung: no step for 61 s at step 7")
+    steps.busy()
+    [after] = steps.read("1")
+    assert after.step == 7 and after.at > old + 61 and hang_detail([after], 0.0, old + 61, S, True) == ""
