@@ -110,7 +110,7 @@ class StallWatch:
         steps.clear()
         self.started = time.time()
         self.next_pace = time.monotonic() + settings.pace_every
-        self.strikes, self.key = 0, None
+        self.strikes, self.key, self.reported = 0, None, False
         self.flag = os.path.join(contract.run_dir(), REPORTS_FLAG)
         self.reports_steps = os.path.exists(self.flag)
 
@@ -152,12 +152,17 @@ class StallWatch:
         factor = slower_by(mine, others)
         self.strikes = strikes_after(self.strikes, factor, self.s.ratio)
         if not self.strikes or factor is None:
+            if self.reported:  # the streak is over: the health line says so, the log has the figure
+                self.reported = False
+                write_health("pace", "ok", f"median step {mine:.2f} s, {factor or 1:.1f}x the other nodes'")
+                self.log(f"generation {self.g}: no longer a straggler (median step {mine:.2f} s)")
             return None
         why = (f"{STRAGGLER}: median step {mine:.2f} s, {factor:.1f}x the other nodes' "
-               f"{statistics.median(others.values()):.2f} s, {self.strikes} checks in a row")
+               f"{mine / factor:.2f} s, {self.strikes} checks in a row")
         if self.strikes >= self.s.replace_after:
             return STRAGGLER, why
         if self.strikes == self.s.report_after:  # said once per streak; the log has each check's figure
+            self.reported = True
             write_health("pace", "degraded", why)
             if self.ec2 is not None:
                 tag(self.ec2, self.node, f"ok: {why}", self.log)

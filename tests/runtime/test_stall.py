@@ -204,3 +204,15 @@ def test_busy_moves_a_ranks_report_on_so_a_long_evaluation_is_no_hang(monkeypatc
     steps.busy()
     [after] = steps.read("1")
     assert after.step == 7 and after.at > old + 61 and hang_detail([after], 0.0, old + 61, S, True) == ""
+
+
+def test_a_reported_straggler_that_catches_up_says_so(store):
+    cluster, said = ClusterState(store), []
+    cluster.pace(2, "i-0000000000000000b", 1000, None)
+    watch = StallWatch(StallSettings(pace_every=1e-9, report_after=1, replace_after=5), 2, "i-0000000000000000a",
+                       cluster, log=said.append)
+    for step, median in enumerate((3.0, 3.0, 1.0)):
+        _write_report("0", 2, step, median)
+        assert watch.look() is None
+    assert Path(contract.path("health_dir"), "pace").read_text().startswith("ok median step 1.00 s")
+    assert said[-1] == "generation 2: no longer a straggler (median step 1.00 s)", said
