@@ -6,7 +6,7 @@ a small file of the node's run directory, and the supervisor's watch loop reads 
 Checkpointer.should_checkpoint (and through it the Hugging Face and Lightning callbacks) reports
 each step; a script that never calls it reports nothing, and gets no hang detection rather than
 a false alarm. A report is a local file write (tmpfs), at most one a second per rank
-(WRITE_EVERY): never an S3 call. So the step a file names can lag the rank by up to a second.
+(WRITE_EVERY), never an S3 call: the step a file names lags the rank by a second at most.
 
 The step time a rank reports is its *busy* time: from the moment it left the previous step's
 agreement (the all-reduce should_checkpoint makes) to the moment it reports the next step. The
@@ -21,6 +21,7 @@ import glob
 import json
 import os
 import statistics
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -39,7 +40,9 @@ def steps_dir() -> str:
 
 class StepClock:
     """One rank's reports. arrived(step) when the rank reaches its step's agreement, left() when
-    the agreement returns."""
+    the agreement returns. A step due within a second of the last write waits in memory for a
+    thread of the clock's own, which writes it a second later at most: a rank that stops right
+    after it is still seen at the step it last completed."""
 
     def __init__(self, local_rank: int, generation: Optional[str], *, every: float = WRITE_EVERY) -> None:
         self.path = os.path.join(steps_dir(), f"rank-{local_rank}.json")
@@ -47,6 +50,9 @@ class StepClock:
         self.times: deque[float] = deque(maxlen=WINDOW)
         self._left: Optional[float] = None
         self._written = float("-inf")
+        self._pending: Optional[str] = None
+        self._lock = threading.Lock()
+        self._flusher: Optional[threading.Thread] = None
         self.count = 0
 
     def arrived(self, step: int) -> None:
@@ -54,18 +60,36 @@ class StepClock:
         if self._left is not None:
             self.times.append(now - self._left)
         self.count += 1
-        if now - self._written < self.every:
-            return
-        self._written = now
         median = statistics.median(self.times) if self.times else None
-        try:
-            write_atomic(self.path, json.dumps({"generation": self.generation, "step": step, "at": time.time(),
-                                                "median": median, "steps": self.count}))
-        except OSError:  # a full or missing run directory costs the report, never the step
-            pass
+        record = json.dumps({"generation": self.generation, "step": step, "at": time.time(), "median": median,
+                             "steps": self.count})
+        with self._lock:
+            self._pending = record
+        if now - self._written >= self.every:
+            self.flush()
+        elif self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_loop, name="dl-steps", daemon=True)
+            self._flusher.start()
 
     def left(self) -> None:
         self._left = time.monotonic()
+
+    def flush(self) -> None:
+        """Write the newest report not yet written (if any)."""
+        with self._lock:
+            record, self._pending = self._pending, None
+            if record is None:
+                return
+            self._written = time.monotonic()
+            try:
+                write_atomic(self.path, record)
+            except OSError:  # a full or missing run directory costs the report, never the step
+                pass
+
+    def _flush_loop(self) -> None:
+        while True:
+            time.sleep(self.every)
+            self.flush()
 
 
 def busy() -> None:
