@@ -42,6 +42,7 @@ ENV_EXPECTED_SCRATCH_GB = "DL_EXPECTED_SCRATCH_GB"  # the instance-store NVMe th
 ENV_HANG_SECONDS, HANG_SECONDS_DEFAULT = "DL_HANG_SECONDS", 300
 ENV_FIRST_STEP_SECONDS, FIRST_STEP_SECONDS_DEFAULT = "DL_FIRST_STEP_SECONDS", 1800
 STEPS_DIR = "steps"  # DL_RUN_DIR/steps/rank-<LOCAL_RANK>.json: each local rank's last step (steps.py)
+HUNG_PREFIX = "hung: "  # how a hang's detail starts in a failure record (stall.py; `dl-launcher status` finds it)
 
 # ---- resource tags beyond the nodes -----------------------------------------------------------------
 # What a dl-launcher Lambda function is (the budget stopper finds a product's controllers by it),

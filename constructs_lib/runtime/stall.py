@@ -36,7 +36,7 @@ from .health_gate import HealthGate, checks_for, hold
 
 Log = Callable[[str], None]
 HUNG, STRAGGLER = "hung", "straggler"  # the outcomes a watch stops a run with
-HUNG_PREFIX = "hung: "                  # how a hang's detail starts, on every node and in its failure record
+HUNG_PREFIX = contract.HUNG_PREFIX      # how a hang's detail starts, on every node and in its failure record
 REPORTS_FLAG = "steps.reported"         # in the run directory: this boot's command has reported steps
 
 
