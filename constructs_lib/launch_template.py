@@ -226,10 +226,12 @@ class GpuLaunchTemplate(Construct):
             if agent_config is not None:
                 agent_config.grant_read(self.role)
 
-    def enable_health_gate(self, level: str = contract.HEALTH_CHECK_DEFAULT) -> None:
+    def enable_health_gate(self, level: str = contract.HEALTH_CHECK_DEFAULT, *, hang: Optional[int] = None,
+                           first_step: Optional[int] = None) -> None:
         """What the boot health gate (runtime/health_gate.py) checks this node against: the
         catalog's GPUs, the EFA interfaces this template attaches, the instance-store NVMe its RAID
-        spans; and the DCGM diagnostic's depth (contract.HEALTH_CHECKS)."""
+        spans; and the DCGM diagnostic's depth (contract.HEALTH_CHECKS). hang / first_step: seconds
+        without a step that are a hang while training (runtime/stall.py) [None: its defaults]."""
         if level not in contract.HEALTH_CHECKS:
             raise ConfigurationError(f"health check {level!r}: allowed {', '.join(contract.HEALTH_CHECKS)}")
         efa = sum(1 for i in self.efa.interfaces if i["InterfaceType"] != "interface") if self.efa else 0
@@ -237,6 +239,8 @@ class GpuLaunchTemplate(Construct):
         self.bootstrap.set_env(**{"DL_EXPECTED_GPUS": str(self.facts.accelerator_count if self.facts.sdk == "cuda" else 0),
                                   contract.ENV_EXPECTED_EFA: str(efa), contract.ENV_EXPECTED_SCRATCH_GB: str(nvme),
                                   contract.ENV_HEALTH_CHECK: level})
+        stall = {contract.ENV_HANG_SECONDS: hang, contract.ENV_FIRST_STEP_SECONDS: first_step}
+        self.bootstrap.set_env(**{k: str(int(v)) for k, v in stall.items() if v is not None})
 
     # ---- rendering -----------------------------------------------------------------------------
     def node_env(self) -> str:

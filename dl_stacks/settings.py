@@ -78,6 +78,7 @@ _RESERVATION_GROUP = re.compile(r"arn:aws(?:-cn|-us-gov)?:resource-groups:(?P<re
                                 r"group/[A-Za-z0-9_.-]{1,300}", re.ASCII)
 NODES = (1, 64)
 BUDGET = (1, 1_000_000)  # USD per month: an AWS Budgets cost budget on the job's tag
+HANG = (30, 86_400)  # seconds without a step (-c hang_timeout=, first_step_timeout=): a poll's worth to a day
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,9 @@ class Settings:
     approval: ApprovalSettings = ApprovalSettings()  # -c approve_hourly, approval_threshold (dl_stacks/approval.py)
     memory_tier_gb: Optional[float] = None  # -c memory_tier_gb=: the job's state, checked against /dev/shm
     health_check: str = contract.HEALTH_CHECK_DEFAULT  # -c health_check=: DCGM's depth at boot (runtime/health_gate.py)
+    # -c hang_timeout= / first_step_timeout=: seconds without a step that are a hang (runtime/stall.py); None: its default
+    hang_timeout: Optional[int] = None
+    first_step_timeout: Optional[int] = None
     on_end: str = "stop"  # when a job with a command finishes or fails for good: stop its cluster, or keep it
 
     def __post_init__(self) -> None:
@@ -326,4 +330,7 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                     approval=approval_from_context(ctx), memory_tier_gb=memory_tier.parse(ctx),
                     on_end=choice("on_end", ctx.get("on_end", "stop"), ON_END),
                     health_check=choice("health_check", ctx.get("health_check", contract.HEALTH_CHECK_DEFAULT),
-                                        tuple(contract.HEALTH_CHECKS)))
+                                        tuple(contract.HEALTH_CHECKS)),
+                    hang_timeout=whole("hang_timeout", ctx["hang_timeout"], *HANG) if "hang_timeout" in ctx else None,
+                    first_step_timeout=(whole("first_step_timeout", ctx["first_step_timeout"], *HANG)
+                                        if "first_step_timeout" in ctx else None))

@@ -113,11 +113,25 @@ def _running(watch: JobEndWatch, s3: Any, cw: Any, cluster: str, now: float) -> 
         busy = None
     if g == 0:
         return [f"job: starting (no generation formed yet); {newest}"], {"state": "starting", "step": step}
+    hangs = _hangs(nodes_state, g - 1)
     if plan is None:
-        return [f"job: forming generation {g} (nodes joining); {newest}"], {"state": "forming", "generation": g,
-                                                                            "step": step}
+        return [f"job: forming generation {g} (nodes joining); {newest}", *hangs], {
+            "state": "forming", "generation": g, "step": step}
     if busy and plan.resume_step is not None:
-        return [f"job: restoring step {plan.resume_step} (generation {g}, {len(plan.members)} node(s))"], {
+        return [f"job: restoring step {plan.resume_step} (generation {g}, {len(plan.members)} node(s))", *hangs], {
             "state": "restoring", "generation": g, "step": plan.resume_step}
-    return [f"job: running (generation {g}, {len(plan.members)} node(s)); {newest}"], {
+    return [f"job: running (generation {g}, {len(plan.members)} node(s)); {newest}", *hangs], {
         "state": "running", "generation": g, "step": step}
+
+
+def _hangs(nodes_state: Any, g: int) -> list[str]:
+    """A line per node whose command hung in generation g (its failure record: runtime/stall.py), so
+    that status says why the generation before this one ended; none when it did not hang."""
+    if g < 1:
+        return []
+    try:
+        records = nodes_state.failure_records(g)
+    except Exception:  # noqa: BLE001 - a hint beside the job's state, never a reason for status to fail
+        return []
+    return [f"  generation {g} ended on {n}: {clean(str(r.get('detail')), 200)}" for n, r in sorted(records.items())
+            if str(r.get("detail", "")).startswith(contract.HUNG_PREFIX)]

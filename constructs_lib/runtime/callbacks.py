@@ -22,6 +22,8 @@ import os
 import sys
 from typing import Any, Optional
 
+from . import steps
+
 _warned: set[str] = set()
 
 
@@ -68,6 +70,10 @@ def _hf_callback() -> type:
                     control.should_training_stop = True
             return control
 
+        def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            steps.busy()  # an evaluation is no hang (stall.py), however long it runs between steps
+            return control
+
     return HFNoticeCallback
 
 
@@ -102,6 +108,9 @@ def _lightning_callback() -> type:
             trainer.save_checkpoint(os.path.join(cb.dirpath, f"epoch={trainer.current_epoch}-step={trainer.global_step}.ckpt"))
             if reason == "termination":
                 trainer.should_stop = True
+
+        def on_validation_batch_end(self, *args: Any, **kwargs: Any) -> None:
+            steps.busy()  # a validation is no hang (stall.py), however long it runs between steps
 
     return LightningNoticeCallback
 

@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from . import contract, notice, shards
 from .layout import local_checkpoints, make_final, name_for, step_of, write_atomic
+from .steps import StepClock
 
 
 # Seconds a process that lost a peer waits for its memory snapshot in flight: a thread past the
@@ -84,6 +85,7 @@ class Checkpointer:
         os.makedirs(self.directory, exist_ok=True)
         self._memory: Any = None  # memory_tier.MemoryTier, made by the first save_to_memory
         self._keeper: Any = None  # survivor.Keeper: under the supervisor, reports a failed collective
+        self._clock = StepClock(_env_int("LOCAL_RANK", 0), self.generation) if self.managed else None
         if self.managed:
             from .survivor import COLLECTIVE_FAILED, Keeper
 
@@ -179,7 +181,11 @@ class Checkpointer:
         Call it after the step's optimizer step: it also marks `step` complete on this rank."""
         if self._keeper is not None:
             self._keeper.step_completed(step)
+        if self._clock is not None:  # the step the supervisor's hang and straggler watch see (steps.py)
+            self._clock.arrived(step)
         stop, early = self._agree(self._local_flags())
+        if self._clock is not None:
+            self._clock.left()
         if early:
             self._rebalances_seen = self._notices.rebalances
         if stop and not self._stop:

@@ -15,6 +15,8 @@ conditional write (If-None-Match: *), and every node runs that one plan.
                                                      7 (before it joins 8): every node counts the
                                                      generation failed, whatever it saw itself
     <prefix>/_cluster/gen-000007/plan.json           members in rank order, port, resume step
+    <prefix>/_cluster/gen-000007/pace/<node>_<ms>     that node's recent median step time (stall.py):
+                                                     in the key, so one LIST reads every node's
     <prefix>/_cluster/gen-000007/kept/step-N.json    the survivor that sends step N, kept from memory
                                                      after 7 lost a peer (first claim wins)
     <prefix>/_cluster/finished.json, failed.json      how the job ended
@@ -255,6 +257,26 @@ class ClusterState:
             beats.update({o["Key"][len(prefix):]: o["LastModified"].timestamp() for o in page.get("Contents", [])
                           if not node_problem(o["Key"][len(prefix):])})
         return beats, now or time.time()
+
+    def pace(self, g: int, node: str, ms: int, previous: Optional[str]) -> str:
+        """This node's recent median step time in generation g, in the key itself (pace/<node>_<ms>),
+        so every peer reads every node's with one LIST per 1,000 nodes and no GET; the previous
+        key is deleted. Returns the key's name for the next call."""
+        name = f"{node}_{max(0, int(ms))}"
+        self._put(f"{gen_name(g)}/pace/{name}", {})
+        if previous and previous != name:
+            self.store._call(self.client.delete_object, Bucket=self.bucket,
+                             Key=f"{self.base}/{gen_name(g)}/pace/{previous}")
+        return name
+
+    def paces(self, g: int) -> dict[str, float]:
+        """{node: its median step time, seconds} in generation g: one LIST (the newest key of a node wins)."""
+        out: dict[str, tuple[float, float]] = {}
+        for name, at in self._listed(f"{gen_name(g)}/pace/"):
+            node, _, ms = name.rpartition("_")
+            if ms.isdigit() and len(ms) < 10 and not node_problem(node) and at >= out.get(node, (0.0, -1.0))[1]:
+                out[node] = (int(ms) / 1000, at)
+        return {n: v for n, (v, _) in out.items()}
 
     def record_gone(self, node: str, state: str) -> None:
         self._put(*gone_record(node, state))

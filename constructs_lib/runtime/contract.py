@@ -37,6 +37,12 @@ HEALTH_CHECKS = {"quick": 1, "standard": 2, "thorough": 3}  # level -> `dcgmi di
 HEALTH_CHECK_DEFAULT = "quick"  # time to first step: level 1 runs in parallel with staging, in seconds
 ENV_EXPECTED_EFA = "DL_EXPECTED_EFA"            # EFA devices the launch template attaches (0: none)
 ENV_EXPECTED_SCRATCH_GB = "DL_EXPECTED_SCRATCH_GB"  # the instance-store NVMe the RAID spans, GB (0: no RAID)
+# While training (stall.py): no step reported on a node for this long is a hang (-c hang_timeout=),
+# and a run's first step (compile, restore, data loading) gets FIRST_STEP (-c first_step_timeout=).
+ENV_HANG_SECONDS, HANG_SECONDS_DEFAULT = "DL_HANG_SECONDS", 300
+ENV_FIRST_STEP_SECONDS, FIRST_STEP_SECONDS_DEFAULT = "DL_FIRST_STEP_SECONDS", 1800
+STEPS_DIR = "steps"  # DL_RUN_DIR/steps/rank-<LOCAL_RANK>.json: each local rank's last step (steps.py)
+HUNG_PREFIX = "hung: "  # how a hang's detail starts in a failure record (stall.py; `dl-launcher status` finds it)
 
 # ---- resource tags beyond the nodes -----------------------------------------------------------------
 # What a dl-launcher Lambda function is (the budget stopper finds a product's controllers by it),

@@ -20,6 +20,7 @@ from .decisions import Outcome, exit_outcome, settle_seconds, settled_outcome, s
 from .joblog import JobLog
 from .membership import Membership
 from .rundir import outcomes as _outcomes
+from .stall import StallWatch
 from .survivor import COLLECTIVE_FAILED
 
 Log = Callable[[str], None]
@@ -29,8 +30,8 @@ class Run:
     def __init__(self, proc: subprocess.Popen, plan: Plan, me: str, membership: Membership, *, poll: float,
                  liveness_poll: float, stop_timeout: float, log: Log, pump=None,
                  collector: Optional[framework_checkpoints.Collector] = None,
-                 stop_container: Callable[[], None] = lambda: None) -> None:
-        self.proc, self.plan, self.me, self.membership = proc, plan, me, membership
+                 stop_container: Callable[[], None] = lambda: None, stall: Optional[StallWatch] = None) -> None:
+        self.proc, self.plan, self.me, self.membership, self.stall = proc, plan, me, membership, stall
         self.poll, self.liveness_poll, self.stop_timeout = poll, liveness_poll, stop_timeout
         self.log, self.pump, self.collector, self.stop_container = log, pump, collector, stop_container
         self.said = Said(log)
@@ -64,6 +65,11 @@ class Run:
                 pass
             stamp = self._pass_notice(stamp)
             self.collect()
+            stalled = self.stall.look() if self.stall is not None else None
+            if stalled:  # a hang, or a straggler that persists (stall.py): what follows is the supervisor's
+                self.log(f"generation {g}: {stalled[1]}; stopping the run")
+                self.stop()
+                return stalled
             if COLLECTIVE_FAILED in _outcomes(g):
                 # A rank's collective failed (survivor.Keeper's record): a peer is probably dead. The peers
                 # are asked about first, so the others learn it from the record while this run stops

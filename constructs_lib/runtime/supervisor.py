@@ -15,6 +15,8 @@ runs, and decide from how it ended what comes next. The exit-code contract:
     failed (non-zero, every member alive)   retry in the next generation; after max_failures
                                             failures without a newer checkpoint, mark the job
                                             failed on every node and exit 3 (no restart)
+    hung (no step for the stated time), or  stop the run, run the quick health checks: failed, leave and
+      a straggler that persists (stall.py)  wait to be replaced; passed, a failure ("hung: ..."), rejoin
 
 "Interrupted" is what Checkpointer records when the ranks stop together for a termination
 notice; the command itself exits 0 then. torchrun runs with --max-restarts=0: every restart
@@ -33,7 +35,7 @@ import time
 from typing import Callable, Optional, Union
 
 from dl_core.aws import brief
-from . import contract, framework_checkpoints, kept, memory_store, notice, rendezvous, sharded_store, survivor
+from . import contract, framework_checkpoints, kept, memory_store, notice, rendezvous, sharded_store, stall, survivor
 from .agent import push_newest, pushed_step, write_health
 from .cluster import ClusterState, Liveness, Member, Plan
 from .health_gate import HealthGate, conclude
@@ -108,7 +110,10 @@ class Supervisor:
             outcome, detail = self.execute(plan)
             if outcome == "job-error":
                 return self._job_error(JobError(detail, final=True), plan.generation)
-            end = self._after(plan, outcome, detail)
+            checked = stall.after_run(self, plan.generation, outcome, detail)  # a hang, a straggler (stall.py)
+            if isinstance(checked, int):
+                return checked
+            end = self._after(plan, *checked)
             if end is not None:
                 return end
 
@@ -186,7 +191,7 @@ class Supervisor:
         the error's signature, its last lines)."""
         if outcome == "failed":
             lines = self._last_lines()
-            signature = error_signature(lines)
+            signature = "" if detail.startswith(stall.HUNG_PREFIX) else error_signature(lines)  # never "the same error"
             try:
                 self.ride(lambda: self.cluster.record_failure(g, self.me.node, detail, signature=signature,
                                                               last_lines=lines), "recording the failure")
@@ -360,7 +365,8 @@ class Supervisor:
         return Run.start(argv, cwd=workdir, env=env, joblog=self.joblog, plan=plan, me=self.me.node,
                          membership=self.membership, poll=self.cfg.poll, liveness_poll=self.cfg.liveness_poll,
                          stop_timeout=self.cfg.stop_timeout, log=self.log, collector=collector,
-                         stop_container=self.job.stop_container if self.job else (lambda: None))
+                         stop_container=self.job.stop_container if self.job else (lambda: None),
+                         stall=stall.StallWatch.for_run(self, plan.generation))
 
     def flush(self, until: Optional[float] = None) -> Optional[int]:
         """Push the newest local save now (the agent would too; whoever holds the lock first does it)."""
