@@ -36,6 +36,7 @@ from dl_core.aws import brief
 from . import contract, framework_checkpoints, kept, memory_store, notice, rendezvous, sharded_store, survivor
 from .agent import push_newest, pushed_step, write_health
 from .cluster import ClusterState, Liveness, Member, Plan
+from .collective_check import CollectiveCheck
 from .health_gate import HealthGate, conclude
 from .decisions import (
     agreed_outcome, container_env, error_signature, failures_after, gives_up, repeated_error, run_environment,
@@ -77,6 +78,9 @@ class Supervisor:
                                      liveness_poll=cfg.liveness_poll, member_grace=cfg.member_grace,
                                      retry_base=cfg.retry_base, log=log)
         self.ride = self.membership.ride
+        # The pre-generation all-reduce (-c collective_check=): a node it finds slow never trains.
+        self.collective = CollectiveCheck.from_env(os.environ, me=self.me, cluster=cluster, ec2=liveness.ec2,
+                                                   nproc=cfg.nproc_per_node, log=log, health=write_health)
 
     def rendezvous(self) -> Union[Plan, int]:
         return self.membership.rendezvous()
@@ -105,7 +109,10 @@ class Supervisor:
             plan = self.rendezvous()
             if isinstance(plan, int):
                 return plan
-            outcome, detail = self.execute(plan)
+            checked = self.collective.check(plan)  # None: train; an exit code: this node was excluded
+            if isinstance(checked, int):
+                return checked
+            outcome, detail = checked or self.execute(plan)
             if outcome == "job-error":
                 return self._job_error(JobError(detail, final=True), plan.generation)
             end = self._after(plan, outcome, detail)
