@@ -233,10 +233,12 @@ class ClusterCapacity(Construct):
             t.enable_monitoring(job=self.cluster, grant=t is self.primary, agent_config=self.agent_config)
         return self.agent_config
 
-    def enable_health_gate(self, level: str = contract.HEALTH_CHECK_DEFAULT) -> None:
-        """Every node type checks itself before it joins its first generation (GpuLaunchTemplate.enable_health_gate)."""
+    def enable_health_gate(self, level: str = contract.HEALTH_CHECK_DEFAULT,
+                           collective: str = contract.COLLECTIVE_CHECK_DEFAULT) -> None:
+        """Every node type checks itself before it joins its first generation, and each generation's
+        members their all-reduce before it trains (GpuLaunchTemplate.enable_health_gate)."""
         for t in self.templates:
-            t.enable_health_gate(level)
+            t.enable_health_gate(level, collective)
 
     def enable_data_file_system(self, lustre: "LustreData") -> None:
         """Every node mounts `lustre` (constructs_lib.fsx) at DL_DATA_DIR before setup; Lustre's

@@ -106,6 +106,7 @@ class Settings:
     approval: ApprovalSettings = ApprovalSettings()  # -c approve_hourly, approval_threshold (dl_stacks/approval.py)
     memory_tier_gb: Optional[float] = None  # -c memory_tier_gb=: the job's state, checked against /dev/shm
     health_check: str = contract.HEALTH_CHECK_DEFAULT  # -c health_check=: DCGM's depth at boot (runtime/health_gate.py)
+    collective_check: str = contract.COLLECTIVE_CHECK_DEFAULT  # -c collective_check=: each generation's all-reduce, or off
     on_end: str = "stop"  # when a job with a command finishes or fails for good: stop its cluster, or keep it
 
     def __post_init__(self) -> None:
@@ -326,4 +327,6 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                     approval=approval_from_context(ctx), memory_tier_gb=memory_tier.parse(ctx),
                     on_end=choice("on_end", ctx.get("on_end", "stop"), ON_END),
                     health_check=choice("health_check", ctx.get("health_check", contract.HEALTH_CHECK_DEFAULT),
-                                        tuple(contract.HEALTH_CHECKS)))
+                                        tuple(contract.HEALTH_CHECKS)),
+                    collective_check=choice("collective_check", ctx.get("collective_check", contract.COLLECTIVE_CHECK_DEFAULT),
+                                            tuple(contract.COLLECTIVE_CHECKS)))
