@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from typing import Callable, Mapping, Optional, Union
 
 from dl_core.aws import brief
 from . import busbw, contract
-from .cluster import ClusterState, Member, Plan, gen_name
+from .cluster import ClusterState, Member, Plan
 from .health_gate import hold
 
 Log = Callable[[str], None]
@@ -101,16 +102,22 @@ class CollectiveCheck:
         env = dict(self.env)
         lib = os.path.join(contract.lib_dir(), "python")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (lib, env.get("PYTHONPATH", "")) if p)
-        try:
-            out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=2 * self.timeout + 30)
-        except subprocess.TimeoutExpired:
-            return f"the all-reduce did not end within {2 * self.timeout + 30:.0f} s (a member never joined?)"
+        bound = 2 * self.timeout + 30
+        try:  # a session of its own: on GPU nodes the probe's ranks are its children, killed with it
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True)
         except OSError as e:
             return f"could not start the all-reduce: {e}"
-        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-        if out.returncode != 0 or not lines:
-            tail = (out.stderr.strip().splitlines() or [""])[-1][:300]
-            return f"the all-reduce failed (exit {out.returncode}): {tail}"
+        try:
+            stdout, stderr = proc.communicate(timeout=bound)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return f"the all-reduce did not end within {bound:.0f} s (a member never joined?)"
+        lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            tail = (stderr.strip().splitlines() or [""])[-1][:300]
+            return f"the all-reduce failed (exit {proc.returncode}): {tail}"
         try:
             return json.loads(lines[-1])
         except ValueError:
@@ -119,8 +126,8 @@ class CollectiveCheck:
     def _record(self, plan: Plan, got: dict, line: str) -> None:
         """gen-N/collective.json: the figure (a first use of a type is recorded here), for people."""
         try:
-            self.cluster._put(f"{gen_name(plan.generation)}/collective.json",
-                              {**got, "instance_type": self.instance_type, "nodes": len(plan.members),
-                               "members": plan.nodes(), "size_mib": self.size_mib, "said": line})
+            self.cluster.record_collective(plan.generation, {**got, "instance_type": self.instance_type, "nodes": len(plan.members),
+                                                             "members": plan.nodes(), "size_mib": self.size_mib,
+                                                             "said": line})
         except Exception as e:  # noqa: BLE001 - the job log has it too
             self.log(f"collective check: the figure was not recorded: {brief(e)}")

@@ -147,5 +147,18 @@ def test_a_slow_node_never_trains_and_the_job_runs_without_it(bucket, tmp_path, 
     assert any(line.startswith("a: generation 1 ended: excluded") for line in said), said[-40:]
     # Generation 2 (no delayed node) passed the same threshold; its figure is recorded for people.
     assert any("collective check, generation 2:" in line and line.endswith(": ok") for line in said), said[-40:]
-    record = cluster._get("gen-000002/collective.json")
+    record = cluster.collective(2)
     assert record and record["nodes"] == 3 and not record["below"], record
+
+
+def test_a_member_that_never_joins_ends_the_check_within_its_bound(bucket, tmp_path, ports):
+    """Only rank 1 of a 2-member plan runs the probe: it gives up at torch's timeout, and the
+    generation ends as peer-lost (the next one forms with whoever is alive), never a hang."""
+    from constructs_lib.runtime.cluster import Member, Plan
+    members = (Member("i-0000000000000000a", "127.0.0.1"), Member("i-0000000000000000b", "127.0.0.1"))
+    said: list[str] = []
+    check = CollectiveCheck(size_mib=1, baselines={2: 0.02}, instance_type="p4d.24xlarge", me=members[1],
+                            cluster=ClusterState(CheckpointStore(bucket, "jobs/bw")), ec2=None, nproc=1,
+                            log=said.append, health=lambda *a: None, timeout=3.0)
+    outcome, detail = check.check(Plan(1, members, None))
+    assert outcome == "peer-lost" and detail.startswith("collective check: the all-reduce failed"), (detail, said)
