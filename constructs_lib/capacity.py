@@ -233,12 +233,14 @@ class ClusterCapacity(Construct):
             t.enable_monitoring(job=self.cluster, grant=t is self.primary, agent_config=self.agent_config)
         return self.agent_config
 
-    def enable_health_gate(self, level: str = contract.HEALTH_CHECK_DEFAULT, *, hang: Optional[int] = None,
+    def enable_health_gate(self, level: str = contract.HEALTH_CHECK_DEFAULT,
+                           collective: str = contract.COLLECTIVE_CHECK_DEFAULT, *, hang: Optional[int] = None,
                            first_step: Optional[int] = None) -> None:
-        """Every node type checks itself before it joins its first generation, and while it trains
+        """Every node type checks itself before it joins its first generation, each generation's
+        members their all-reduce before it trains, and every node its steps while it trains
         (GpuLaunchTemplate.enable_health_gate)."""
         for t in self.templates:
-            t.enable_health_gate(level, hang=hang, first_step=first_step)
+            t.enable_health_gate(level, collective, hang=hang, first_step=first_step)
 
     def enable_data_file_system(self, lustre: "LustreData") -> None:
         """Every node mounts `lustre` (constructs_lib.fsx) at DL_DATA_DIR before setup; Lustre's

@@ -10,6 +10,7 @@ import aws_cdk.aws_ec2 as ec2
 import aws_cdk.aws_iam as iam
 from constructs import Construct
 
+from dl_selector import allreduce_baselines
 from dl_selector.facts import InstanceFacts
 from dl_selector.profiles import get_profile
 from dl_selector.recommend import recommend
@@ -23,6 +24,7 @@ from .nag import resource_of
 from .node_options import NodeOptions
 from .raid import NvmeRaid0
 from .runtime import contract
+from .runtime.busbw import format_baseline
 from .validation import WARNING, ConfigurationError, Finding, NodeRequest, validate
 
 if TYPE_CHECKING:
@@ -226,14 +228,23 @@ class GpuLaunchTemplate(Construct):
             if agent_config is not None:
                 agent_config.grant_read(self.role)
 
-    def enable_health_gate(self, level: str = contract.HEALTH_CHECK_DEFAULT, *, hang: Optional[int] = None,
+    def enable_health_gate(self, level: str = contract.HEALTH_CHECK_DEFAULT,
+                           collective: str = contract.COLLECTIVE_CHECK_DEFAULT, *, hang: Optional[int] = None,
                            first_step: Optional[int] = None) -> None:
         """What the boot health gate (runtime/health_gate.py) checks this node against: the
         catalog's GPUs, the EFA interfaces this template attaches, the instance-store NVMe its RAID
-        spans; and the DCGM diagnostic's depth (contract.HEALTH_CHECKS). hang / first_step: seconds
-        without a step that are a hang while training (runtime/stall.py) [None: its defaults]."""
+        spans; and the DCGM diagnostic's depth (contract.HEALTH_CHECKS). And the all-reduce each
+        generation runs first (runtime/collective_check.py, contract.COLLECTIVE_CHECKS), on NVIDIA
+        nodes with EFA (a multi-node cluster), against the selector's baseline for this type.
+        hang / first_step: seconds without a step that are a hang while training (runtime/stall.py)
+        [None: its defaults]."""
         if level not in contract.HEALTH_CHECKS:
             raise ConfigurationError(f"health check {level!r}: allowed {', '.join(contract.HEALTH_CHECKS)}")
+        if collective not in contract.COLLECTIVE_CHECKS:
+            raise ConfigurationError(f"collective check {collective!r}: allowed {', '.join(contract.COLLECTIVE_CHECKS)}")
+        if self.efa and self.facts.sdk == "cuda":
+            self.bootstrap.set_env(**{contract.ENV_COLLECTIVE_CHECK: collective, contract.ENV_ALLREDUCE_BASELINE:
+                                      format_baseline(allreduce_baselines.for_type(self.facts.instance_type))})
         efa = sum(1 for i in self.efa.interfaces if i["InterfaceType"] != "interface") if self.efa else 0
         nvme = self.facts.nvme.total_gb if self.raid is not None and self.facts.nvme else 0
         self.bootstrap.set_env(**{"DL_EXPECTED_GPUS": str(self.facts.accelerator_count if self.facts.sdk == "cuda" else 0),

@@ -29,7 +29,7 @@ from .observability_settings import NUMBER_KEYS as OBS_NUMBER_KEYS
 KEYS = ("profile", "instance_type", "nodes", "spot", "market", "region", "vpc_id", "subnet_ids", "availability_zone",
         "command", "command_file", "job", "max_price", "interchange", "capacity_reservation", "profiles_file", "local",
         "bench", "portfolio", "product", "snapshots", "preflight", "budget", "on_end", "health_check", "hang_timeout",
-        "first_step_timeout", memory_tier.KEY, *JOB_KEYS, *OBS_KEYS, *APPROVAL_KEYS)
+        "first_step_timeout", "collective_check", memory_tier.KEY, *JOB_KEYS, *OBS_KEYS, *APPROVAL_KEYS)
 BOOL_KEYS = ("spot", "local", "preflight", *OBS_BOOL_KEYS)
 NUMBER_KEYS = ("nodes", "max_price", "budget", "hang_timeout", "first_step_timeout", memory_tier.KEY, *OBS_NUMBER_KEYS, *APPROVAL_NUMBER_KEYS)
 PATH_KEYS = ("profiles_file", "command_file", "bench", "snapshots", *JOB_PATH_KEYS)
@@ -42,7 +42,8 @@ EXAMPLES = {"profile": "multi-node-training", "instance_type": "p4d.24xlarge", "
             "profiles_file": "profiles.toml", "local": "false", "bench": "bench-plan.json", "portfolio": "platform",
             "product": "dev-prototyping", "snapshots": "product-stack-snapshots", "preflight": "false",
             "budget": "5000", "on_end": "keep", "health_check": "quick", "hang_timeout": "600",
-            "first_step_timeout": "3600", memory_tier.KEY: memory_tier.EXAMPLE, **JOB_EXAMPLES, **OBS_EXAMPLES, **APPROVAL_EXAMPLES}
+            "first_step_timeout": "3600", "collective_check": "256MiB", memory_tier.KEY: memory_tier.EXAMPLE,
+            **JOB_EXAMPLES, **OBS_EXAMPLES, **APPROVAL_EXAMPLES}
 
 # The marker that ends the job file in the user data (constructs_lib.userdata.HEREDOC; kept here so
 # that validating context needs no CDK import; tests/test_bad_context.py checks they agree).

@@ -110,6 +110,7 @@ class Settings:
     # -c hang_timeout= / first_step_timeout=: seconds without a step that are a hang (runtime/stall.py); None: its default
     hang_timeout: Optional[int] = None
     first_step_timeout: Optional[int] = None
+    collective_check: str = contract.COLLECTIVE_CHECK_DEFAULT  # -c collective_check=: each generation's all-reduce, or off
     on_end: str = "stop"  # when a job with a command finishes or fails for good: stop its cluster, or keep it
 
     def __post_init__(self) -> None:
@@ -333,4 +334,6 @@ def from_context(ctx: Mapping[str, Any]) -> Settings:
                                         tuple(contract.HEALTH_CHECKS)),
                     hang_timeout=whole("hang_timeout", ctx["hang_timeout"], *HANG) if "hang_timeout" in ctx else None,
                     first_step_timeout=(whole("first_step_timeout", ctx["first_step_timeout"], *HANG)
-                                        if "first_step_timeout" in ctx else None))
+                                        if "first_step_timeout" in ctx else None),
+                    collective_check=choice("collective_check", ctx.get("collective_check", contract.COLLECTIVE_CHECK_DEFAULT),
+                                            tuple(contract.COLLECTIVE_CHECKS)))

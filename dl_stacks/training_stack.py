@@ -83,8 +83,8 @@ class TrainingStack(cdk.Stack):
             # An interactive cluster has no command, but the guard's warnings go where users read.
             self.job_logs = JobLogs(self, "JobLogs", cluster=cluster_id)
         self.cluster.configure_job(definition=self.job_definition, logs=self.job_logs, on_end=settings.on_end)
-        self.cluster.enable_health_gate(settings.health_check, hang=settings.hang_timeout,
-                                        first_step=settings.first_step_timeout)
+        self.cluster.enable_health_gate(settings.health_check, settings.collective_check,
+                                        hang=settings.hang_timeout, first_step=settings.first_step_timeout)
         self.observability = None
         if obs.enabled:
             topic = (sns.Topic.from_topic_arn(self, "AlarmTopic", obs.alarm_topic) if obs.alarm_topic else None)

@@ -305,6 +305,13 @@ class ClusterState:
                                                         "last_lines": [line[:500] for line in last_lines][-20:],
                                                         "at": time.time()})
 
+    def record_collective(self, g: int, body: dict) -> None:
+        """Generation g's pre-generation all-reduce (collective_check.py): its figure, for people."""
+        self._put(f"{gen_name(g)}/collective.json", body)
+
+    def collective(self, g: int) -> Optional[dict]:
+        return self._get(f"{gen_name(g)}/collective.json")
+
     def failures(self, g: int) -> list[str]:
         """The nodes on which the command failed in generation g (one LIST)."""
         return sorted(nodes_in(self._names(f"{gen_name(g)}/failed/")))

@@ -44,6 +44,16 @@ ENV_FIRST_STEP_SECONDS, FIRST_STEP_SECONDS_DEFAULT = "DL_FIRST_STEP_SECONDS", 18
 STEPS_DIR = "steps"  # DL_RUN_DIR/steps/rank-<LOCAL_RANK>.json: each local rank's last step (steps.py)
 HUNG_PREFIX = "hung: "  # how a hang's detail starts in a failure record (stall.py; `dl-launcher status` finds it)
 
+# ---- the pre-generation all-reduce (collective_check.py): node.env names written at synth ----------
+# -c collective_check=SIZE|off: the all-reduce every new generation's members run before the command.
+ENV_COLLECTIVE_CHECK = "DL_COLLECTIVE_CHECK"        # MiB per rank, or "off"
+COLLECTIVE_CHECKS = {"off": 0, "16MiB": 16, "64MiB": 64, "256MiB": 256, "1GiB": 1024}
+COLLECTIVE_CHECK_DEFAULT = "256MiB"
+ENV_ALLREDUCE_BASELINE = "DL_ALLREDUCE_BASELINE"    # "nodes:GB/s,..." for this node's type (the selector's data)
+ENV_INSTANCE_TYPE = "DL_INSTANCE_TYPE"
+# Test hook: seconds this node sleeps before each all-reduce of the check (a slow node, in drills).
+ENV_ALLREDUCE_TEST_DELAY = "DL_TEST_ALLREDUCE_DELAY_SECONDS"
+
 # ---- resource tags beyond the nodes -----------------------------------------------------------------
 # What a dl-launcher Lambda function is (the budget stopper finds a product's controllers by it),
 # and which portfolio product (portfolio/profile) a resource belongs to: the product's budget filters on it.

@@ -38,6 +38,7 @@ from dl_core.aws import brief
 from . import contract, framework_checkpoints, kept, memory_store, notice, rendezvous, sharded_store, stall, survivor
 from .agent import push_newest, pushed_step, write_health
 from .cluster import ClusterState, Liveness, Member, Plan
+from .collective_check import CollectiveCheck
 from .health_gate import HealthGate, conclude
 from .decisions import (
     agreed_outcome, container_env, error_signature, failures_after, gives_up, repeated_error, run_environment,
@@ -58,10 +59,7 @@ class Supervisor:
     def __init__(self, cfg: SupervisorConfig, store: CheckpointStore, cluster: ClusterState, liveness: Liveness,
                  *, local_dir: Optional[str] = None, command_file: Optional[str] = None, log: Log = print,
                  job: Optional[NodeJob] = None, joblog: Optional[JobLog] = None) -> None:
-        self.cfg = cfg
-        self.store = store
-        self.cluster = cluster
-        self.liveness = liveness
+        self.cfg, self.store, self.cluster, self.liveness = cfg, store, cluster, liveness
         self.local_dir = local_dir or contract.checkpoint_dir()
         self.command_file = command_file or contract.path("job_command")
         self.log = log
@@ -79,6 +77,9 @@ class Supervisor:
                                      liveness_poll=cfg.liveness_poll, member_grace=cfg.member_grace,
                                      retry_base=cfg.retry_base, log=log)
         self.ride = self.membership.ride
+        # The pre-generation all-reduce (-c collective_check=): a node it finds slow never trains.
+        self.collective = CollectiveCheck.from_env(os.environ, me=self.me, cluster=cluster, ec2=liveness.ec2,
+                                                   nproc=cfg.nproc_per_node, log=log, health=write_health)
 
     def rendezvous(self) -> Union[Plan, int]:
         return self.membership.rendezvous()
@@ -107,7 +108,10 @@ class Supervisor:
             plan = self.rendezvous()
             if isinstance(plan, int):
                 return plan
-            outcome, detail = self.execute(plan)
+            checked = self.collective.check(plan)  # None: train; an exit code: this node was excluded
+            if isinstance(checked, int):
+                return checked
+            outcome, detail = checked or self.execute(plan)
             if outcome == "job-error":
                 return self._job_error(JobError(detail, final=True), plan.generation)
             checked = stall.after_run(self, plan.generation, outcome, detail)  # a hang, a straggler (stall.py)

@@ -52,3 +52,27 @@ def test_the_context_key_defaults_to_quick_and_refuses_a_bad_level_with_the_clos
     assert from_context({"health_check": "thorough"}).health_check == "thorough"
     with pytest.raises(UserError, match="standard"):
         from_context({"health_check": "standrd"})
+
+
+def test_a_multi_node_node_carries_the_collective_check_and_its_types_baseline():
+    node = _node("p4d.24xlarge", multi_node=True)
+    node.enable_health_gate(collective="64MiB")
+    env = contract.parse_env(node.node_env())
+    assert env[contract.ENV_COLLECTIVE_CHECK] == "64MiB"
+    # The selector's baseline file's rows for this type, nodes:GB/s.
+    assert env[contract.ENV_ALLREDUCE_BASELINE] == "2:77.9"
+    with pytest.raises(ConfigurationError, match="allowed off, 16MiB"):
+        node.enable_health_gate(collective="big")
+
+
+def test_a_single_node_runs_no_collective_check():
+    node = _node("g5.xlarge", raid=False)
+    node.enable_health_gate()
+    assert contract.ENV_COLLECTIVE_CHECK not in contract.parse_env(node.node_env())
+
+
+def test_the_collective_check_key_defaults_to_256mib_and_refuses_a_bad_size_with_the_closest():
+    assert from_context({}).collective_check == "256MiB"
+    assert from_context({"collective_check": "off"}).collective_check == "off"
+    with pytest.raises(UserError, match="closest: 64MiB"):
+        from_context({"collective_check": "64mib"})
