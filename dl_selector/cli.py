@@ -61,6 +61,11 @@ def _parser(prog: str = "python -m dl_selector") -> argparse.ArgumentParser:
     s.add_argument("--min-gpu-memory", metavar="GB",
                    help="at least this much memory per accelerator, in the vendor's GB (24 includes the A10G and L4)")
     s.add_argument("--max-price", metavar="USD", help="at most this price per node-hour in the ranked market")
+    s.add_argument("--model-size", metavar="N", help="the model's parameters (7B, 70B, 1.5B, 500M): keep the nodes "
+                   "whose accelerators hold it together (with --task; docs/selector.md, Sizing by model)")
+    s.add_argument("--task", metavar="T", help="with --model-size: finetune (full), pretrain or inference")
+    s.add_argument("--precision", metavar="P", help="with --model-size: bf16 (default), fp16, fp32; "
+                   "for inference also fp8, int8, int4, fp4")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("show", help="one instance type's full catalog entry")
@@ -101,7 +106,8 @@ def _recommend(a: argparse.Namespace) -> str:
         from .prices import load_prices
         user_prices = load_prices(a.prices)
         catalog.with_prices(user_prices)  # refuse an unknown type or region now, before any AWS call
-    profile = get_profile(_profile_name(a, catalog), load_profiles(a.profiles))
+    filters = _filters(a, catalog)
+    profile = get_profile(_profile_name(a, catalog, filters), load_profiles(a.profiles))
     measured = load_measurements(a.throughput, catalog.types) if a.throughput else None
     if a.throughput:
         from .throughput import failed_in
@@ -118,7 +124,7 @@ def _recommend(a: argparse.Namespace) -> str:
     if user_prices is not None:  # the user's own prices (private pricing, discounts) win over list prices
         catalog = catalog.with_prices(user_prices)
     rec = recommend(profile, region=a.region, market=market, top=top, families=families,
-                    measured=measured, catalog=catalog, filters=_filters(a, catalog),
+                    measured=measured, catalog=catalog, filters=filters,
                     trust_single_az_spot=a.trust_single_az_spot)
     if rec.calibration is not None:  # said on stderr too: it changes every modelled figure shown
         _warn(f"modelled figures scaled by {rec.calibration.scale:.3g} into your measurements' units "
@@ -128,14 +134,27 @@ def _recommend(a: argparse.Namespace) -> str:
 
 # `recommend --gpu H100:8` alone: the profile that asks nothing of a type but that it can train.
 GPU_ONLY_PROFILE = "training"
+# `recommend --model-size 7B --task inference` alone: one node of anything built for inference.
+MODEL_INFERENCE_PROFILE = "model-inference"
+# `--model-size 405B --task pretrain` alone, when no single node in the region holds it.
+MULTI_NODE_PROFILE = "multi-node-training"
 
 
-def _profile_name(a: argparse.Namespace, catalog) -> str:
-    """--profile, or with --gpu alone GPU_ONLY_PROFILE; one line naming what to pass otherwise."""
+def _profile_name(a: argparse.Namespace, catalog, filters=None) -> str:
+    """--profile, or with --gpu or --model-size alone the profile they imply; one line naming what to
+    pass otherwise."""
     if a.profile is not None:
         return a.profile
+    model = filters.model if filters is not None else None
+    if model is not None:
+        if not model.training:
+            return MODEL_INFERENCE_PROFILE
+        from .requirements import node_memory_gb
+        fits = any(node_memory_gb(f) >= model.needed_gb for f in catalog if a.region in f.regions)
+        return GPU_ONLY_PROFILE if fits else MULTI_NODE_PROFILE
     if a.gpu is None:
-        raise UserError("recommend needs --profile (see `profiles`) or --gpu MODEL[:COUNT] (e.g. --gpu H100:8)")
+        raise UserError("recommend needs --profile (see `profiles`) or --gpu MODEL[:COUNT] (e.g. --gpu H100:8), "
+                        "or --model-size N --task T (e.g. --model-size 7B --task finetune)")
     from .accelerators import load_accelerators
     from .requirements import memory_variants, parse_gpu
     model = parse_gpu(a.gpu, {f.accelerator for f in catalog}, memory_variants(catalog))[0]
@@ -148,14 +167,16 @@ def _profile_name(a: argparse.Namespace, catalog) -> str:
 
 def _filters(a: argparse.Namespace, catalog):
     """The ad-hoc filters (--gpu, --min-gpu-memory, --max-price), or None when none is given."""
+    from .model_memory import model_memory
     from .requirements import Filters, memory_variants, parse_gpu
-    if a.gpu is None and a.min_gpu_memory is None and a.max_price is None:
+    model = model_memory(a.model_size, a.task, a.precision)
+    if a.gpu is None and a.min_gpu_memory is None and a.max_price is None and model is None:
         return None
-    model, count, suffix_gb = (parse_gpu(a.gpu, {f.accelerator for f in catalog}, memory_variants(catalog))
+    name, count, suffix_gb = (parse_gpu(a.gpu, {f.accelerator for f in catalog}, memory_variants(catalog))
                                if a.gpu is not None else (None, None, 0.0))
     memory = 0.0 if a.min_gpu_memory is None else finite_number(a.min_gpu_memory, "--min-gpu-memory", 0, 1e6, above=True)
     price = None if a.max_price is None else finite_number(a.max_price, "--max-price", 0, 1e6, above=True)
-    return Filters(accelerator=model, count=count, min_memory_gb=max(memory, suffix_gb), max_price=price)
+    return Filters(accelerator=name, count=count, min_memory_gb=max(memory, suffix_gb), max_price=price, model=model)
 
 
 def _warn(message: str) -> None:

@@ -10,6 +10,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
     from .ranking import Market
     from typing import Any, Iterable, Optional
+    from .model_memory import ModelMemory
 
 from dl_core.markets import MARKETS
 
@@ -61,6 +62,7 @@ class Recommendation:
     notes: tuple[str, ...] = field(default=())
     market: str = ""  # one of MARKETS; "" = from `spot`
     calibration: Optional[Calibration] = None
+    model: Optional[ModelMemory] = None  # recommend --model-size
 
     def __post_init__(self) -> None:
         if not self.market:
@@ -90,6 +92,7 @@ class Recommendation:
             "excluded": [e.to_dict() for e in self.excluded],
             "notes": list(self.notes),
             "calibration": self.calibration.to_dict() if self.calibration else None,
+            "model_memory": self.model.to_dict() if self.model is not None else None,
         }
 
 
@@ -221,7 +224,10 @@ def recommend(
     ranked = tie_groups(survivors, profile.objective, market)
     for i, c in enumerate(ranked, start=1):
         object.__setattr__(c, "rank", i)  # set once, before anyone else sees the candidate
+    model = filters.model if filters is not None else None
     why = _why(profile, ranked, market, region) + _unpriced_why(ranked, market)
+    if model is not None:
+        why += "; " + model.formula() + _model_why(model, profile, catalog, ranked, region)
     if ranked and _on_upper_bound(ranked[0]):
         # A best case must not win silently: say so in `why` itself, the line every reader sees.
         why += (f"; note: {ranked[0].facts.accelerator}'s figure is an upper bound from the vendor's own 'up to' claim, "
@@ -231,7 +237,25 @@ def recommend(
         ranked = ranked[:top]
     excluded.sort(key=lambda e: e.instance_type)
     return Recommendation(profile, region, spot, catalog.as_of, tuple(ranked), tuple(excluded), why,
-                          tuple(notes), market, scale)
+                          tuple(notes), market, scale, model)
+
+
+def _model_why(model: ModelMemory, profile: Profile, catalog: Catalog, ranked: list[Candidate], region: str) -> str:
+    """What `why` adds for --model-size: more than one node when no single node here holds it."""
+    from .requirements import node_memory_gb
+    offered = [f for f in catalog if region in f.regions and not f.retired]
+    if not offered:
+        return ""
+    largest = max(offered, key=lambda f: (node_memory_gb(f), f.instance_type))
+    big = node_memory_gb(largest)
+    if big >= model.needed_gb:
+        return ""
+    nodes = model.nodes(big)
+    if profile.multi_node:
+        return (f"; no single node in {region} holds it (largest: {largest.instance_type}, {big:,.4g} GB): "
+                f"each row says how many nodes of it do ({nodes} of {largest.instance_type})")
+    return (f"; it needs more than one node: the largest node in {region}, {largest.instance_type}, holds "
+            f"{big:,.4g} GB, so {nodes} of them: rank with a multi-node profile (--profile multi-node-training)")
 
 
 def _candidate(facts: InstanceFacts, profile: Profile, ctx: Context, measured: dict[str, Measurement],
@@ -246,11 +270,19 @@ def _candidate(facts: InstanceFacts, profile: Profile, ctx: Context, measured: d
     sp = m.spot_price_per_hour if m and m.spot_price_per_hour else (price.spot if price else None)
     block = facts.capacity_block_prices.get(region)
     # A measured spot price is the user's own and never set aside.
+    model = ctx.filters.model if ctx.filters is not None else None
+    nodes, note = None, ""
+    if model is not None:
+        from .requirements import node_memory_gb
+        node = node_memory_gb(facts)
+        nodes = model.nodes(node)
+        note = (f"holds {model.describe()} ({model.needed_gb:,.0f} GB) on {nodes} node(s) of {node:,.4g} GB"
+                + (" each" if nodes > 1 else ""))
     aside = (spot_trust.set_aside(price, od) if ctx.spot and not trust_single_az_spot and price is not None
              and sp is not None and sp == price.spot else "")
     return Candidate(
         facts, 0, od, sp, est.samples_per_second, est.source, spot_untrusted=bool(aside), spot_set_aside=aside,
-        capacity_block_price_per_hour=block.usd_per_hour if block else None,
+        capacity_block_price_per_hour=block.usd_per_hour if block else None, model_nodes=nodes, model_note=note,
         uncertainty=getattr(est, "uncertainty", 0.0), throughput_basis=getattr(est, "basis", est.source),
         _explanation=est._explain, _region=region, _measured=m)
 

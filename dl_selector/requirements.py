@@ -9,6 +9,7 @@ import re
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
     from typing import Callable, Optional
+    from .model_memory import ModelMemory
 
 from .accelerators import AcceleratorSpec, spec_for
 from .facts import InstanceFacts
@@ -21,11 +22,13 @@ class Filters:
     """Ad-hoc narrowing on top of a profile (recommend --gpu, --min-gpu-memory, --max-price):
     accelerator (a catalog accelerator name, matched exactly: see parse_gpu), count (accelerators
     per node), min_memory_gb (per accelerator, in the vendor's GB: InstanceFacts.accelerator_memory_gb),
-    max_price (USD per node-hour in the ranked market)."""
+    max_price (USD per node-hour in the ranked market), model (recommend --model-size: the memory the
+    node's accelerators must hold together, model_memory.py)."""
     accelerator: Optional[str] = None
     count: Optional[int] = None
     min_memory_gb: float = 0.0
     max_price: Optional[float] = None
+    model: Optional[ModelMemory] = None
 
     def describe(self) -> str:
         parts = []
@@ -35,6 +38,8 @@ class Filters:
             parts.append(f"--min-gpu-memory {self.min_memory_gb:g}")
         if self.max_price is not None:
             parts.append(f"--max-price {self.max_price:g}")
+        if self.model is not None:
+            parts.append(f"--model-size {self.model.size_text} --task {self.model.task} --precision {self.model.precision}")
         return " ".join(parts)
 
 
@@ -185,6 +190,10 @@ def adhoc_filters(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
     if flt.min_memory_gb and f.accelerator_memory_gb < flt.min_memory_gb:
         return (f"{f.accelerator_memory_gb:g} GB ({f.accelerator_memory_gib:g} GiB) per accelerator, below "
                 f"--min-gpu-memory {flt.min_memory_gb:g} GB")
+    if flt.model is not None:
+        reason = model_fits(f, p, flt.model)
+        if reason:
+            return reason
     if flt.max_price is not None:
         price = _market_price(f, c)
         if price is None:
@@ -192,6 +201,23 @@ def adhoc_filters(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
         if price > flt.max_price:
             return f"${price:.2f}/h {c.market}, above --max-price ${flt.max_price:.2f}/h"
     return None
+
+
+def node_memory_gb(f: InstanceFacts) -> float:
+    """The accelerator memory of one node, in the vendor's GB: accelerators x GB each."""
+    return f.accelerator_count * f.accelerator_memory_gb
+
+
+def model_fits(f: InstanceFacts, p: Profile, model: ModelMemory) -> Optional[str]:
+    """A node that cannot hold the model fails, unless the profile runs several nodes (multi_node): then it
+    passes and its reasons say how many nodes hold the model (model_nodes)."""
+    node = node_memory_gb(f)
+    if node >= model.needed_gb or (p.multi_node and node > 0):
+        return None
+    if node <= 0:
+        return f"no accelerator memory to hold {model.describe()} ({model.needed_gb:,.0f} GB)"
+    return (f"{node:,.4g} GB across the node < {model.needed_gb:,.0f} GB for {model.describe()}: "
+            f"needs {model.nodes(node)} nodes of it (a multi-node profile: --profile multi-node-training)")
 
 
 RULES: tuple[Rule, ...] = (
