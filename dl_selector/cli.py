@@ -66,6 +66,9 @@ def _parser(prog: str = "python -m dl_selector") -> argparse.ArgumentParser:
     s.add_argument("--task", metavar="T", help="with --model-size: finetune (full), pretrain or inference")
     s.add_argument("--precision", metavar="P", help="with --model-size: bf16 (default), fp16, fp32; "
                    "for inference also fp8, int8, int4, fp4")
+    s.add_argument("--objective", metavar="O", help="rank by this instead of the profile's objective: "
+                   "max_throughput, max_samples_per_dollar, min_price, max_accelerator_memory, min_latency "
+                   "(with --model-size N --task inference)")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("show", help="one instance type's full catalog entry")
@@ -108,6 +111,15 @@ def _recommend(a: argparse.Namespace) -> str:
         catalog.with_prices(user_prices)  # refuse an unknown type or region now, before any AWS call
     filters = _filters(a, catalog)
     profile = get_profile(_profile_name(a, catalog, filters), load_profiles(a.profiles))
+    if a.objective is not None:
+        from .profiles import OBJECTIVES
+        from .record import replace
+        if a.objective not in OBJECTIVES:
+            from .errors import closest
+            near = closest(a.objective, OBJECTIVES, n=1)
+            raise UserError(f"--objective {clean(repr(a.objective))[:40]}: allowed: {', '.join(OBJECTIVES)}"
+                            + (f"; closest: {near[0]}" if near else ""))
+        profile = replace(profile, objective=a.objective)
     measured = load_measurements(a.throughput, catalog.types) if a.throughput else None
     if a.throughput:
         from .throughput import failed_in

@@ -16,7 +16,8 @@ from .paths import data_file
 from .record import fields, record, replace
 from .validate import clean, finite_number, range_text, read_text
 
-OBJECTIVES = ("max_throughput", "max_samples_per_dollar", "min_price", "max_accelerator_memory")
+OBJECTIVES = ("max_throughput", "max_samples_per_dollar", "min_price", "max_accelerator_memory", "min_latency")
+# min_latency ranks on the modelled per-token decode time of a --model-size model (latency.py).
 INTERCONNECTS = ("any", "nvlink")
 SDKS = ("cuda", "neuron", "synapseai", "rocm", "qaic")
 ROLES = ("training", "inference")

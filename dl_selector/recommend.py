@@ -19,7 +19,7 @@ from .accelerators import AcceleratorSpec, load_accelerators
 from .calibration import Calibration, calibrate
 from .candidate import CAPACITY_BLOCK_ONLY, Candidate, fmt_price, price_dict, price_line, spot_spread
 from .catalog import Catalog, load_catalog
-from .errors import unknown
+from .errors import UserError, unknown
 from .facts import InstanceFacts
 from .profiles import Profile, get_profile
 from .ranking import (MODEL_METRICS, SPOT_QUOTE_FRESH_DAYS, SUSPECT_SPOT_FRACTION, market_name, ranked_price,
@@ -163,6 +163,15 @@ def _why(profile: Profile, ranked: list[Candidate], market: str, region: str) ->
         a, b = top.hourly(market), second.hourly(market)
         return (f"{top.instance_type} is the cheapest that meets every requirement: {fmt_price(a)} {kind} "
                 f"vs {fmt_price(b)} for {second.instance_type}")
+    if o == "min_latency":
+        from .latency import BASIS
+        a, b = top.ms_per_token, second.ms_per_token
+        if a is None:
+            return (f"no candidate has a latency figure (no memory-bandwidth figure for its accelerator): ranked by "
+                    f"price, {top.instance_type} first")
+        return (f"{top.instance_type} has the lowest modelled decode time per token at batch 1: {a:.3g} ms vs "
+                + (f"{b:.3g} ms" if b is not None else "none (unranked for latency)")
+                + f" for {second.instance_type} ({BASIS})")
     return (f"{top.instance_type} has the most accelerator memory: {top.facts.accelerator_memory_total_gib:g} GiB "
             f"vs {second.facts.accelerator_memory_total_gib:g} GiB for {second.instance_type}")
 
@@ -194,6 +203,10 @@ def recommend(
     """
     if isinstance(profile, str):
         profile = get_profile(profile)
+    model = filters.model if filters is not None else None
+    if profile.objective == "min_latency" and (model is None or model.training):
+        raise UserError("objective min_latency ranks on a model's decode time per token at batch 1: pass "
+                        "--model-size N --task inference (e.g. --model-size 7B --task inference)")
     market = market or ("spot" if spot else "on-demand")
     if market not in MARKETS:
         raise unknown("market", market, MARKETS)
@@ -224,15 +237,14 @@ def recommend(
     ranked = tie_groups(survivors, profile.objective, market)
     for i, c in enumerate(ranked, start=1):
         object.__setattr__(c, "rank", i)  # set once, before anyone else sees the candidate
-    model = filters.model if filters is not None else None
     why = _why(profile, ranked, market, region) + _unpriced_why(ranked, market)
     if model is not None:
         why += "; " + model.formula() + _model_why(model, profile, catalog, ranked, region)
-    if ranked and _on_upper_bound(ranked[0]):
+    if ranked and _on_upper_bound(ranked[0]) and profile.objective != "min_latency":
         # A best case must not win silently: say so in `why` itself, the line every reader sees.
         why += (f"; note: {ranked[0].facts.accelerator}'s figure is an upper bound from the vendor's own 'up to' claim, "
                 "not a measurement: measure it (bench plan) before committing to it")
-    notes = _notes(ranked, scale, top)
+    notes = _notes(ranked, scale, top, profile.objective != "min_latency")
     if top is not None:
         ranked = ranked[:top]
     excluded.sort(key=lambda e: e.instance_type)
@@ -278,11 +290,16 @@ def _candidate(facts: InstanceFacts, profile: Profile, ctx: Context, measured: d
         nodes = model.nodes(node)
         note = (f"holds {model.describe()} ({model.needed_gb:,.0f} GB) on {nodes} node(s) of {node:,.4g} GB"
                 + (" each" if nodes > 1 else ""))
+    ms, latency = None, ""
+    if model is not None and not model.training:
+        from .latency import per_token
+        ms, latency = per_token(facts, model, ctx.accelerators, nodes)
     aside = (spot_trust.set_aside(price, od) if ctx.spot and not trust_single_az_spot and price is not None
              and sp is not None and sp == price.spot else "")
     return Candidate(
         facts, 0, od, sp, est.samples_per_second, est.source, spot_untrusted=bool(aside), spot_set_aside=aside,
         capacity_block_price_per_hour=block.usd_per_hour if block else None, model_nodes=nodes, model_note=note,
+        ms_per_token=ms, latency_note=latency,
         uncertainty=getattr(est, "uncertainty", 0.0), throughput_basis=getattr(est, "basis", est.source),
         _explanation=est._explain, _region=region, _measured=m)
 
@@ -312,14 +329,15 @@ def _on_upper_bound(c: Candidate) -> bool:
     return c.throughput_basis == "vendor-upper-bound" and c.throughput_source != "measured"
 
 
-def _notes(ranked: list[Candidate], scale: Optional[Calibration], top: Optional[int]) -> list[str]:
+def _notes(ranked: list[Candidate], scale: Optional[Calibration], top: Optional[int],
+           on_throughput: bool = True) -> list[str]:
     """What a reader of the ranking must know beside it: estimates, a pick on a vendor's best
     case, spot quotes set aside, the calibration and its outliers, ties among those shown."""
     notes = []
     if any(c.throughput_source == "model" for c in ranked):
         notes.append("model figures are estimates (each row's ± is its stated uncertainty): "
                      "measure your own job and pass --throughput FILE")
-    if ranked and _on_upper_bound(ranked[0]):
+    if ranked and _on_upper_bound(ranked[0]) and on_throughput:  # min_latency ranks on bandwidth, not this figure
         notes.append(f"{ranked[0].instance_type} wins on an upper bound ({ranked[0].facts.accelerator}: a vendor's "
                      "best-case claim); typical workloads are likely slower: measure before committing")
     untrusted = [c.instance_type for c in ranked if c.spot_untrusted]
@@ -334,6 +352,10 @@ def _notes(ranked: list[Candidate], scale: Optional[Calibration], top: Optional[
         for name, rel, band in scale.outliers:
             notes.append(f"{name}: measured {rel:.2f}x what the calibrated model expects, outside its ±{band:.0%} "
                          "band: check the measurement (same job, batch and precision?) or the model's row")
+    unranked = [c.instance_type for c in ranked if c.latency_note.startswith("unranked for latency")]
+    if unranked:
+        notes.append(f"unranked for latency (no memory-bandwidth figure in the accelerator table, or a model over "
+                     f"one node), ranked after the rest: {_some(tuple(unranked))}")
     if any(c.tied_with for c in ranked[:top or len(ranked)]):
         notes.append("ties: candidates whose figures' uncertainty bands overlap are flagged with their partners "
                      "and stay ranked by the objective's expected value; measure them to decide")
