@@ -110,7 +110,12 @@ def _recommend(a: argparse.Namespace) -> str:
         user_prices = load_prices(a.prices)
         catalog.with_prices(user_prices)  # refuse an unknown type or region now, before any AWS call
     filters = _filters(a, catalog)
-    profile = get_profile(_profile_name(a, catalog, filters), load_profiles(a.profiles))
+    name = _profile_name(a, catalog, filters)
+    if name == MODEL_INFERENCE_PROFILE:
+        from .model_memory import inference_profile
+        profile = inference_profile()
+    else:
+        profile = get_profile(name, load_profiles(a.profiles))
     if a.objective is not None:
         from .profiles import OBJECTIVES
         from .record import replace
@@ -146,7 +151,8 @@ def _recommend(a: argparse.Namespace) -> str:
 
 # `recommend --gpu H100:8` alone: the profile that asks nothing of a type but that it can train.
 GPU_ONLY_PROFILE = "training"
-# `recommend --model-size 7B --task inference` alone: one node of anything built for inference.
+# `recommend --model-size 7B --task inference` alone: one node of anything built for inference
+# (model_memory.inference_profile; not a built-in profile).
 MODEL_INFERENCE_PROFILE = "model-inference"
 # `--model-size 405B --task pretrain` alone, when no single node in the region holds it.
 MULTI_NODE_PROFILE = "multi-node-training"
