@@ -185,9 +185,11 @@ def _profile_name(a: argparse.Namespace, catalog, filters=None) -> str:
 
 def _filters(a: argparse.Namespace, catalog):
     """The ad-hoc filters (--gpu, --min-gpu-memory, --max-price), or None when none is given."""
-    from .model_memory import model_memory
     from .requirements import Filters, memory_variants, parse_gpu
-    model = model_memory(a.model_size, a.task, a.precision)
+    model = None
+    if a.model_size is not None or a.task is not None or a.precision is not None:  # loaded only when asked for
+        from .model_memory import model_memory
+        model = model_memory(a.model_size, a.task, a.precision)
     if a.gpu is None and a.min_gpu_memory is None and a.max_price is None and model is None:
         return None
     name, count, suffix_gb = (parse_gpu(a.gpu, {f.accelerator for f in catalog}, memory_variants(catalog))
