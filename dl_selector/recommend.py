@@ -267,7 +267,8 @@ def _model_why(model: ModelMemory, profile: Profile, catalog: Catalog, ranked: l
         return (f"; no single node in {region} holds it (largest: {largest.instance_type}, {big:,.4g} GB): "
                 f"each row says how many nodes of it do ({nodes} of {largest.instance_type})")
     return (f"; it needs more than one node: the largest node in {region}, {largest.instance_type}, holds "
-            f"{big:,.4g} GB, so {nodes} of them: rank with a multi-node profile (--profile multi-node-training)")
+            f"{big:,.4g} GB, so {nodes} of them: rank with a multi-node profile (--profile multi-node-training, "
+            "or one of your own with multi_node = true)")
 
 
 def _candidate(facts: InstanceFacts, profile: Profile, ctx: Context, measured: dict[str, Measurement],

@@ -217,7 +217,8 @@ def model_fits(f: InstanceFacts, p: Profile, model: ModelMemory) -> Optional[str
     if node <= 0:
         return f"no accelerator memory to hold {model.describe()} ({model.needed_gb:,.0f} GB)"
     return (f"{node:,.4g} GB across the node < {model.needed_gb:,.0f} GB for {model.describe()}: "
-            f"needs {model.nodes(node)} nodes of it (a multi-node profile: --profile multi-node-training)")
+            f"needs {model.nodes(node)} nodes of it (a multi-node profile: --profile multi-node-training, or one of "
+            "your own with multi_node = true)")
 
 
 RULES: tuple[Rule, ...] = (
