@@ -95,8 +95,9 @@ def _parser(prog: str = "python -m dl_selector") -> argparse.ArgumentParser:
 def _recommend(a: argparse.Namespace) -> str:
     from . import render
     from .catalog import load_catalog
-    from .profiles import get_profile, load_profiles
+    from .profiles import load_profiles
     from .recommend import recommend
+    from .recommend_args import profile_and_filters
     from .throughput import load_measurements
 
     catalog = load_catalog(a.catalog)
@@ -109,22 +110,7 @@ def _recommend(a: argparse.Namespace) -> str:
         from .prices import load_prices
         user_prices = load_prices(a.prices)
         catalog.with_prices(user_prices)  # refuse an unknown type or region now, before any AWS call
-    filters = _filters(a, catalog)
-    name = _profile_name(a, catalog, filters)
-    if name == MODEL_INFERENCE_PROFILE:
-        from .model_memory import inference_profile
-        profile = inference_profile()
-    else:
-        profile = get_profile(name, load_profiles(a.profiles))
-    if a.objective is not None:
-        from .profiles import OBJECTIVES
-        from .record import replace
-        if a.objective not in OBJECTIVES:
-            from .errors import closest
-            near = closest(a.objective, OBJECTIVES, n=1)
-            raise UserError(f"--objective {clean(repr(a.objective))[:40]}: allowed: {', '.join(OBJECTIVES)}"
-                            + (f"; closest: {near[0]}" if near else ""))
-        profile = replace(profile, objective=a.objective)
+    filters, profile = profile_and_filters(a, catalog, load_profiles(a.profiles))
     measured = load_measurements(a.throughput, catalog.types) if a.throughput else None
     if a.throughput:
         from .throughput import failed_in
@@ -151,52 +137,6 @@ def _recommend(a: argparse.Namespace) -> str:
 
 # `recommend --gpu H100:8` alone: the profile that asks nothing of a type but that it can train.
 GPU_ONLY_PROFILE = "training"
-# `recommend --model-size 7B --task inference` alone: one node of anything built for inference
-# (model_memory.inference_profile; not a built-in profile).
-MODEL_INFERENCE_PROFILE = "model-inference"
-# `--model-size 405B --task pretrain` alone, when no single node in the region holds it.
-MULTI_NODE_PROFILE = "multi-node-training"
-
-
-def _profile_name(a: argparse.Namespace, catalog, filters=None) -> str:
-    """--profile, or with --gpu or --model-size alone the profile they imply; one line naming what to
-    pass otherwise."""
-    if a.profile is not None:
-        return a.profile
-    model = filters.model if filters is not None else None
-    if model is not None:
-        if not model.training:
-            return MODEL_INFERENCE_PROFILE
-        from .requirements import node_memory_gb
-        fits = any(node_memory_gb(f) >= model.needed_gb for f in catalog if a.region in f.regions)
-        return GPU_ONLY_PROFILE if fits else MULTI_NODE_PROFILE
-    if a.gpu is None:
-        raise UserError("recommend needs --profile (see `profiles`) or --gpu MODEL[:COUNT] (e.g. --gpu H100:8), "
-                        "or --model-size N --task T (e.g. --model-size 7B --task finetune)")
-    from .accelerators import load_accelerators
-    from .requirements import memory_variants, parse_gpu
-    model = parse_gpu(a.gpu, {f.accelerator for f in catalog}, memory_variants(catalog))[0]
-    spec = load_accelerators().get(model)
-    if spec is not None and "training" not in spec.roles:
-        raise UserError(f"--gpu {model} without --profile ranks for training ({GPU_ONLY_PROFILE}), and {model} is not "
-                        "built for training: pass --profile inference or --profile neuron-inference")
-    return GPU_ONLY_PROFILE
-
-
-def _filters(a: argparse.Namespace, catalog):
-    """The ad-hoc filters (--gpu, --min-gpu-memory, --max-price), or None when none is given."""
-    from .requirements import Filters, memory_variants, parse_gpu
-    model = None
-    if a.model_size is not None or a.task is not None or a.precision is not None:  # loaded only when asked for
-        from .model_memory import model_memory
-        model = model_memory(a.model_size, a.task, a.precision)
-    if a.gpu is None and a.min_gpu_memory is None and a.max_price is None and model is None:
-        return None
-    name, count, suffix_gb = (parse_gpu(a.gpu, {f.accelerator for f in catalog}, memory_variants(catalog))
-                               if a.gpu is not None else (None, None, 0.0))
-    memory = 0.0 if a.min_gpu_memory is None else finite_number(a.min_gpu_memory, "--min-gpu-memory", 0, 1e6, above=True)
-    price = None if a.max_price is None else finite_number(a.max_price, "--max-price", 0, 1e6, above=True)
-    return Filters(accelerator=name, count=count, min_memory_gb=max(memory, suffix_gb), max_price=price, model=model)
 
 
 def _warn(message: str) -> None:

@@ -41,3 +41,14 @@ def per_token(facts: InstanceFacts, model: ModelMemory, accelerators: dict[str, 
     ms = model.weights_gb / total * 1000
     return ms, (f"latency: {ms:.3g} ms per token at batch 1 (at least): {model.weights_gb:,.4g} GB of {model.precision} "
                 f"weights / ({facts.accelerator_count:g} x {bandwidth:,g} GB/s {spec.name}); {BASIS}")
+
+
+def latency_why(top, second) -> str:
+    """`why` under min_latency: the two leading figures and the basis."""
+    a, b = top.ms_per_token, second.ms_per_token
+    if a is None:
+        return (f"no candidate has a latency figure (no memory-bandwidth figure for its accelerator): ranked by "
+                f"price, {top.instance_type} first")
+    return (f"{top.instance_type} has the lowest modelled decode time per token at batch 1: {a:.3g} ms vs "
+            + (f"{b:.3g} ms" if b is not None else "none (unranked for latency)")
+            + f" for {second.instance_type} ({BASIS})")

@@ -99,21 +99,6 @@ class ModelMemory:
                 "allowance": self.allowance, "needed_gb": round(self.needed_gb, 1), "formula": self.formula()}
 
 
-MODEL_INFERENCE = "model-inference"
-
-
-def inference_profile():
-    """The profile `--model-size N --task inference` ranks with when no --profile is given: one node of
-    anything built for inference on CUDA or Neuron (the stacks the common LLM servers run on: vLLM and
-    TGI; Neuron's NxD Inference), cheapest per hour. Not a built-in: nothing launches it by name (the
-    portfolio makes a product of every built-in); the --model-size filter is what it asks of a node."""
-    from .profiles import Profile
-    return Profile(name=MODEL_INFERENCE, description="One node that holds the --model-size model for inference "
-                   "(GPU, Inferentia or Trainium), cheapest per hour", objective="min_price", whole_accelerators=True,
-                   sdks=("cuda", "neuron"), roles=("inference",), workload="inference",
-                   source="implied by --model-size ... --task inference")
-
-
 def parse_model_size(text: str) -> tuple[float, str]:
     """'7B' / '70b' / '1.5B' / '405B' / '500M' -> (parameters, normalised text); one-line UserError otherwise."""
     raw = str(text).strip()

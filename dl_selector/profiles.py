@@ -240,6 +240,15 @@ def load_profiles(extra: Optional[str] = None) -> dict[str, Profile]:
     return profiles
 
 
+def with_objective(profile: Profile, objective: str) -> Profile:
+    """The profile ranked by `objective` instead of its own (recommend --objective); one line otherwise."""
+    if objective not in OBJECTIVES:
+        near = closest(objective, OBJECTIVES, n=1)
+        raise UserError(f"--objective {clean(repr(objective))[:40]}: allowed: {', '.join(OBJECTIVES)}"
+                        + (f"; closest: {near[0]}" if near else ""))
+    return replace(profile, objective=objective)
+
+
 def get_profile(name: str, profiles: Optional[dict[str, Profile]] = None) -> Profile:
     profiles = profiles if profiles is not None else builtin_profiles()
     try:

@@ -191,6 +191,7 @@ def adhoc_filters(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
         return (f"{f.accelerator_memory_gb:g} GB ({f.accelerator_memory_gib:g} GiB) per accelerator, below "
                 f"--min-gpu-memory {flt.min_memory_gb:g} GB")
     if flt.model is not None:
+        from .model_fit import model_fits  # only with --model-size
         reason = model_fits(f, p, flt.model)
         if reason:
             return reason
@@ -201,24 +202,6 @@ def adhoc_filters(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
         if price > flt.max_price:
             return f"${price:.2f}/h {c.market}, above --max-price ${flt.max_price:.2f}/h"
     return None
-
-
-def node_memory_gb(f: InstanceFacts) -> float:
-    """The accelerator memory of one node, in the vendor's GB: accelerators x GB each."""
-    return f.accelerator_count * f.accelerator_memory_gb
-
-
-def model_fits(f: InstanceFacts, p: Profile, model: ModelMemory) -> Optional[str]:
-    """A node that cannot hold the model fails, unless the profile runs several nodes (multi_node): then it
-    passes and its reasons say how many nodes hold the model (model_nodes)."""
-    node = node_memory_gb(f)
-    if node >= model.needed_gb or (p.multi_node and node > 0):
-        return None
-    if node <= 0:
-        return f"no accelerator memory to hold {model.describe()} ({model.needed_gb:,.0f} GB)"
-    return (f"{node:,.4g} GB across the node < {model.needed_gb:,.0f} GB for {model.describe()}: "
-            f"needs {model.nodes(node)} nodes of it (a multi-node profile: --profile multi-node-training, or one of "
-            "your own with multi_node = true)")
 
 
 RULES: tuple[Rule, ...] = (
