@@ -73,6 +73,10 @@ class AcceleratorSpec:
     # ranks on relative_training_throughput, the centre of a band whose top is this bound:
     # bound / (1 + uncertainty). None on every other row.
     upper_bound: Optional[float] = None
+    # Memory bandwidth per accelerator in GB/s (10^9 bytes/s) from the vendor's datasheet
+    # (accelerators.md, "memory_bandwidth_gbps"); None where the table has no sourced figure, and the
+    # latency objective then leaves the type unranked rather than guess.
+    memory_bandwidth_gbps: Optional[float] = None
 
     @property
     def nvlink(self) -> bool:
@@ -141,6 +145,7 @@ def load_accelerators(path: str = data_file("accelerators.csv")) -> dict[str, Ac
                 ec2_name=(row.get("ec2_name") or "").strip() or row["name"],
                 memory_gib=_num(row.get("memory_gib", "")),
                 upper_bound=bound,
+                memory_bandwidth_gbps=_num(row.get("memory_bandwidth_gbps", "")),
             )
     for name, spec in out.items():
         variant = spec.ec2_name != name

@@ -41,6 +41,14 @@ class Candidate:
     # The spot price is shown but not ranked on (spot_trust.set_aside), and why.
     spot_untrusted: bool = False
     spot_set_aside: str = ""
+    # recommend --model-size: the nodes of this type that hold the model (1 unless a multi-node profile
+    # lets a smaller node in), and the sentence that says so.
+    model_nodes: Optional[int] = None
+    model_note: str = ""
+    # --model-size ... --task inference: the modelled decode time per token at batch 1 (latency.py),
+    # None where the table has no bandwidth figure (unranked for latency), and the sentence behind it.
+    ms_per_token: Optional[float] = None
+    latency_note: str = ""
     # The ranking's uncertainty bands and this candidate's place in them: tied_with is read from
     # them when asked (a --top 5 table asks five times; the whole catalog may hold 1,000 tied pairs).
     _bands: Optional["Bands"] = field(repr=False, default=None, compare=False)
@@ -74,6 +82,10 @@ class Candidate:
                        f"({freshness.describe(block.as_of)}; {block.source})")
         if m and (m.price_per_hour or m.spot_price_per_hour):
             out.append(f"prices from {m.source}")
+        if self.model_note:
+            out.append(self.model_note)
+        if self.latency_note:
+            out.append(self.latency_note)
         if self.spot_untrusted:
             out.append(f"{self.spot_set_aside or 'spot quote set aside'}: ranked as unpriced on spot; confirm it "
                        "with --live, or rank on it with --trust-single-az-spot")
@@ -156,6 +168,8 @@ class Candidate:
             "tied_with": list(self.tied_with),
             "spot_untrusted": self.spot_untrusted,
             "spot_set_aside": self.spot_set_aside or None,
+            "model_nodes": self.model_nodes,
+            "ms_per_token": None if self.ms_per_token is None else round(self.ms_per_token, 3),
             "reasons": list(self.reasons),
         }
 

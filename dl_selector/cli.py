@@ -61,6 +61,14 @@ def _parser(prog: str = "python -m dl_selector") -> argparse.ArgumentParser:
     s.add_argument("--min-gpu-memory", metavar="GB",
                    help="at least this much memory per accelerator, in the vendor's GB (24 includes the A10G and L4)")
     s.add_argument("--max-price", metavar="USD", help="at most this price per node-hour in the ranked market")
+    s.add_argument("--model-size", metavar="N", help="the model's parameters (7B, 70B, 1.5B, 500M): keep the nodes "
+                   "whose accelerators hold it together (with --task; docs/selector.md, Sizing by model)")
+    s.add_argument("--task", metavar="T", help="with --model-size: finetune (full), pretrain or inference")
+    s.add_argument("--precision", metavar="P", help="with --model-size: bf16 (default), fp16, fp32; "
+                   "for inference also fp8, int8, int4, fp4")
+    s.add_argument("--objective", metavar="O", help="rank by this instead of the profile's objective: "
+                   "max_throughput, max_samples_per_dollar, min_price, max_accelerator_memory, min_latency "
+                   "(with --model-size N --task inference)")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("show", help="one instance type's full catalog entry")
@@ -87,8 +95,9 @@ def _parser(prog: str = "python -m dl_selector") -> argparse.ArgumentParser:
 def _recommend(a: argparse.Namespace) -> str:
     from . import render
     from .catalog import load_catalog
-    from .profiles import get_profile, load_profiles
+    from .profiles import load_profiles
     from .recommend import recommend
+    from .recommend_args import profile_and_filters
     from .throughput import load_measurements
 
     catalog = load_catalog(a.catalog)
@@ -101,7 +110,7 @@ def _recommend(a: argparse.Namespace) -> str:
         from .prices import load_prices
         user_prices = load_prices(a.prices)
         catalog.with_prices(user_prices)  # refuse an unknown type or region now, before any AWS call
-    profile = get_profile(_profile_name(a, catalog), load_profiles(a.profiles))
+    filters, profile = profile_and_filters(a, catalog, load_profiles(a.profiles))
     measured = load_measurements(a.throughput, catalog.types) if a.throughput else None
     if a.throughput:
         from .throughput import failed_in
@@ -118,7 +127,7 @@ def _recommend(a: argparse.Namespace) -> str:
     if user_prices is not None:  # the user's own prices (private pricing, discounts) win over list prices
         catalog = catalog.with_prices(user_prices)
     rec = recommend(profile, region=a.region, market=market, top=top, families=families,
-                    measured=measured, catalog=catalog, filters=_filters(a, catalog),
+                    measured=measured, catalog=catalog, filters=filters,
                     trust_single_az_spot=a.trust_single_az_spot)
     if rec.calibration is not None:  # said on stderr too: it changes every modelled figure shown
         _warn(f"modelled figures scaled by {rec.calibration.scale:.3g} into your measurements' units "
@@ -128,34 +137,6 @@ def _recommend(a: argparse.Namespace) -> str:
 
 # `recommend --gpu H100:8` alone: the profile that asks nothing of a type but that it can train.
 GPU_ONLY_PROFILE = "training"
-
-
-def _profile_name(a: argparse.Namespace, catalog) -> str:
-    """--profile, or with --gpu alone GPU_ONLY_PROFILE; one line naming what to pass otherwise."""
-    if a.profile is not None:
-        return a.profile
-    if a.gpu is None:
-        raise UserError("recommend needs --profile (see `profiles`) or --gpu MODEL[:COUNT] (e.g. --gpu H100:8)")
-    from .accelerators import load_accelerators
-    from .requirements import memory_variants, parse_gpu
-    model = parse_gpu(a.gpu, {f.accelerator for f in catalog}, memory_variants(catalog))[0]
-    spec = load_accelerators().get(model)
-    if spec is not None and "training" not in spec.roles:
-        raise UserError(f"--gpu {model} without --profile ranks for training ({GPU_ONLY_PROFILE}), and {model} is not "
-                        "built for training: pass --profile inference or --profile neuron-inference")
-    return GPU_ONLY_PROFILE
-
-
-def _filters(a: argparse.Namespace, catalog):
-    """The ad-hoc filters (--gpu, --min-gpu-memory, --max-price), or None when none is given."""
-    from .requirements import Filters, memory_variants, parse_gpu
-    if a.gpu is None and a.min_gpu_memory is None and a.max_price is None:
-        return None
-    model, count, suffix_gb = (parse_gpu(a.gpu, {f.accelerator for f in catalog}, memory_variants(catalog))
-                               if a.gpu is not None else (None, None, 0.0))
-    memory = 0.0 if a.min_gpu_memory is None else finite_number(a.min_gpu_memory, "--min-gpu-memory", 0, 1e6, above=True)
-    price = None if a.max_price is None else finite_number(a.max_price, "--max-price", 0, 1e6, above=True)
-    return Filters(accelerator=model, count=count, min_memory_gb=max(memory, suffix_gb), max_price=price)
 
 
 def _warn(message: str) -> None:

@@ -16,7 +16,8 @@ from .paths import data_file
 from .record import fields, record, replace
 from .validate import clean, finite_number, range_text, read_text
 
-OBJECTIVES = ("max_throughput", "max_samples_per_dollar", "min_price", "max_accelerator_memory")
+OBJECTIVES = ("max_throughput", "max_samples_per_dollar", "min_price", "max_accelerator_memory", "min_latency")
+# min_latency ranks on the modelled per-token decode time of a --model-size model (latency.py).
 INTERCONNECTS = ("any", "nvlink")
 SDKS = ("cuda", "neuron", "synapseai", "rocm", "qaic")
 ROLES = ("training", "inference")
@@ -237,6 +238,15 @@ def load_profiles(extra: Optional[str] = None) -> dict[str, Profile]:
         base = profiles.get(base_name) if base_name else profiles.get(name)
         profiles[name] = profile_from_mapping(name, data, base, str(path))
     return profiles
+
+
+def with_objective(profile: Profile, objective: str) -> Profile:
+    """The profile ranked by `objective` instead of its own (recommend --objective); one line otherwise."""
+    if objective not in OBJECTIVES:
+        near = closest(objective, OBJECTIVES, n=1)
+        raise UserError(f"--objective {clean(repr(objective))[:40]}: allowed: {', '.join(OBJECTIVES)}"
+                        + (f"; closest: {near[0]}" if near else ""))
+    return replace(profile, objective=objective)
 
 
 def get_profile(name: str, profiles: Optional[dict[str, Profile]] = None) -> Profile:

@@ -89,6 +89,9 @@ def sort_key(objective: str, market: str):
         "min_price": lambda c: (unpriced(c), price(c), -c.samples_per_second, c.instance_type),
         "max_accelerator_memory": lambda c: (unpriced(c), -c.facts.accelerator_memory_total_gib, -c.samples_per_second,
                                              price(c), c.instance_type),
+        # No bandwidth figure, no latency: after every type that has one (latency.py), cheapest first.
+        "min_latency": lambda c: (unpriced(c), c.ms_per_token is None,
+                                  c.ms_per_token if c.ms_per_token is not None else MISSING, price(c), c.instance_type),
     }
     return keys[objective]
 

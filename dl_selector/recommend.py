@@ -10,19 +10,21 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
     from .ranking import Market
     from typing import Any, Iterable, Optional
+    from .model_memory import ModelMemory
 
 from dl_core.markets import MARKETS
 
 from . import freshness, spot_trust
 from .accelerators import AcceleratorSpec, load_accelerators
 from .calibration import Calibration, calibrate
-from .candidate import CAPACITY_BLOCK_ONLY, Candidate, fmt_price, price_dict, price_line, spot_spread
+from .candidate import CAPACITY_BLOCK_ONLY, Candidate, price_dict, price_line, spot_spread
 from .catalog import Catalog, load_catalog
-from .errors import unknown
+from .errors import UserError, unknown
 from .facts import InstanceFacts
 from .profiles import Profile, get_profile
-from .ranking import (MODEL_METRICS, SPOT_QUOTE_FRESH_DAYS, SUSPECT_SPOT_FRACTION, market_name, ranked_price,
-                      sort_key, tie_groups, unpriced_in)
+from .explain import notes_for, on_upper_bound, unpriced_why, why_for
+from .ranking import (SPOT_QUOTE_FRESH_DAYS, SUSPECT_SPOT_FRACTION, market_name, ranked_price, sort_key, tie_groups,
+                      unpriced_in)
 from .record import field, record, replace
 from .requirements import Context, Filters, fails, failures, rules_for
 from .throughput import Estimate, Measurement, model
@@ -61,6 +63,7 @@ class Recommendation:
     notes: tuple[str, ...] = field(default=())
     market: str = ""  # one of MARKETS; "" = from `spot`
     calibration: Optional[Calibration] = None
+    model: Optional[ModelMemory] = None  # recommend --model-size
 
     def __post_init__(self) -> None:
         if not self.market:
@@ -90,6 +93,7 @@ class Recommendation:
             "excluded": [e.to_dict() for e in self.excluded],
             "notes": list(self.notes),
             "calibration": self.calibration.to_dict() if self.calibration else None,
+            "model_memory": self.model.to_dict() if self.model is not None else None,
         }
 
 
@@ -128,42 +132,6 @@ def _estimate(facts: InstanceFacts, profile: Profile, accelerators: dict[str, Ac
                                     f"(calibrated: {scale.describe()})")
 
 
-def _why(profile: Profile, ranked: list[Candidate], market: str, region: str) -> str:
-    if not ranked:
-        return f"no instance type meets every hard requirement of {profile.name} in {region}"
-    top = ranked[0]
-    kind = market
-    if len(ranked) == 1:
-        return f"{top.instance_type} is the only type that meets every hard requirement"
-    second = ranked[1]
-    o = profile.objective
-    u = max(top.uncertainty, second.uncertainty)
-    if top.tied_with and o in MODEL_METRICS and u > 0:
-        what = "throughput" if o == "max_throughput" else f"{kind} samples per dollar"
-        fig = (lambda c: f"{c.samples_per_second:,.0f} samples/s") if o == "max_throughput" else (
-            lambda c: f"{c.per_dollar(market) or 0:,.0f} samples per dollar")
-        return (f"{top.instance_type} leads on modelled {what} ({fig(top)} vs {fig(second)} for "
-                f"{second.instance_type}) but ties with {_some(top.tied_with)}: their uncertainty bands "
-                f"overlap (±{u:.0%}); measure these to decide")
-    if o == "max_throughput":
-        if top.samples_per_second == second.samples_per_second:
-            a, b = top.hourly(market), second.hourly(market)
-            return (f"{top.instance_type} ties with {second.instance_type} on throughput "
-                    f"({top.samples_per_second:,.0f} samples/s) and is cheaper ({kind}): {fmt_price(a)} vs {fmt_price(b)}")
-        return (f"{top.instance_type} wins on throughput: {top.samples_per_second:,.0f} samples/s "
-                f"vs {second.samples_per_second:,.0f} for {second.instance_type}")
-    if o == "max_samples_per_dollar":
-        a, b = top.per_dollar(market), second.per_dollar(market)
-        return (f"{top.instance_type} wins on {kind} samples per dollar: {a or 0:,.0f} vs "
-                f"{b or 0:,.0f} for {second.instance_type}")
-    if o == "min_price":
-        a, b = top.hourly(market), second.hourly(market)
-        return (f"{top.instance_type} is the cheapest that meets every requirement: {fmt_price(a)} {kind} "
-                f"vs {fmt_price(b)} for {second.instance_type}")
-    return (f"{top.instance_type} has the most accelerator memory: {top.facts.accelerator_memory_total_gib:g} GiB "
-            f"vs {second.facts.accelerator_memory_total_gib:g} GiB for {second.instance_type}")
-
-
 def recommend(
     profile: Profile | str,
     *,
@@ -191,6 +159,10 @@ def recommend(
     """
     if isinstance(profile, str):
         profile = get_profile(profile)
+    model = filters.model if filters is not None else None
+    if profile.objective == "min_latency" and (model is None or model.training):
+        raise UserError("objective min_latency ranks on a model's decode time per token at batch 1: pass "
+                        "--model-size N --task inference (e.g. --model-size 7B --task inference)")
     market = market or ("spot" if spot else "on-demand")
     if market not in MARKETS:
         raise unknown("market", market, MARKETS)
@@ -221,17 +193,20 @@ def recommend(
     ranked = tie_groups(survivors, profile.objective, market)
     for i, c in enumerate(ranked, start=1):
         object.__setattr__(c, "rank", i)  # set once, before anyone else sees the candidate
-    why = _why(profile, ranked, market, region) + _unpriced_why(ranked, market)
-    if ranked and _on_upper_bound(ranked[0]):
+    why = why_for(profile, ranked, market, region) + unpriced_why(ranked, market)
+    if model is not None:
+        from .model_fit import model_why
+        why += "; " + model.formula() + model_why(model, profile, catalog, region)
+    if ranked and on_upper_bound(ranked[0]) and profile.objective != "min_latency":
         # A best case must not win silently: say so in `why` itself, the line every reader sees.
         why += (f"; note: {ranked[0].facts.accelerator}'s figure is an upper bound from the vendor's own 'up to' claim, "
                 "not a measurement: measure it (bench plan) before committing to it")
-    notes = _notes(ranked, scale, top)
+    notes = notes_for(ranked, scale, top, profile.objective != "min_latency")
     if top is not None:
         ranked = ranked[:top]
     excluded.sort(key=lambda e: e.instance_type)
     return Recommendation(profile, region, spot, catalog.as_of, tuple(ranked), tuple(excluded), why,
-                          tuple(notes), market, scale)
+                          tuple(notes), market, scale, model)
 
 
 def _candidate(facts: InstanceFacts, profile: Profile, ctx: Context, measured: dict[str, Measurement],
@@ -246,68 +221,16 @@ def _candidate(facts: InstanceFacts, profile: Profile, ctx: Context, measured: d
     sp = m.spot_price_per_hour if m and m.spot_price_per_hour else (price.spot if price else None)
     block = facts.capacity_block_prices.get(region)
     # A measured spot price is the user's own and never set aside.
+    model = ctx.filters.model if ctx.filters is not None else None
+    nodes, note, ms, latency = None, "", None, ""
+    if model is not None:
+        from .model_fit import candidate_fields
+        nodes, note, ms, latency = candidate_fields(facts, model, ctx.accelerators)
     aside = (spot_trust.set_aside(price, od) if ctx.spot and not trust_single_az_spot and price is not None
              and sp is not None and sp == price.spot else "")
     return Candidate(
         facts, 0, od, sp, est.samples_per_second, est.source, spot_untrusted=bool(aside), spot_set_aside=aside,
-        capacity_block_price_per_hour=block.usd_per_hour if block else None,
+        capacity_block_price_per_hour=block.usd_per_hour if block else None, model_nodes=nodes, model_note=note,
+        ms_per_token=ms, latency_note=latency,
         uncertainty=getattr(est, "uncertainty", 0.0), throughput_basis=getattr(est, "basis", est.source),
         _explanation=est._explain, _region=region, _measured=m)
-
-
-def _unpriced_why(ranked: list[Candidate], market: str) -> str:
-    """What `why` must add when some types have no price in the market ranked on: they rank after
-    every priced type (sort_key), and a reader who sees a faster type below the pick learns why."""
-    unpriced = unpriced_in(market, ranked)
-    if not unpriced:
-        return ""
-    names = _some(tuple(c.instance_type for c in unpriced))
-    if len(unpriced) == len(ranked):
-        return f"; no candidate has a {market} price in this region: every row is unpriced ({market})"
-    return (f"; unpriced on {market} and ranked after every priced type: {names} "
-            f"({_unpriced_reason(market)})")
-
-
-def _unpriced_reason(market: str) -> str:
-    if market == "spot":
-        return "no spot price on record, or a spot quote set aside as implausibly low"
-    if market == "capacity-block":
-        return "no Capacity Block rate on record for this region; --live asks EC2 for today's quote"
-    return "no on-demand price on record for this region"
-
-
-def _on_upper_bound(c: Candidate) -> bool:
-    return c.throughput_basis == "vendor-upper-bound" and c.throughput_source != "measured"
-
-
-def _notes(ranked: list[Candidate], scale: Optional[Calibration], top: Optional[int]) -> list[str]:
-    """What a reader of the ranking must know beside it: estimates, a pick on a vendor's best
-    case, spot quotes set aside, the calibration and its outliers, ties among those shown."""
-    notes = []
-    if any(c.throughput_source == "model" for c in ranked):
-        notes.append("model figures are estimates (each row's ± is its stated uncertainty): "
-                     "measure your own job and pass --throughput FILE")
-    if ranked and _on_upper_bound(ranked[0]):
-        notes.append(f"{ranked[0].instance_type} wins on an upper bound ({ranked[0].facts.accelerator}: a vendor's "
-                     "best-case claim); typical workloads are likely slower: measure before committing")
-    untrusted = [c.instance_type for c in ranked if c.spot_untrusted]
-    if untrusted:
-        notes.append(f"spot: {', '.join(untrusted[:5])}{' and more' if len(untrusted) > 5 else ''} rank as unpriced: "
-                     f"each a snapshot's quote below {SUSPECT_SPOT_FRACTION:.0%} of on-demand, or one below "
-                     f"{spot_trust.SPOT_HISTORY_FRACTION:.0%} of its previous figure (see each row's reasons); "
-                     "confirm with --live or pass --trust-single-az-spot")
-    if scale is not None:
-        notes.append(f"calibrated: modelled figures x {scale.scale:.3g} into your measurements' units "
-                     f"({scale.describe()}), so measured and modelled types rank on one scale")
-        for name, rel, band in scale.outliers:
-            notes.append(f"{name}: measured {rel:.2f}x what the calibrated model expects, outside its ±{band:.0%} "
-                         "band: check the measurement (same job, batch and precision?) or the model's row")
-    if any(c.tied_with for c in ranked[:top or len(ranked)]):
-        notes.append("ties: candidates whose figures' uncertainty bands overlap are flagged with their partners "
-                     "and stay ranked by the objective's expected value; measure them to decide")
-    return notes
-
-def _some(names: tuple[str, ...], most: int = 4) -> str:
-    """'a, b, c, d and 5 more': a why line stays readable when dozens tie."""
-    shown = ", ".join(names[:most])
-    return shown + (f" and {len(names) - most} more" if len(names) > most else "")

@@ -74,6 +74,7 @@ def recommendation_text(rec: Recommendation, show_excluded: int = 10) -> str:
     rows = []
     ranks = {c.instance_type: c.rank for c in rec.candidates}
     unpriced = {c.instance_type for c in unpriced_in(rec.market, list(rec.candidates))}
+    latency = p.objective == "min_latency"
     for c in rec.candidates:
         f = c.facts
         rows.append([
@@ -84,13 +85,15 @@ def recommendation_text(rec: Recommendation, show_excluded: int = 10) -> str:
             *_price_cells(c, rec.market), _samples(c), _num(c.samples_per_dollar),
             _num(c.spot_samples_per_dollar),
             *([_num(c.per_dollar("capacity-block"))] if rec.market == "capacity-block" else []),
+            *([_num(c.ms_per_token)] if latency else []),
             c.throughput_source + _tie_cell(c, ranks) + (f"; unpriced ({rec.market})" if f.instance_type in unpriced else ""),
         ])
     if rows:
         block = rec.market == "capacity-block"
         out.append(table(["#", "instance", "accelerators", "GB/acc (GiB)", "EFA", "NVMe (GB)", "vCPU", "RAM GiB",
                           "$/h", "spot $/h", *(["CB $/h"] if block else []), "samples/s", "samples/$",
-                          "spot samples/$", *(["CB samples/$"] if block else []), "source"], rows))
+                          "spot samples/$", *(["CB samples/$"] if block else []),
+                          *(["ms/token"] if latency else []), "source"], rows))
         out.extend(_price_footer(rec))
         out.append("")
     out.append(f"why: {rec.why}")

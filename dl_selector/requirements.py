@@ -9,6 +9,7 @@ import re
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
     from typing import Callable, Optional
+    from .model_memory import ModelMemory
 
 from .accelerators import AcceleratorSpec, spec_for
 from .facts import InstanceFacts
@@ -21,11 +22,13 @@ class Filters:
     """Ad-hoc narrowing on top of a profile (recommend --gpu, --min-gpu-memory, --max-price):
     accelerator (a catalog accelerator name, matched exactly: see parse_gpu), count (accelerators
     per node), min_memory_gb (per accelerator, in the vendor's GB: InstanceFacts.accelerator_memory_gb),
-    max_price (USD per node-hour in the ranked market)."""
+    max_price (USD per node-hour in the ranked market), model (recommend --model-size: the memory the
+    node's accelerators must hold together, model_memory.py)."""
     accelerator: Optional[str] = None
     count: Optional[int] = None
     min_memory_gb: float = 0.0
     max_price: Optional[float] = None
+    model: Optional[ModelMemory] = None
 
     def describe(self) -> str:
         parts = []
@@ -35,6 +38,8 @@ class Filters:
             parts.append(f"--min-gpu-memory {self.min_memory_gb:g}")
         if self.max_price is not None:
             parts.append(f"--max-price {self.max_price:g}")
+        if self.model is not None:
+            parts.append(f"--model-size {self.model.size_text} --task {self.model.task} --precision {self.model.precision}")
         return " ".join(parts)
 
 
@@ -185,6 +190,11 @@ def adhoc_filters(f: InstanceFacts, p: Profile, c: Context) -> Optional[str]:
     if flt.min_memory_gb and f.accelerator_memory_gb < flt.min_memory_gb:
         return (f"{f.accelerator_memory_gb:g} GB ({f.accelerator_memory_gib:g} GiB) per accelerator, below "
                 f"--min-gpu-memory {flt.min_memory_gb:g} GB")
+    if flt.model is not None:
+        from .model_fit import model_fits  # only with --model-size
+        reason = model_fits(f, p, flt.model)
+        if reason:
+            return reason
     if flt.max_price is not None:
         price = _market_price(f, c)
         if price is None:

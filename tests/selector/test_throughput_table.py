@@ -327,8 +327,8 @@ def test_a_measured_estimate_keeps_its_positional_form_and_has_no_model_uncertai
      "'H100' has basis='measurd'; allowed: baseline"),
     (',measured,0.15,"Lambda PyTorch suite, H100 SXM5"', ',measured,1.5,"Lambda PyTorch suite, H100 SXM5"',
      "'H100' has uncertainty='1.5'; expected a fraction"),
-    ("A100 80GB SXM4\",A100,80\n", "A100 80GB SXM4\",A1000,80\n", "'A100 80GB' is a variant of 'A1000', which has no base row"),
-    ("A100 80GB SXM4\",A100,80\n", "A100 80GB SXM4\",A100,\n", "needs both ec2_name and memory_gib"),
+    ("A100 80GB SXM4\",A100,80,", "A100 80GB SXM4\",A1000,80,", "'A100 80GB' is a variant of 'A1000', which has no base row"),
+    ("A100 80GB SXM4\",A100,80,", "A100 80GB SXM4\",A100,,", "needs both ec2_name and memory_gib"),
 ])
 def test_a_bad_basis_uncertainty_or_variant_stops_the_table(tmp_path, old, new, message):
     path = tmp_path / "accelerators.csv"
