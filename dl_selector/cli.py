@@ -28,14 +28,13 @@ class _Parser(OneLineParser):
     error_class = UserError
 
 
-def _parser(prog: str = "python -m dl_selector") -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
+def _add_profiles(sub) -> None:
     s = sub.add_parser("profiles", help="list workload profiles")
     s.add_argument("--json", action="store_true")
     s.add_argument("--profiles", metavar="FILE", help="extra or overriding profiles (TOML or YAML)")
 
+
+def _add_recommend(sub) -> None:
     s = sub.add_parser("recommend", help="rank instance types for a profile")
     s.add_argument("--profile", help=f"the workload profile (default with --gpu: {GPU_ONLY_PROFILE})")
     s.add_argument("--region", default="us-east-1")
@@ -71,14 +70,20 @@ def _parser(prog: str = "python -m dl_selector") -> argparse.ArgumentParser:
                    "(with --model-size N --task inference)")
     s.add_argument("--json", action="store_true")
 
+
+def _add_show(sub) -> None:
     s = sub.add_parser("show", help="one instance type's full catalog entry")
     s.add_argument("instance_type")
     s.add_argument("--catalog", metavar="FILE")
     s.add_argument("--json", action="store_true")
 
+
+def _add_bench(sub) -> None:
     from .bench.cli import add_parser as add_bench
     add_bench(sub, _Parser)
 
+
+def _add_catalog(sub) -> None:
     s = sub.add_parser("catalog", help="catalog maintenance")
     csub = s.add_subparsers(dest="catalog_command", required=True, parser_class=_Parser)
     r = csub.add_parser("refresh", help="rebuild the catalog from the EC2 APIs (needs AWS credentials)")
@@ -89,6 +94,20 @@ def _parser(prog: str = "python -m dl_selector") -> argparse.ArgumentParser:
     r.add_argument("--prices", action="store_true",
                    help="prices only: keep the embedded specs, fetch live spot and on-demand prices "
                         "(default regions: the four the embedded prices cover)")
+
+
+# Each command's parser, built only when that command runs (or for --help and mistakes, all of
+# them): argparse's parsers for every command cost a cold `recommend` ~5 ms (issue 39 item 7).
+_COMMANDS = {"profiles": _add_profiles, "recommend": _add_recommend, "show": _add_show, "bench": _add_bench,
+             "catalog": _add_catalog}
+
+
+def _parser(prog: str = "python -m dl_selector", only: Optional[str] = None) -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, add in _COMMANDS.items():
+        if only in (None, name):
+            add(sub)
     return p
 
 
@@ -269,7 +288,8 @@ def _refresh(a: argparse.Namespace) -> str:
 
 def main(argv: Optional[list[str]] = None, *, prog: str = "python -m dl_selector") -> int:
     try:
-        a = _parser(prog).parse_args(argv)
+        args = sys.argv[1:] if argv is None else argv
+        a = _parser(prog, only=args[0] if args and args[0] in _COMMANDS else None).parse_args(args)
         handler = {"profiles": _profiles, "recommend": _recommend, "show": _show, "bench": _bench}.get(a.command, _refresh)
         out = handler(a)
         # Line by line so that the table's own newlines stay; JSON output is already escaped.

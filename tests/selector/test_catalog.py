@@ -87,10 +87,16 @@ def test_unknown_type_names_the_closest(catalog):
 
 
 def test_the_embedded_catalog_passes_the_checks_a_users_catalog_file_gets():
-    """load_catalog() skips check_catalog for the package's own file (CLI start time): it is checked here."""
+    """load_catalog() skips check_catalog, and the strict parse (no duplicate key, no NaN), for the
+    package's own files (CLI start time): both are checked here."""
+    import glob
+    import os
 
     from dl_selector import embedded
-    from dl_selector.catalog import check_catalog
+    from dl_selector.catalog import DEFAULT_PATH, check_catalog
+    from dl_selector.validate import parse_json, read_text
+    for path in [DEFAULT_PATH, *glob.glob(os.path.join(os.path.dirname(DEFAULT_PATH), "prices", "*.json"))]:
+        parse_json(read_text(path, "catalog"), path, "catalog")
     check_catalog(embedded.joined())
 
 
