@@ -13,8 +13,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
     from typing import Optional
 
-_UNRECOGNIZED = re.compile(r"unrecognized arguments: (?P<args>.*)", re.S)
-_CHOICE = re.compile(r"invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)", re.S)
+# Patterns, not compiled objects: re compiles (and caches) them on first use, which here is a
+# mistake's path; five compiles at import cost every cold start of a CLI ~1 ms (issue 39 item 7).
+_UNRECOGNIZED = r"(?s)unrecognized arguments: (?P<args>.*)"
+_CHOICE = r"(?s)invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)"
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -59,7 +61,7 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         active = OneLineParser._active or self
-        if not _UNRECOGNIZED.match(message):
+        if not re.match(_UNRECOGNIZED, message):
             active = self
         raise self.error_class(f"{active.prog}: {explain(active, message)} (see --help)")
 
@@ -73,7 +75,7 @@ def explain(parser: argparse.ArgumentParser, message: str) -> str:
     """argparse's `message` with the closest flag or choice, and what is allowed."""
     import difflib  # only on a mistake: every CLI start builds a parser
 
-    m = _UNRECOGNIZED.match(message)
+    m = re.match(_UNRECOGNIZED, message)
     if m:
         first = m.group("args").split()[0] if m.group("args").split() else ""
         known = flags(parser)
@@ -82,7 +84,7 @@ def explain(parser: argparse.ArgumentParser, message: str) -> str:
             return (f"{message}; " + (f"closest: {near[0]}; " if near else "")
                     + ("flags: " + ", ".join(known) if known else "this command takes no flags"))
         return f"{message}; this command takes no further values" + (f" (flags: {', '.join(known)})" if known else "")
-    m = _CHOICE.search(message)
+    m = re.search(_CHOICE, message)
     if m:
         choices = re.findall(r"'([^']*)'", m.group("choices"))
         near = difflib.get_close_matches(m.group("value"), choices, n=1, cutoff=0.5)

@@ -36,6 +36,7 @@ def _add_profiles(sub) -> None:
 
 def _add_recommend(sub) -> None:
     s = sub.add_parser("recommend", help="rank instance types for a profile")
+    from .recommend_args import GPU_ONLY_PROFILE
     s.add_argument("--profile", help=f"the workload profile (default with --gpu: {GPU_ONLY_PROFILE})")
     s.add_argument("--region", default="us-east-1")
     s.add_argument("--spot", action="store_true", help="rank with spot prices")
@@ -154,8 +155,6 @@ def _recommend(a: argparse.Namespace) -> str:
     return render.dumps(rec.to_dict()) if a.json else render.recommendation_text(rec)
 
 
-# `recommend --gpu H100:8` alone: the profile that asks nothing of a type but that it can train.
-GPU_ONLY_PROFILE = "training"
 
 
 def _warn(message: str) -> None:

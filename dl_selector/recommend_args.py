@@ -9,10 +9,12 @@ if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue
     from typing import Optional
     from .profiles import Profile
 
-from .cli import GPU_ONLY_PROFILE
 from .errors import UserError
 from .requirements import Filters, memory_variants, parse_gpu
 from .validate import finite_number
+
+# `recommend --gpu H100:8` alone: the profile that asks nothing of a type but that it can train.
+GPU_ONLY_PROFILE = "training"
 
 
 def profile_and_filters(a: argparse.Namespace, catalog, profiles: dict[str, Profile]

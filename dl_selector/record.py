@@ -2,15 +2,20 @@
 
 `python -m dl_selector recommend` spent 30 ms of its ~55 ms over a bare interpreter in `dataclasses`:
 11 ms to import it (it imports `inspect`) and 19 ms to generate sixteen classes' methods, on every
-run (bench/selector_speed.py). A record's `__init__` is still generated, in one small compile per
-class, because rankings make a candidate and an estimate per instance type; `__repr__`, `__eq__`,
-`__hash__` and the frozen guard are shared functions.
+run (bench/selector_speed.py). A record's `__init__` is still generated, because rankings make a
+candidate and an estimate per instance type; `__repr__`, `__eq__`, `__hash__` and the frozen guard
+are shared functions. The selector's own records take their `__init__` from record_inits.py, the
+same source generated ahead of time (scripts/build_record_inits.py) and byte-compiled with the
+package: compiling sixteen of them cost every cold start ~6 ms (issue 39 item 7). One is used only
+when its source is exactly what this module would generate; any other is compiled here, as before.
 
 Supported: annotated fields with defaults or `field(default=, default_factory=, repr=, compare=)`,
 `frozen=True`, `eq=False`, `__post_init__`, and `asdict`, `replace`, `fields` as in `dataclasses`.
 Not supported (and not used): inheritance between records, `init=False`, `InitVar`, `ClassVar`.
 """
 from __future__ import annotations
+
+import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs 3 ms at start; type checkers still see a dataclass-like decorator
@@ -101,6 +106,34 @@ def _frozen_delattr(self: Any, name: str) -> None:
     raise FrozenInstanceError(f"cannot delete field {name!r}")
 
 
+GENERATED: dict[str, str] = {}  # "module.Class": the __init__ source made for it (what the build script writes)
+_AHEAD: list = []
+
+
+def _ahead_of_time() -> Any:
+    """dl_selector.record_inits, or None where it cannot be imported."""
+    if not _AHEAD:
+        try:
+            from . import record_inits
+        except ImportError:
+            record_inits = None
+        _AHEAD.append(record_inits)
+    return _AHEAD[0]
+
+
+def factory_source(key: str, source: str) -> str:
+    """A module-level function that binds `source`'s names from the scope _make passes and returns
+    the __init__ it defines: the same function exec would make, its names closed over, not global."""
+    names = sorted(set(re.findall(r"\b(_MISSING|_set|_[df]_[A-Za-z0-9_]+)\b", source)))
+    binds = "".join(f"    {n} = scope[{n!r}]\n" for n in names)
+    body = "".join(f"    {line}\n" for line in source.splitlines())
+    return f"def {factory_name(key)}(scope):\n{binds}{body}    return __init__\n"
+
+
+def factory_name(key: str) -> str:
+    return "_" + key.replace(".", "_")
+
+
 def _make(cls: type, frozen: bool, eq: bool) -> type:
     fs = []
     for name, annotation in cls.__dict__.get("__annotations__", {}).items():
@@ -117,8 +150,15 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
     for f in fs:
         scope[f"_d_{f.name}"] = f.default
         scope[f"_f_{f.name}"] = f.default_factory
-    exec(_init_source(fs, frozen, hasattr(cls, "__post_init__")), scope)
-    init = scope["__init__"]
+    source = _init_source(fs, frozen, hasattr(cls, "__post_init__"))
+    key = f"{cls.__module__}.{cls.__qualname__}"
+    GENERATED[key] = source
+    ahead = _ahead_of_time()
+    if ahead is not None and ahead.SOURCES.get(key) == source:
+        init = ahead.FACTORIES[key](scope)
+    else:
+        exec(source, scope)
+        init = scope["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     cls.__init__ = init  # type: ignore[misc]
     cls.__record_fields__ = tuple(fs)  # type: ignore[attr-defined]

@@ -255,7 +255,7 @@ def failures(f: InstanceFacts, p: Profile, c: Context) -> list[str]:
 # SkyPilot names (its AWS catalog, sky/catalog/data_fetchers/fetch_aws.py, and `sky show-gpus`) that are
 # not EC2's: a memory suffix (A100-80GB is p4de's A100, V100-32GB p3dn's V100) and one other cloud's
 # name for a GPU AWS sells under its own: H100-MEGA is GCP's a3-megagpu H100 SXM, EC2's H100.
-_MEMORY_SUFFIX = re.compile(r"^(.*?)[-_ ]?(\d+)\s*GB$", re.IGNORECASE)
+_MEMORY_SUFFIX = r"(?i)^(.*?)[-_ ]?(\d+)\s*GB$"  # compiled on first use (re caches it): a cold start
 SKYPILOT_ALIASES = {"h100mega": "H100"}
 
 
@@ -274,7 +274,7 @@ def parse_gpu(text: str, known: "set[str] | frozenset[str]",
     by_key = {key(k): k for k in known}
     memory = 0.0
     name = by_key.get(key(model)) or (SKYPILOT_ALIASES[key(model)] if key(model) in SKYPILOT_ALIASES else None)
-    suffix = _MEMORY_SUFFIX.match(model.strip())
+    suffix = re.match(_MEMORY_SUFFIX, model.strip())
     if name is None and suffix and key(suffix.group(1)) in by_key:
         name, memory = by_key[key(suffix.group(1))], float(suffix.group(2))
     if not model.strip() or name is None or name not in known:

@@ -31,7 +31,7 @@ def clean(text: str) -> str:
 
 # A plain decimal as a person writes it. Python's float() alone also takes '1_000', ' 12 ',
 # full-width digits and 'nan'.
-PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+PLAIN_NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"  # re compiles it on first use
 
 
 def plain_number(value: Any) -> Optional[float]:
@@ -40,7 +40,7 @@ def plain_number(value: Any) -> Optional[float]:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     v = str(value).strip()
-    if PLAIN_NUMBER.fullmatch(v):
+    if re.fullmatch(PLAIN_NUMBER, v):
         return float(v)
     if v.lower().lstrip("+-") in ("nan", "inf", "infinity"):
         return float(v)
@@ -126,7 +126,7 @@ MAX_FILE_BYTES = 64 << 20
 
 # What the catalog, refresh and live prices write: a day, a month (published rates), a live quote's
 # minute; "unknown" and a blank say there is no date.
-_STAMP = re.compile(r"\d{4}-\d{2}(-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?)?", re.ASCII)
+_STAMP = r"(?a)\d{4}-\d{2}(-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?)?"
 STAMP_FORMS = "YYYY-MM-DD, YYYY-MM, YYYY-MM-DDTHH:MMZ, 'unknown' or blank"
 
 
@@ -138,7 +138,7 @@ def date_stamp(value: Any, what: str, today: Optional[_dt.date] = None) -> str:
     text = value.strip()
     if text in ("", "unknown"):
         return text
-    day = parse_as_of(text) if _STAMP.fullmatch(text) else None
+    day = parse_as_of(text) if re.fullmatch(_STAMP, text) else None
     if day is None:
         raise UserError(f"{what} = {clean(repr(value))[:60]} is not a date; allowed: {STAMP_FORMS}")
     latest = (today or _dt.date.today()) + _dt.timedelta(days=1)  # a day's slack for time zones

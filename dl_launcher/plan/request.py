@@ -40,7 +40,7 @@ def parse(nodes: int, gpu: Optional[str], profile: Optional[str], regions: list[
           block_hours: int) -> Request:
     """Every input checked before any AWS call: one line (CliError) naming what is allowed."""
     from dl_selector.catalog import load_catalog
-    from dl_selector.cli import GPU_ONLY_PROFILE
+    from dl_selector.recommend_args import GPU_ONLY_PROFILE
     from dl_selector.errors import UserError
     from dl_selector.profiles import get_profile
     from dl_selector.requirements import memory_variants, parse_gpu

@@ -115,3 +115,44 @@ def test_frozen_records_of_hashable_fields_work_as_set_members_and_keys():
         b: tuple = ()
 
     assert hash(Key(1, (2,))) == hash(Key(1, (2,))) and len({Key(1), Key(1), Key(2)}) == 2
+
+
+def test_every_selector_record_takes_its_init_from_the_ahead_of_time_file_which_is_current():
+    """record_inits.py is scripts/build_record_inits.py's output today, and a selector record's
+    __init__ comes from it (no compile at start); a record it does not know still works (above)."""
+    import importlib
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "scripts"))
+    try:
+        import build_record_inits
+    finally:
+        sys.path.pop(0)
+    assert build_record_inits.OUT.read_text() == build_record_inits.render(), \
+        "a record changed: run `python scripts/build_record_inits.py` and commit dl_selector/record_inits.py"
+    for key in rec.GENERATED:
+        if key.startswith("dl_selector."):
+            module, name = key.rsplit(".", 1)
+            cls = getattr(importlib.import_module(module), name)
+            assert cls.__init__.__code__.co_filename.endswith("record_inits.py"), key
+
+
+def test_an_ahead_of_time_init_is_used_only_where_its_source_is_the_one_record_makes(monkeypatch):
+    """A stale entry (the class changed since the file was built) is compiled afresh, never used."""
+    marker = lambda scope: (lambda self, x, y=0: setattr(self, "x", "ahead"))  # noqa: E731
+
+    def point():
+        @rec.record
+        class Point:
+            x: int
+            y: int = 0
+        return Point
+
+    plain = point()
+    key = f"{plain.__module__}.{plain.__qualname__}"
+    current = rec.GENERATED[key]
+    assert current == "def __init__(self, x, y=_d_y):\n    self.x = x\n    self.y = y\n"
+    for source, expected in ((current, "ahead"), (current.replace("y=_d_y", "y=1"), 1)):
+        monkeypatch.setattr(rec, "_AHEAD", [type("Ahead", (), {"SOURCES": {key: source}, "FACTORIES": {key: marker}})])
+        assert point()(1).x == expected
