@@ -45,9 +45,9 @@ SINGAPORE = [
         {"Type": "TERM_MATCH", "Field": "productFamily", "Value": "NAT Gateway"}]}, "nat-gateway.json"),
     (None, None),  # AmazonVPC: public IPv4
     (None, "ebs-gp3.json"),
-    (None, "cloudwatch-metric.json"),
+    (None, "cloudwatch.json"),
     (None, "s3-storage.json"),
-    (None, None),  # AmazonS3 API Request
+    (None, "s3-requests.json"),
     (None, "kms.json"),
 ]
 
@@ -72,12 +72,17 @@ def test_singapore_figures_from_real_records():
         "nat_gateway_gb": (0.059, "E9U985ZGMWKXKT47"),
         "ebs_gp3_gb_month": (0.096, "X8SY8CJFS8WV7VQN"),
         "cw_metric_month": (0.30, "2BF5WZ4QVWF9XRRT"),  # the first 10,000 metrics, not 0.10/0.05/0.02
+        "cw_alarm_metric_month": (0.10, "ERS2PGV5BX4XH4WQ"),  # standard, not high resolution (0.30)
+        "cw_metrics_requested_1000": (0.01, "9J7G2HNBW96AU3AP"),  # $0.00001 per metric, written per 1,000
+        "logs_ingested_gb": (0.70, "ZEKCE7VGMSM5XZPW"),  # Standard class, not Infrequent Access (0.35)
+        "logs_stored_gb_month": (0.03, "RKCBFFXUWXG8KUQY"),  # not TimedStorage-IA (0.018)
+        "s3_put_1000": (0.005, "VHRJWKRHEA6VHEFY"),  # not the Annotation requests of the same group
         "s3_standard_gb_month": (0.025, "M6MTARCQFUQBQ2V3"),  # first 50 TB; not the Annotation storage
         "kms_key_month": (1.0, "R8AEZWXXE7G5EHRZ"),
     }
     assert figures["nat_gateway_hour"].usagetype == "APS1-NatGateway-Hours"
     assert figures["nat_gateway_hour"].publication == "2026-08-10T21:57:58Z"
-    assert set(missing) == set(bsp.ITEMS) - set(figures)
+    assert set(missing) == {"public_ipv4_hour", "cw_dashboard_month"}
     assert missing["public_ipv4_hour"] == "no AmazonVPC product with usagetype *PublicIPv4:InUseAddress in ap-southeast-1"
 
 
@@ -178,3 +183,17 @@ def test_reader_uses_the_regions_own_figures_and_names_what_it_borrows():
     other = prices_for("eu-north-1")
     assert other.priced_as == "us-east-1" and "none on record for eu-north-1" in other.note
     assert prices_for("us-east-2").note == "AWS list prices of 2026-11-25"
+
+
+def test_a_singapore_stack_is_priced_with_singapores_nat_and_names_what_it_borrows():
+    import aws_cdk as cdk
+
+    from dl_stacks.settings import from_context
+    from dl_stacks.training_stack import TrainingStack
+    hours = json.loads(records("nat-gateway.json")[0])  # the record, not the product's table
+    rate = float(next(iter(next(iter(hours["terms"]["OnDemand"].values()))["priceDimensions"].values()))
+                 ["pricePerUnit"]["USD"])
+    stack = TrainingStack.for_settings(cdk.App(), from_context({"profile": "dev-prototyping", "region": SG}), quiet=True)
+    (nat,) = [line for line in stack.cost.lines if line.what == "NAT gateway"]
+    assert nat.per_hour == pytest.approx(rate) == pytest.approx(0.059)
+    assert "us-east-1's for public_ipv4_hour, cw_dashboard_month (none on record for ap-southeast-1)" in stack.cost.note
