@@ -43,6 +43,7 @@ class Item:
     usagetype: str  # without the region prefix
     unit: str
     scale: float = 1.0  # e.g. 1,000 for a price per request written per 1,000
+    global_: bool = False  # priced once for every region (location "Any", no regionCode): asked without one
 
 
 ITEMS: dict[str, Item] = {
@@ -53,7 +54,10 @@ ITEMS: dict[str, Item] = {
                              "EBS:VolumeUsage.gp3", "GB-Mo"),
     "cw_metric_month": Item("AmazonCloudWatch", (), "CW:MetricMonitorUsage", "Metrics"),
     "cw_alarm_metric_month": Item("AmazonCloudWatch", (), "CW:AlarmMonitorUsage", "Alarms"),
-    "cw_dashboard_month": Item("AmazonCloudWatch", (), "DashboardsUsageHour", "Dashboards"),
+    # Dashboards are account-global products (location "Any", empty regionCode); DashboardsUsageHour is the
+    # one for more than 50 metrics, DashboardsUsageHour-Basic for 50 or fewer (the same $3 on the pages).
+    "cw_dashboard_month": Item("AmazonCloudWatch", (("productFamily", "Dashboard"),), "DashboardsUsageHour",
+                               "Dashboards", global_=True),
     "cw_metrics_requested_1000": Item("AmazonCloudWatch", (), "CW:GMD-Metrics", "Metrics", 1000.0),
     "logs_ingested_gb": Item("AmazonCloudWatch", (), "DataProcessing-Bytes", "GB"),
     "logs_stored_gb_month": Item("AmazonCloudWatch", (), "TimedStorage-ByteHrs", "GB-Mo"),
@@ -126,7 +130,8 @@ def pick(items: Iterable[Any], key: str, item: Item, region: str) -> tuple[Optio
         except (ValueError, TypeError, KeyError):
             continue
         usagetype = str(attrs.get("usagetype", ""))
-        if attrs.get("regionCode", region) != region or not usagetype_matches(usagetype, item.usagetype, region):
+        own_region = attrs.get("regionCode", "") in ("", region) if item.global_ else attrs.get("regionCode", region) == region
+        if not own_region or not usagetype_matches(usagetype, item.usagetype, region):
             continue
         usd, rate, why = first_tier(product, item.unit)
         sku = str(product["product"].get("sku", ""))
@@ -142,11 +147,13 @@ def pick(items: Iterable[Any], key: str, item: Item, region: str) -> tuple[Optio
         return None, f"{len(found)} products with usagetype *{item.usagetype} disagree ({shown})"
     if refused:
         return None, "; ".join(refused)
-    return None, f"no {item.service} product with usagetype *{item.usagetype} in {region}"
+    where = "(global)" if item.global_ else f"in {region}"
+    return None, f"no {item.service} product with usagetype *{item.usagetype} {where}"
 
 
 def _filters(region: str, item: Item) -> list[dict[str, str]]:
-    return [{"Type": "TERM_MATCH", "Field": f, "Value": v} for f, v in (("regionCode", region),) + item.filters]
+    scope = () if item.global_ else (("regionCode", region),)
+    return [{"Type": "TERM_MATCH", "Field": f, "Value": v} for f, v in scope + item.filters]
 
 
 def get_products(pricing, service: str, filters: list[dict[str, str]],
@@ -174,14 +181,18 @@ def get_products(pricing, service: str, filters: list[dict[str, str]],
             return out
 
 
-def fetch_region(pricing, region: str, sleep: Callable[[float], None] = time.sleep
+Answers = dict[tuple[str, str, tuple[tuple[str, str], ...]], list[Any]]
+
+
+def fetch_region(pricing, region: str, sleep: Callable[[float], None] = time.sleep, answers: Optional[Answers] = None
                  ) -> tuple[dict[str, Figure], dict[str, str]]:
-    """(figures, missing with reasons) for one region; one query per distinct (service, filters)."""
-    answers: dict[tuple[str, tuple[tuple[str, str], ...]], list[Any]] = {}
+    """(figures, missing with reasons) for one region; one query per distinct (region, service, filters), and
+    the global ones once for every region sharing `answers`."""
+    answers = {} if answers is None else answers
     figures: dict[str, Figure] = {}
     missing: dict[str, str] = {}
     for key, item in ITEMS.items():
-        q = (item.service, item.filters)
+        q = ("" if item.global_ else region, item.service, item.filters)
         if q not in answers:
             answers[q] = get_products(pricing, item.service, _filters(region, item), sleep)
         fig, why = pick(answers[q], key, item, region)
@@ -247,9 +258,10 @@ def main(argv: list[str] | None = None, pricing=None, sleep: Callable[[float], N
         pricing = boto3.client("pricing", region_name=PRICING_REGION)
     from botocore.exceptions import BotoCoreError, ClientError
     fetched = {}
+    answers: Answers = {}
     try:
         for region in regions:
-            fetched[region] = fetch_region(pricing, region, sleep)
+            fetched[region] = fetch_region(pricing, region, sleep, answers)
             got, miss = fetched[region]
             print(f"{region}: {len(got)} figures" + (f", missing {', '.join(sorted(miss))}" if miss else ""))
     except (ClientError, BotoCoreError) as e:

@@ -46,6 +46,8 @@ SINGAPORE = [
     (None, None),  # AmazonVPC: public IPv4
     (None, "ebs-gp3.json"),
     (None, "cloudwatch.json"),
+    ({"ServiceCode": "AmazonCloudWatch", "FormatVersion": "aws_v1", "MaxResults": 100, "Filters": [
+        {"Type": "TERM_MATCH", "Field": "productFamily", "Value": "Dashboard"}]}, None),  # global: no regionCode
     (None, "s3-storage.json"),
     (None, "s3-requests.json"),
     (None, "kms.json"),
@@ -84,6 +86,20 @@ def test_singapore_figures_from_real_records():
     assert figures["nat_gateway_hour"].publication == "2026-08-10T21:57:58Z"
     assert set(missing) == {"public_ipv4_hour", "cw_dashboard_month"}
     assert missing["public_ipv4_hour"] == "no AmazonVPC product with usagetype *PublicIPv4:InUseAddress in ap-southeast-1"
+    assert missing["cw_dashboard_month"] == "no AmazonCloudWatch product with usagetype *DashboardsUsageHour (global)"
+
+
+def test_the_global_dashboard_query_is_asked_once_for_all_regions():
+    client, stub = singapore_client()
+    answers: dict = {}
+    bsp.fetch_region(client, SG, sleep=lambda s: None, answers=answers)
+    stub.assert_no_pending_responses()
+    for expected, _ in SINGAPORE:  # the next region: its own queries only (one more call would find no answer)
+        if expected is None or any(f["Field"] == "regionCode" for f in expected["Filters"]):
+            stub.add_response("get_products", page([]))
+    figures, missing = bsp.fetch_region(client, "ap-south-1", sleep=lambda s: None, answers=answers)
+    stub.assert_no_pending_responses()
+    assert figures == {} and set(missing) == set(bsp.ITEMS)
 
 
 def test_committed_singapore_row_is_what_the_records_give():
