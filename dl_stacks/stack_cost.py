@@ -36,6 +36,7 @@ class Prices:
     as_of: str
     row: dict[str, float]
     month: float  # hours
+    borrowed: tuple[str, ...] = ()  # figures the region's row lacks (the Price List gave none), us-east-1's here
 
     def __getitem__(self, item: str) -> float:
         return self.row[item]
@@ -47,13 +48,23 @@ class Prices:
     @property
     def note(self) -> str:
         head = f"AWS list prices of {self.as_of}"
-        return head if self.priced_as == self.region else f"{head}, {self.priced_as}'s (none on record for {self.region})"
+        if self.priced_as != self.region:
+            return f"{head}, {self.priced_as}'s (none on record for {self.region})"
+        if self.borrowed:
+            return f"{head}; us-east-1's for {', '.join(self.borrowed)} (none on record for {self.region})"
+        return head
 
 
 def prices_for(region: str) -> Prices:
+    """The region's own figures where the book has them; us-east-1's for the rest, named in the note."""
     book = price_book()
-    priced_as = region if region in book["regions"] else "us-east-1"
-    return Prices(region, priced_as, book["as_of"], book["regions"][priced_as], book["hours_per_month"])
+    base = book["regions"]["us-east-1"]
+    own = book["regions"].get(region)
+    if own is None:
+        return Prices(region, "us-east-1", book["as_of"], base, book["hours_per_month"])
+    borrowed = tuple(k for k in base if k not in own and not k.startswith("fsx_"))
+    as_of = book.get("region_as_of", {}).get(region, book["as_of"])
+    return Prices(region, region, as_of, {**{k: base[k] for k in borrowed}, **own}, book["hours_per_month"], borrowed)
 
 
 @dataclass(frozen=True)
