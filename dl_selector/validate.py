@@ -5,7 +5,6 @@ exists, the closest valid value. Standard library only (the CLI must stay fast t
 """
 from __future__ import annotations
 
-import datetime as _dt
 import io
 import json
 import math
@@ -13,6 +12,7 @@ import os
 import re
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported at run time (a cold CLI start, issue 39 item 7)
+    import datetime as _dt
     from typing import Any, Optional
 
 from .errors import UserError
@@ -141,6 +141,7 @@ def date_stamp(value: Any, what: str, today: Optional[_dt.date] = None) -> str:
     day = parse_as_of(text) if re.fullmatch(_STAMP, text) else None
     if day is None:
         raise UserError(f"{what} = {clean(repr(value))[:60]} is not a date; allowed: {STAMP_FORMS}")
+    import datetime as _dt  # here, not at every start (issue 39 item 7)
     latest = (today or _dt.date.today()) + _dt.timedelta(days=1)  # a day's slack for time zones
     if day > latest:
         raise UserError(f"{what} = {clean(repr(value))[:60]} is in the future; allowed: a date up to "

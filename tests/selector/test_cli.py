@@ -132,7 +132,7 @@ def test_malformed_throughput_file(capsys, tmp_path, content, expected):
 def test_module_entry_point_and_no_heavy_imports():
     code = ("import sys, runpy; sys.argv=['dl_selector','recommend','--profile','multi-node-training','--json'];"
             "import dl_selector.cli as c; rc=c.main(sys.argv[1:]);"
-            "heavy=[m for m in ('boto3','botocore','aws_cdk','jsii','constructs','tomllib','typing') if m in sys.modules];"
+            "heavy=[m for m in ('boto3','botocore','aws_cdk','jsii','constructs','tomllib','typing','datetime') if m in sys.modules];"
             "print('HEAVY', heavy, file=sys.stderr); sys.exit(rc)")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr

@@ -85,3 +85,20 @@ def test_table_footer_names_each_source_with_its_age(capsys):
     out = capsys.readouterr().out
     footer = [x for x in out.splitlines() if x.startswith("prices: ")]
     assert footer and all(" days old)" in x or "date unknown" in x for x in footer)
+
+
+def test_ages_count_days_as_datetime_does():
+    """freshness counts day numbers without datetime (a cold start): datetime is the oracle, over
+    every day of four years (a leap year, a century rule), each month, and stamps that are no date."""
+    day, end = dt.date(2023, 1, 1), dt.date(2027, 1, 1)
+    while day < end:
+        assert freshness.day_number(day.isoformat()) == day.toordinal(), day
+        assert freshness.day_number(day.isoformat() + "T10:31Z") == day.toordinal(), day
+        day += dt.timedelta(days=1)
+    for stamp, expected in (("1900-02-28", dt.date(1900, 2, 28)), ("2000-02-29", dt.date(2000, 2, 29)),
+                            ("2024-12", dt.date(2024, 12, 1)), ("2026-01", dt.date(2026, 1, 1))):
+        assert freshness.parse_as_of(stamp) == expected, stamp
+    for bad in ("1900-02-29", "2026-02-30", "2026-13", "2026-00-10", "unknown", "", "26-01-01", "2026-1-05",
+                "2026-01-5", "0000-01-01", "２０２６-01-01"):
+        assert freshness.day_number(bad) is None and freshness.parse_as_of(bad) is None, bad
+    assert freshness.age_days("2026-11-20") == max(0, dt.date.today().toordinal() - dt.date(2026, 11, 20).toordinal())
