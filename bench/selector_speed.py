@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# --root DIR ranks another checkout's selector in this process (what --against runs for the in-process half)
+_root = sys.argv[sys.argv.index("--root") + 1] if "--root" in sys.argv[:-1] else str(ROOT)
+sys.path.insert(0, _root)
 
 
 def in_process(repeats: int = 200) -> dict[str, float]:
@@ -48,19 +50,30 @@ def cold(runs: int = 30, against: Optional[Path] = None) -> tuple[float, float, 
     return medians[0], medians[1], (medians[2] if against else None)
 
 
+def _line(ranks: dict[str, float], where: str) -> str:
+    worst = max(ranks, key=ranks.get)
+    return (f"{where}rank full catalog, median per profile: max {ranks[worst]:.3f} ms ({worst}), "
+            f"mean {statistics.mean(ranks.values()):.3f} ms  [goal <= 0.5 ms]")
+
+
 if __name__ == "__main__":
     import argparse
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--against", type=Path, help="another checkout (e.g. a worktree of the previous commit): its "
-                                                 "cold CLI runs interleaved with this one's")
+                                                 "ranking and cold CLI run alternately with this one's")
     ap.add_argument("--cold-only", action="store_true", help="skip the in-process ranking")
+    ap.add_argument("--in-process-only", action="store_true", help="skip the cold CLI")
+    ap.add_argument("--root", help="rank this checkout's selector (used by --against)")
+    ap.add_argument("--rounds", type=int, default=1, help="with --against: in-process rounds, alternating")
     a = ap.parse_args()
     if not a.cold_only:
-        ranks = in_process()
-        worst = max(ranks, key=ranks.get)
-        print(f"rank full catalog, median per profile: max {ranks[worst]:.3f} ms ({worst}), "
-              f"mean {statistics.mean(ranks.values()):.3f} ms  [goal <= 0.5 ms]")
-    base, here, there = cold(against=a.against)
-    print(f"cold CLI: python -c pass {base:.1f} ms, recommend --json {here:.1f} ms, ratio {here / base:.2f}x  [goal <= 2.0x]")
-    if there is not None:
-        print(f"          {a.against}: recommend --json {there:.1f} ms, ratio {there / base:.2f}x")
+        for _ in range(a.rounds if a.against else 1):
+            print(_line(in_process(), f"{a.root}: " if a.root else ""), flush=True)
+            if a.against:
+                subprocess.run([sys.executable, __file__, "--in-process-only", "--root", str(a.against.resolve())],
+                               cwd=a.against, check=True)
+    if not a.in_process_only:
+        base, here, there = cold(against=a.against)
+        print(f"cold CLI: python -c pass {base:.1f} ms, recommend --json {here:.1f} ms, ratio {here / base:.2f}x  [goal <= 2.0x]")
+        if there is not None:
+            print(f"          {a.against}: recommend --json {there:.1f} ms, ratio {there / base:.2f}x")
