@@ -85,7 +85,10 @@ class UnitRun:
 
 
 class Node:
-    def __init__(self, drill: "Drill", addr: str) -> None:
+    def __init__(self, drill: "Drill", addr: str, node_env: Optional[dict[str, str]] = None,
+                 tools: Optional[dict[str, str]] = None) -> None:
+        """node_env: lines added to this node's node.env; tools: {name: bash body} stand-ins put first
+        on its PATH (a tool that replays a recorded output)."""
         self.drill = drill
         self.addr = addr
         ec2 = drill.ec2
@@ -106,8 +109,11 @@ class Node:
         bin_dir = self.root / "bin"
         bin_dir.mkdir()
         (bin_dir / "dl-torchrun").symlink_to(drill.lib / "dl_torchrun.sh")
+        for name, body in (tools or {}).items():
+            (bin_dir / name).write_text("#!/bin/bash\n" + body + "\n")
+            (bin_dir / name).chmod(0o755)
         (self.dirs["DL_ETC_DIR"] / "node.env").write_text(contract.env_text({
-            "DL_PROCS_PER_NODE": str(drill.nproc), "DL_SDK": "cuda", **drill.job_env}))
+            "DL_PROCS_PER_NODE": str(drill.nproc), "DL_SDK": "cuda", **drill.job_env, **(node_env or {})}))
         if drill.command:
             (self.dirs["DL_ETC_DIR"] / "job.sh").write_text(drill.command + "\n")
         self.env = {
@@ -239,8 +245,9 @@ class Drill:
         self._events: list[dict] = []
         self._offset = 0
 
-    def add_node(self, addr: str) -> Node:
-        node = Node(self, addr)
+    def add_node(self, addr: str, node_env: Optional[dict[str, str]] = None,
+                 tools: Optional[dict[str, str]] = None) -> Node:
+        node = Node(self, addr, node_env, tools)
         self.all_nodes.append(node)
         node.start_unit("dl-node-agent.service")
         node.start_unit("dl-job.service")
