@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from dl_core.aws import Backoff, retry  # noqa: E402  (one way to retry AWS: transient errors, full jitter)
+
 DATA = ROOT / "dl_selector" / "data"
 PRICING_REGION = "us-east-1"
-THROTTLED = {"ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded", "Throttling"}
 ATTEMPTS = 8
 
 
@@ -159,7 +161,6 @@ def _filters(region: str, item: Item) -> list[dict[str, str]]:
 def get_products(pricing, service: str, filters: list[dict[str, str]],
                  sleep: Callable[[float], None] = time.sleep) -> list[Any]:
     """Every page of one query, each page retried with backoff while the API throttles."""
-    from botocore.exceptions import ClientError
     out: list[Any] = []
     token: Optional[str] = None
     while True:
@@ -167,14 +168,9 @@ def get_products(pricing, service: str, filters: list[dict[str, str]],
                                   "MaxResults": 100}
         if token:
             kwargs["NextToken"] = token
-        for attempt in range(ATTEMPTS):
-            try:
-                page = pricing.get_products(**kwargs)
-                break
-            except ClientError as e:
-                if e.response.get("Error", {}).get("Code") not in THROTTLED or attempt == ATTEMPTS - 1:
-                    raise
-                sleep(min(20.0, 0.5 * 2 ** attempt))
+        # Throttling and 5xx are tried again with the project's full-jitter backoff; anything else raises.
+        page = retry(lambda: pricing.get_products(**kwargs), attempts=ATTEMPTS,
+                     backoff=Backoff(base=0.5, cap=20.0), sleep=sleep)
         out.extend(page.get("PriceList", []))
         token = page.get("NextToken")
         if not token:

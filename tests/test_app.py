@@ -185,7 +185,8 @@ def test_summary_shows_ceiling_options_and_rejected_reasons():
     assert ("market: spot; ceiling $21.96/h per node, spot (p4d.24xlarge's on-demand price in us-east-1, EC2's "
             "default spot max price: a stale or one-AZ quote cannot keep the cluster from launching)") in text
     assert "-c max_price=USD/h sets it" in text
-    assert "  expected on spot: $8.00/h per node (median of " in text and "date unknown; github:skypilot-org" in text
+    assert "  expected on spot: $8.00/h per node (median of " in text and "as of 2026-01, " in text
+    assert " days old; github:skypilot-org/skypilot-catalog@" in text  # the spot figure's date and source (issue 39)
     assert "    p4d.24xlarge $8.00/h spot (on record; on-demand $21.96/h)" in text
     assert "all on-demand" in _worst_line(text) and "all spot" in _worst_line(text)
     assert "  not taken (" in text
