@@ -171,11 +171,11 @@ def test_a_probe_that_cannot_work_never_stops_the_job(bucket, tmp_path, ports, m
     import sys
     from constructs_lib.runtime import allreduce_probe
     from constructs_lib.runtime.cluster import Member, Plan
-    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
-    assert allreduce_probe.main(["--master", "127.0.0.1", "--port", "1", "--nodes", "2", "--node-rank", "0",
-                                 "--size-mib", "1"]) == 0
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+        assert allreduce_probe.main(["--master", "127.0.0.1", "--port", "1", "--nodes", "2", "--node-rank", "0",
+                                     "--size-mib", "1"]) == 0
     assert '"skipped": "no torch in ' in capsys.readouterr().out
-    monkeypatch.delitem(sys.modules, "torch")
 
     members = (Member("i-0000000000000000a", "127.0.0.1"), Member("i-0000000000000000b", "127.0.0.1"))
     said: list[str] = []
