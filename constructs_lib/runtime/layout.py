@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
 import re
 import shutil
 from typing import Iterator, Optional
@@ -74,7 +75,9 @@ def write_atomic(path: str, text: str, mode: Optional[int] = None) -> None:
     """Readers see the old file or the new one, never half of one; with `mode` (0o600 for a
     secret), the file has it from its first byte."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
+    # Per thread, not only per process: the supervisor's threads (the health gate, the step clock,
+    # the memory tier) write beside it, and two writers of one tmp name lose one rename.
+    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
     if mode is None:
         f = open(tmp, "w")
     else:
