@@ -8,18 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from dl_selector.cli import main
+from tests.selector.cli_run import run
 
 ROOT = Path(__file__).resolve().parents[2]
 CANDIDATE_KEYS = {"instance_type", "rank", "accelerator", "accelerator_count", "accelerator_memory_gib", "efa",
                   "nvme_disks", "vcpus", "memory_gib", "price_per_hour", "spot_price_per_hour", "samples_per_second",
                   "samples_per_dollar", "spot_samples_per_dollar", "throughput_source", "reasons"}
 
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_recommend_json_contract(capsys):

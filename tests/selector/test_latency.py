@@ -8,13 +8,8 @@ import json
 import pytest
 
 from dl_selector.accelerators import load_accelerators
-from dl_selector.cli import main
+from tests.selector.cli_run import run
 
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def latency(capsys, *argv):

@@ -18,6 +18,7 @@ from botocore.stub import ANY, Stubber
 from dl_selector import live_prices
 from dl_selector.catalog import load_catalog
 from dl_selector.errors import UserError
+from tests.selector.cli_run import run
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "pricing"
 NOW = dt.datetime(2026, 11, 22, 10, 31, 7, tzinfo=dt.timezone.utc)
@@ -412,12 +413,6 @@ def test_az_region(az, region):
 
 
 # ---- the CLI -----------------------------------------------------------------------------------
-
-def run(capsys, *argv):
-    from dl_selector.cli import main
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def no_aws(*a, **kw):

@@ -9,14 +9,9 @@ import json
 import pytest
 
 from dl_selector.catalog import load_catalog
-from dl_selector.cli import main
 from dl_selector.model_memory import model_memory, parse_model_size
+from tests.selector.cli_run import run
 
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # ZeRO (Rajbhandari et al. 2020), section 3.1: mixed-precision Adam holds 16 bytes per parameter of model

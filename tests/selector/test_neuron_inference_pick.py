@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import json
 
-from dl_selector.cli import main
+from tests.selector.cli_run import run
 
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # neuron-inference ranks min_price. On price per hour alone inf1.xlarge ($0.228) is cheaper than inf2.xlarge

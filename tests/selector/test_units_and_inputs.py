@@ -8,15 +8,10 @@ import json
 import pytest
 
 from dl_selector.catalog import load_catalog
-from dl_selector.cli import main
 from dl_selector.facts import gb_of
 from dl_selector.render import sig
+from tests.selector.cli_run import run
 
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("gib,gb", [
