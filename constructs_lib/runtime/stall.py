@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 from dl_core.aws import brief, transient
 from . import contract, steps
 from .agent import pushed_step, write_health
-from .health_checks import Expect
+from .health_checks import Expect, Tools
 from .health_gate import HealthGate, checks_for, hold
 
 Log = Callable[[str], None]
@@ -202,7 +202,7 @@ def after_run(sup: Any, g: int, outcome: str, detail: str, *,
 def quick_checks(log: Log, env: Mapping[str, str] = os.environ) -> tuple[str, str]:
     """(why the node failed, "" when it passed; what was checked): health_gate's checks at the quick level."""
     expect = replace(Expect.from_env(env), level="quick")
-    gate = HealthGate(expect, checks=checks_for(expect, env.get("DL_SDK", "cuda")),
+    gate = HealthGate(expect, checks=checks_for(expect, env.get("DL_SDK", "cuda")), tools=Tools.from_env(env),
                       log=lambda line: log(line.replace("health gate:", "quick checks:", 1)), health=write_health)
     gate.run()
     return gate.reason(), f"quick checks passed ({len(gate.findings)} checks in {gate.took or 0:.0f} s)"
