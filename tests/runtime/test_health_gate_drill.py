@@ -3,7 +3,8 @@ moto_server): a node whose stand-in DCGM replays a recorded failing diagnostic, 
 of its 4 EFA devices missing from its /sys/class/infiniband (node.env points the check at a
 directory of 3), both start beside a healthy node and never train a step; each tags itself for
 replacement, the capacity controller's part (terminate them, launch another) is played by the test,
-and the job runs from its first step to its last on a healthy set. One drill for both: the suite's
+and the job runs from its first step to its last on a healthy set (the replacement passes the
+gate on the recorded passing diagnostic). One drill for both: the suite's
 time goal. The other checks' failures take the same path (tests/runtime/test_health_gate.py drills
 each on recordings)."""
 from __future__ import annotations
@@ -21,14 +22,14 @@ DATA = Path(__file__).parent / "data" / "health"
 STEPS, EVERY = 30, 10
 
 
-def _gpu_node_tools() -> dict[str, str]:
-    """nvidia-smi listing 8 healthy GPUs, and dcgmi replaying DCGM's failing `diag -j` (its exit 226)."""
+def _gpu_node_tools(dcgm: str = "dcgm_diag_fail.json", rc: int = 226) -> dict[str, str]:
+    """nvidia-smi listing 8 healthy GPUs, and dcgmi replaying DCGM's `diag -j` (failing: its exit 226)."""
     listing = "\n".join(f"GPU {i}: NVIDIA A100-SXM4-40GB (UUID: GPU-{i:08d})" for i in range(8))
     smi = (f'case "$1" in\n  -L) printf "%s\\n" "{listing}" ;;\n'
            f"  --query-remapped-rows=*) cat {DATA / 'remapped_rows_ok.csv'} ;;\n"
            '  --query-gpu=*) for i in $(seq 0 7); do echo "00000000:5$i:00.0, 0"; done ;;\n'
            "  *) exit 9 ;;\nesac")
-    return {"nvidia-smi": smi, "dcgmi": f"cat {DATA / 'dcgm_diag_fail.json'}\nexit 226"}
+    return {"nvidia-smi": smi, "dcgmi": f"cat {DATA / dcgm}\nexit {rc}"}
 
 
 def _health_tag(d: Drill, node) -> str:
@@ -64,7 +65,8 @@ def test_nodes_whose_dcgm_fails_or_whose_efa_device_is_missing_never_train_and_t
         assert d.current_gen() is None, "no generation forms with a node the gate failed"
         bad.kill()  # what the capacity controller does with a node tagged replace: and a new one
         no_efa.kill()
-        c = d.add_node("127.0.0.4")
+        c = d.add_node("127.0.0.4", node_env={"DL_EXPECTED_GPUS": "8"},  # its DCGM replays a passing diagnostic
+                       tools=_gpu_node_tools("dcgm_diag_pass.json", 0))
         d.wait("the job to finish on every node", d.finished, timeout=240)
     finally:
         d.stop()
@@ -79,3 +81,5 @@ def test_nodes_whose_dcgm_fails_or_whose_efa_device_is_missing_never_train_and_t
     assert tag.startswith("replace: efa-devices: 3 of 4 EFA devices in ") and "rdmap18s27" in tag, tag
     assert "efa-loopback ok" in said and "this node never joins a generation" in said, said[-2000:]
     assert "gpu-count" not in said, "a node whose catalog gives it no GPU runs the EFA checks only"
+    assert _health_tag(d, c).startswith("ok: gate passed in "), "the replacement passed its gate, as status lists"
+    assert "dcgm-diag-r1 ok" in c.log_text()
