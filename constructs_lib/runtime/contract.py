@@ -37,10 +37,8 @@ HEALTH_CHECKS = {"quick": 1, "standard": 2, "thorough": 3}  # level -> `dcgmi di
 HEALTH_CHECK_DEFAULT = "quick"  # time to first step: level 1 runs in parallel with staging, in seconds
 ENV_EXPECTED_EFA = "DL_EXPECTED_EFA"            # EFA devices the launch template attaches (0: none)
 ENV_EXPECTED_SCRATCH_GB = "DL_EXPECTED_SCRATCH_GB"  # the instance-store NVMe the RAID spans, GB (0: no RAID)
-# Where the EFA checks look: the kernel's device directory and the EFA installer's tools. Unset on a
-# real node (these defaults); a simulated node points them at its own devices and stand-in tools.
-ENV_INFINIBAND_DIR, INFINIBAND_DIR_DEFAULT = "DL_INFINIBAND_DIR", "/sys/class/infiniband"
-ENV_EFA_BIN, EFA_BIN_DEFAULT = "DL_EFA_BIN", "/opt/amazon/efa/bin"
+ENV_INFINIBAND_DIR, INFINIBAND_DIR_DEFAULT = "DL_INFINIBAND_DIR", "/sys/class/infiniband"  # unset but in drills
+ENV_EFA_BIN, EFA_BIN_DEFAULT = "DL_EFA_BIN", "/opt/amazon/efa/bin"  # the EFA installer's fi_info, fi_pingpong
 # While training (stall.py): no step reported on a node for this long is a hang (-c hang_timeout=),
 # and a run's first step (compile, restore, data loading) gets FIRST_STEP (-c first_step_timeout=).
 ENV_HANG_SECONDS, HANG_SECONDS_DEFAULT = "DL_HANG_SECONDS", 300
