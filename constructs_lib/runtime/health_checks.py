@@ -32,7 +32,7 @@ from . import contract
 from .node_probes import HARDWARE_XIDS, XID_LINE, gpus_listed
 
 LEVELS = ("ok", "degraded", "failed")  # contract.HEALTH_LEVELS, in order of how bad
-EFA_BIN = "/opt/amazon/efa/bin"
+EFA_BIN = contract.EFA_BIN_DEFAULT
 # statvfs sees the file system, not the disks: XFS's own metadata and the RAID's rounding take a
 # few percent of what the disks hold (GB as the catalog gives them: 10^9 bytes).
 SCRATCH_SHARE = 0.9
@@ -81,7 +81,14 @@ class Tools:
     fi_info: str = f"{EFA_BIN}/fi_info"
     fi_pingpong: str = f"{EFA_BIN}/fi_pingpong"
     kernel_log: str = "journalctl --dmesg --no-pager --output cat"
-    infiniband: str = "/sys/class/infiniband"
+    infiniband: str = contract.INFINIBAND_DIR_DEFAULT
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "Tools":
+        """The real node's tools, or where node.env points the EFA checks (a simulated node's)."""
+        efa_bin = env.get(contract.ENV_EFA_BIN) or EFA_BIN
+        return cls(fi_info=f"{efa_bin}/fi_info", fi_pingpong=f"{efa_bin}/fi_pingpong",
+                   infiniband=env.get(contract.ENV_INFINIBAND_DIR) or contract.INFINIBAND_DIR_DEFAULT)
 
 
 def _run(argv: list[str], timeout: float) -> tuple[Optional[int], str, str]:

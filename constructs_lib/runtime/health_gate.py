@@ -56,7 +56,8 @@ class HealthGate:
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, log: Log, health: Callable[[str, str, str], None]) -> "HealthGate":
         expect = Expect.from_env(env)
-        return cls(expect, checks=checks_for(expect, env.get("DL_SDK", "cuda")), log=log, health=health)
+        return cls(expect, checks=checks_for(expect, env.get("DL_SDK", "cuda")), tools=Tools.from_env(env), log=log,
+                   health=health)
 
     def start(self) -> "HealthGate":
         """Run the checks in the background (a gate already passed this boot is not run again)."""

@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 from dl_core.aws import brief, transient
 from . import contract, steps
 from .agent import pushed_step, write_health
-from .health_checks import Expect
+from .health_checks import Expect, Tools
 from .health_gate import HealthGate, checks_for, hold
 
 Log = Callable[[str], None]
@@ -73,15 +73,19 @@ class StallSettings:
 
 # ---- the rules (pure) --------------------------------------------------------------------------------
 def hang_detail(reports: list[steps.Report], started: float, now: float, s: StallSettings, reports_steps: bool) -> str:
-    """"hung: ..." when this node's run is hung, else "". No report yet: the first-step allowance,
-    and only for a command seen reporting steps (a plain script never reports one: no alarm)."""
-    if not reports:
-        if reports_steps and now - started >= s.first_step:
+    """"hung: ..." when this node's run is hung, else "". No step yet: the first-step allowance from
+    the run's start or a rank's later sign (its announcement: it made a Checkpointer; a busy()),
+    and only for a command known to report steps: one seen doing so this boot, or whose ranks
+    announced themselves in this run. A plain script never reports one: no alarm."""
+    stepped = [r for r in reports if r.step != steps.NO_STEP]
+    if not stepped:
+        since = max([started] + [r.at for r in reports])
+        if (reports or reports_steps) and now - since >= s.first_step:
             return f"{HUNG_PREFIX}no first step for {now - started:.0f} s"
         return ""
     newest = max(r.at for r in reports)
     if now - newest >= s.hang:
-        return f"{HUNG_PREFIX}no step for {now - newest:.0f} s at step {max(r.step for r in reports)}"
+        return f"{HUNG_PREFIX}no step for {now - newest:.0f} s at step {max(r.step for r in stepped)}"
     return ""
 
 
@@ -202,7 +206,7 @@ def after_run(sup: Any, g: int, outcome: str, detail: str, *,
 def quick_checks(log: Log, env: Mapping[str, str] = os.environ) -> tuple[str, str]:
     """(why the node failed, "" when it passed; what was checked): health_gate's checks at the quick level."""
     expect = replace(Expect.from_env(env), level="quick")
-    gate = HealthGate(expect, checks=checks_for(expect, env.get("DL_SDK", "cuda")),
+    gate = HealthGate(expect, checks=checks_for(expect, env.get("DL_SDK", "cuda")), tools=Tools.from_env(env),
                       log=lambda line: log(line.replace("health gate:", "quick checks:", 1)), health=write_health)
     gate.run()
     return gate.reason(), f"quick checks passed ({len(gate.findings)} checks in {gate.took or 0:.0f} s)"

@@ -5,7 +5,8 @@ a small file of the node's run directory, and the supervisor's watch loop reads 
 
 Checkpointer.should_checkpoint (and through it the Hugging Face and Lightning callbacks) reports
 each step; a script that never calls it reports nothing, and gets no hang detection rather than
-a false alarm. A report is a local file write (tmpfs), at most one a second per rank
+a false alarm. Making the Checkpointer announces the rank (a report of step NO_STEP): from then
+on the command is known to report steps, and a first step that never comes is a hang too. A report is a local file write (tmpfs), at most one a second per rank
 (WRITE_EVERY), never an S3 call: the step a file names lags the rank by a second at most.
 
 The step time a rank reports is its *busy* time: from the moment it left the previous step's
@@ -32,6 +33,7 @@ from .layout import write_atomic
 
 WRITE_EVERY = 1.0  # seconds between two reports of one rank (the newest step is always kept in memory)
 WINDOW = 32        # the step times the median is taken over: about a minute of steps at 2 s a step
+NO_STEP = -1       # the step of an announcement: the rank will report steps, and has done none yet
 
 
 def steps_dir() -> str:
@@ -54,6 +56,14 @@ class StepClock:
         self._lock = threading.Lock()
         self._flusher: Optional[threading.Thread] = None
         self.count = 0
+        self._write(NO_STEP)  # announced: the watch now gives this run's first step its allowance, and no more
+
+    def _write(self, step: int) -> None:
+        try:
+            write_atomic(self.path, json.dumps({"generation": self.generation, "step": step, "at": time.time(),
+                                                "median": None, "steps": self.count}))
+        except OSError:  # a full or missing run directory costs the report, never the step
+            pass
 
     def arrived(self, step: int) -> None:
         now = time.monotonic()
@@ -95,7 +105,8 @@ class StepClock:
 def busy() -> None:
     """This rank is working, not stepping (an evaluation, a final export): its report's time moves
     on and the supervisor sees no hang. Cheap (one utime of a local file): call it every few
-    seconds of a long phase between steps. Off a node, or before the rank's first step, nothing."""
+    seconds of a long phase between steps (before the first step too, once the rank made its
+    Checkpointer: the first-step allowance then counts from it). Off a node, nothing."""
     try:
         os.utime(os.path.join(steps_dir(), f"rank-{os.environ.get('LOCAL_RANK', '0')}.json"))
     except (OSError, ValueError):

@@ -121,6 +121,16 @@ def test_a_passed_gate_is_not_run_again_this_boot(tmp_path):
     assert lines == ["health gate: passed earlier this boot"]
 
 
+def test_the_efa_checks_look_where_node_env_says_and_at_the_efa_installers_paths_by_default(tmp_path):
+    assert (Tools.from_env({}).infiniband, Tools.from_env({}).fi_info, Tools.from_env({}).fi_pingpong) == \
+        ("/sys/class/infiniband", "/opt/amazon/efa/bin/fi_info", "/opt/amazon/efa/bin/fi_pingpong")
+    sim = node_tools(tmp_path, efa=3)  # a simulated node: 3 devices, stand-in tools in tmp_path
+    tools = Tools.from_env({contract.ENV_INFINIBAND_DIR: sim.infiniband, contract.ENV_EFA_BIN: str(tmp_path)})
+    gate = HealthGate.from_env({contract.ENV_EXPECTED_EFA: "4", contract.ENV_INFINIBAND_DIR: sim.infiniband,
+                                contract.ENV_EFA_BIN: str(tmp_path)}, log=print, health=lambda *a: None)
+    assert gate.tools == tools and [f.line() for f in gate.run()][0].startswith("efa-devices failed: 3 of 4")
+
+
 def test_a_node_without_gpus_efa_or_raid_runs_no_check(tmp_path):
     g = HealthGate.from_env({"DL_SDK": "cuda"}, log=[].append, health=write_health).start()
     assert g.checks == () and g.wait()

@@ -84,6 +84,47 @@ def test_a_hang_is_no_step_for_the_stated_time_and_the_first_step_gets_its_own_a
     assert hang_detail([], 0.0, 599.0, S, True) == ""
     assert hang_detail([], 0.0, 600.0, S, True) == "hung: no first step for 600 s"
     assert hang_detail([], 0.0, 10**6, S, False) == "", "a command never seen reporting steps: no alarm"
+    announced = [Report("0", steps.NO_STEP, 100.0, None)]  # the rank made its Checkpointer (or said busy()) at 100
+    assert hang_detail(announced, 0.0, 699.0, S, False) == "", "announced: the first step's allowance, from its sign"
+    assert hang_detail(announced, 0.0, 700.0, S, False) == "hung: no first step for 700 s"
+    assert hang_detail(announced + [Report("1", 3, 1000.0, 1.0)], 0.0, 1060.0, S, False) \
+        == "hung: no step for 60 s at step 3", "a rank that stepped: hang_timeout, at the step it reached"
+
+
+def test_a_first_step_that_never_comes_is_a_hang_in_a_boots_first_run_once_a_rank_made_its_checkpointer(
+        monkeypatch, tmp_path):
+    """The first run of a boot: no step seen yet on this node. Through the real StallWatch, StepClock
+    and Checkpointer: a plain script is never called hung; a command whose rank made its
+    Checkpointer (what every script that reports steps does first) is, after first_step_timeout."""
+    import time
+
+    from constructs_lib.runtime import stall
+    from constructs_lib.runtime.checkpointer import Checkpointer
+    clock = Clock()
+    clock.t = time.time()  # a report's time is also its file's mtime: the clock starts at the real one
+    monkeypatch.setattr(stall.time, "time", clock)
+    monkeypatch.setenv("DL_GENERATION", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    settings = StallSettings(hang=60, first_step=600)
+    plain = StallWatch(settings, 1, "i-0000000000000000a", None, log=print)
+    assert not plain.reports_steps, "the first run of a boot"
+    clock.t += 10**5
+    assert plain.look() is None, "a script that never makes a Checkpointer is never called hung"
+
+    watch = StallWatch(settings, 1, "i-0000000000000000a", None, log=print)
+    ckpt = Checkpointer(str(tmp_path / "ck"))  # the rank announces itself: no step yet
+    assert [(r.rank, r.step) for r in steps.read("1")] == [("0", steps.NO_STEP)]
+    clock.t += 599
+    assert watch.look() is None, "compile, restore and loading get first_step_timeout"
+    clock.t += 1
+    assert watch.look() == ("hung", "hung: no first step for 600 s"), "the hang path, as for a later run"
+
+    again = StallWatch(settings, 1, "i-0000000000000000a", None, log=print)
+    assert again.reports_steps, "remembered for the boot's next runs"
+    Checkpointer(str(tmp_path / "ck")).should_checkpoint(0, every=0)
+    clock.t += 599
+    assert again.look() == ("hung", "hung: no step for 599 s at step 0"), "after the first step: hang_timeout"
+    del ckpt
 
 
 def test_a_straggler_is_slower_than_the_others_median_for_checks_in_a_row():
