@@ -62,7 +62,7 @@ class TrainingStack(cdk.Stack):
             self.job_definition = JobDefinition(
                 self, "Job", cluster=cluster_id, command=settings.command or None, code=job.code, setup=job.setup,
                 env=dict(job.env), secrets=dict(job.secrets), secrets_kms=job.secrets_kms, image=job.image,
-                data=job.data if job.data_mode == "stage" else (), checkpoint_dir=job.checkpoint_dir,
+                data=job.data if job.data_mode == "stage" else (), checkpoint_dir=job.checkpoint_dir, restart=job.restart,
                 data_owner=job.data_owner)
         from constructs_lib.job_rules import one_job_problem
         self.one_job_warning = one_job_problem(settings.command, settings.nodes, job.code)
