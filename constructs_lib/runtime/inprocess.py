@@ -154,7 +154,7 @@ def run_generations(ckpt: Any, train: Callable[[], Any], *, backend: Optional[st
     import torch.distributed as dist
 
     directory = os.environ.get(ENV_DIR)
-    if not directory or not ckpt.managed:  # plain torchrun, a laptop, torchrun's own path under the supervisor
+    if not directory:  # plain torchrun, a laptop, torchrun's own path under the supervisor
         if "RANK" in os.environ and dist.is_available() and not dist.is_initialized():
             dist.init_process_group(backend)
         return train()
@@ -164,6 +164,9 @@ def run_generations(ckpt: Any, train: Callable[[], Any], *, backend: Optional[st
     wait = float(os.environ.get(ENV_WAIT, WAIT_DEFAULT))
     launcher = os.getppid()
     backend = backend or os.environ.get("DL_INPROCESS_BACKEND") or None
+    if ckpt.generation is None:  # started before its plan (ranks.WarmRanks.prewarm): the first assignment
+        apply(wait_assignment(directory, None, nproc, timeout=wait, launcher=launcher), local)
+        rebind(ckpt)
     while True:
         generation = int(ckpt.generation)
         if not dist.is_initialized():
@@ -226,6 +229,11 @@ def rebind(ckpt: Any) -> None:
     ckpt.generation = os.environ["DL_GENERATION"]
     ckpt._stop = False
     ckpt._clock = StepClock(int(os.environ.get("LOCAL_RANK", "0")), ckpt.generation)
+    if ckpt._keeper is None:  # made before its first generation: Checkpointer() made none
+        from .survivor import COLLECTIVE_FAILED, Keeper
+
+        ckpt._keeper = Keeper(ckpt.directory, writer=int(os.environ.get("LOCAL_RANK", "0")) == 0,
+                              report=lambda step: ckpt._record(COLLECTIVE_FAILED, step))
     keeper = ckpt._keeper
     if keeper is not None:
         keeper.completed, keeper.moved, keeper._buffers, keeper._stop_at_boundary = None, False, None, False

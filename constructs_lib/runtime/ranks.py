@@ -66,6 +66,40 @@ class WarmRanks:
         self._assign(plan, env["NODE_RANK"], resume_from)
         return [sys.executable, "-m", "constructs_lib.runtime.ranks", "--nproc", str(self.nproc), "--", *argv]
 
+    def prewarm(self, sup: Any) -> None:
+        """Start the ranks of the job revision the node booted with before any plan exists: they
+        import torch and the script, then wait in run_generations for their first assignment
+        (a newcomer's restart is then a process group's init, not an interpreter's start)."""
+        rev = sup.job.boot_revision() if self.enabled and sup.job is not None else None
+        prepared = sup.job.prepared if rev is not None else None
+        if prepared is None or prepared.revision != rev or prepared.definition.command is None:
+            return
+        from .decisions import RENDEZVOUS_NAMES, run_environment
+        from .run import Run
+
+        try:
+            extra = sup.job.environment(prepared.definition, sup.job.secrets(prepared.definition), prepared.workdir)
+        except Exception as e:  # noqa: BLE001 - the first generation starts them cold, and says why there
+            self.log(f"not starting the ranks before the plan: {type(e).__name__}: {e}")
+            return
+        base = {k: v for k, v in os.environ.items() if k not in RENDEZVOUS_NAMES and k != "DL_GENERATION"}
+        env = run_environment(base, extra, {}, {}, lib_python=os.path.join(contract.lib_dir(), "python"),
+                              checkpoint_dir=sup.local_dir, notice_file=contract.path("notice"),
+                              notice_signal=contract.NOTICE_SIGNAL)
+        shutil.rmtree(self.directory, ignore_errors=True)
+        os.makedirs(self.directory)
+        env[ENV_DIR] = self.directory
+        argv = [sys.executable, "-m", "constructs_lib.runtime.ranks", "--nproc", str(self.nproc), "--",
+                *sup.job.argv(prepared.definition, prepared.workdir, pass_env={})]
+        if sup.joblog:
+            sup.joblog.new_run()
+        run = Run.start(argv, cwd=prepared.workdir, env=env, joblog=sup.joblog, plan=None, me=sup.me.node,
+                        membership=sup.membership, poll=sup.cfg.poll, liveness_poll=sup.cfg.liveness_poll,
+                        stop_timeout=sup.cfg.stop_timeout, log=self.log)
+        self.started(run, rev.to_json())
+        run.parked = True  # waiting for its first assignment, as a parked run waits for its next
+        self.log(f"job revision {rev.sha256[:12]}: {self.nproc} rank(s) started before the plan (launcher {run.pid})")
+
     def started(self, run: "Run", revision: Any) -> "Run":
         """`run` (a cold start), remembered with its job revision (the plan's) in this mode."""
         if self.enabled:

@@ -35,7 +35,7 @@ class Run:
         self.poll, self.liveness_poll, self.stop_timeout = poll, liveness_poll, stop_timeout
         self.log, self.pump, self.collector, self.stop_container = log, pump, collector, stop_container
         self.said = Said(log)
-        self.others = [n for n in plan.nodes() if n != me]
+        self.others = [n for n in plan.nodes() if n != me] if plan else []  # None: ranks.WarmRanks.prewarm
         # restart=in-process (ranks.WarmRanks): whether the ranks parked after a peer's failure, and how to tell
         self.parks: Optional[Callable[[int], bool]] = None
         self.parked = False

@@ -96,6 +96,7 @@ class Supervisor:
         started = self._before_first_generation()
         if started is not None:
             return started
+        self.ranks.prewarm(self)  # -c restart=in-process: the ranks import while the node waits for its plan
         end = conclude(gate, self.liveness.ec2, self.cfg.node, self.log)
         if end is not None:
             return end
@@ -169,9 +170,7 @@ class Supervisor:
             return contract.EXIT_FINISHED
         if gives_up(outcome, self.state.failures, self.cfg.max_failures, repeated):
             return self._give_up(g, detail, lines, repeated and self.state.failures < self.cfg.max_failures)
-        if notice.read().terminating:
-            return self.leave(g + 1)
-        return None
+        return self.leave(g + 1) if notice.read().terminating else None
 
     def _give_up(self, g: int, detail: str, lines: list[str], repeated: bool) -> int:
         if repeated:
