@@ -64,7 +64,7 @@ class WarmRanks:
         os.makedirs(self.directory)
         env[ENV_DIR] = self.directory
         self._assign(plan, env["NODE_RANK"], resume_from)
-        return [sys.executable, "-m", "constructs_lib.runtime.ranks", "--nproc", str(self.nproc), "--", *argv]
+        return [*_launcher(self.nproc), *argv]
 
     def prewarm(self, sup: Any) -> None:
         """Start the ranks of the job revision the node booted with before any plan exists: they
@@ -89,8 +89,7 @@ class WarmRanks:
         shutil.rmtree(self.directory, ignore_errors=True)
         os.makedirs(self.directory)
         env[ENV_DIR] = self.directory
-        argv = [sys.executable, "-m", "constructs_lib.runtime.ranks", "--nproc", str(self.nproc), "--",
-                *sup.job.argv(prepared.definition, prepared.workdir, pass_env={})]
+        argv = [*_launcher(self.nproc), *sup.job.argv(prepared.definition, prepared.workdir, pass_env={})]
         if sup.joblog:
             sup.joblog.new_run()
         run = Run.start(argv, cwd=prepared.workdir, env=env, joblog=sup.joblog, plan=None, me=sup.me.node,
@@ -157,15 +156,21 @@ class WarmRanks:
 
 
 # ---- the launcher: one process per node and run, in the run's session ---------------------------------
+def _launcher(nproc: int) -> list[str]:
+    """The launcher's argv, less the command; --parent: this supervisor, whose exit it watches."""
+    return [sys.executable, "-m", "constructs_lib.runtime.ranks", "--nproc", str(nproc), "--parent", str(os.getpid()), "--"]
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m constructs_lib.runtime.ranks")
     p.add_argument("--nproc", type=int, required=True)
+    p.add_argument("--parent", type=int, default=None, help="the supervisor's process id [the parent's]")
     p.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     if a.nproc < 1 or not command:
         p.error("needs --nproc N (N >= 1) and a command")
-    supervisor = os.getppid()
+    supervisor = a.parent or os.getppid()
     planned = {k: os.environ[k] for k in ("NODE_RANK", "NNODES", "MASTER_ADDR", "MASTER_PORT") if k in os.environ}
     children = []
     for local in range(a.nproc):
