@@ -65,7 +65,7 @@ class TrainingStack(cdk.Stack):
                 data=job.data if job.data_mode == "stage" else (), checkpoint_dir=job.checkpoint_dir, restart=job.restart,
                 data_owner=job.data_owner)
         from constructs_lib.job_rules import one_job_problem
-        self.one_job_warning = one_job_problem(settings.command, settings.nodes, job.code)
+        self.one_job_warning = one_job_problem(settings.command, settings.nodes, job.code) if job.restart == "torchrun" else None
         if self.one_job_warning:
             cdk.Annotations.of(self).add_warning_v2("dl-launcher:not-one-job", self.one_job_warning)
         self.data_file_system = None
