@@ -79,9 +79,14 @@ def _phases(d: Drill, victim, g: str, g2: str) -> dict[str, float]:
     except d.s3.exceptions.NoSuchKey:
         detected = min(joins)
     rejoined = max(joins) if joins else detected
+    # restart=in-process: when the replacement's ranks (started before the plan) had torch and the
+    # script loaded, from the plan (negative: before it); the rest of "restart" is the group's init and restore.
+    newcomer = {m["node"] for m in plan["members"]} - {m["node"] for m in d.plan(g)["members"]}
+    imported = [e["t"] for e in events if e["event"] == "imported" and e["node"] in newcomer]
     return {"detection": detected - victim.killed_at, "kept+sent": max(0.0, rejoined - detected),
             "rendezvous": max(0.0, plan["created"] - rejoined), "restart": first - plan["created"],
-            "total": first - victim.killed_at}
+            "total": first - victim.killed_at,
+            **({"newcomer imported": max(imported) - plan["created"]} if imported else {})}
 
 
 def _goodput(d: Drill) -> tuple[float, int, float]:
@@ -217,6 +222,7 @@ def main() -> int:
         results[keep] = run(keep or a.inprocess, a.kills, a.interval, a.every, a.node_periods, a.fsdp, a.sleep,
                             inprocess=a.inprocess and keep)
     phases = ("detection", "kept+sent", "rendezvous", "restart", "total")
+    phases += ("newcomer imported",) if a.inprocess else ()
     what = "keep_on_failure" if a.fsdp is None else "the memory tier"
     what = "restart=in-process (keep_on_failure both times)" if a.inprocess else what
     for keep, r in results.items():
@@ -224,7 +230,7 @@ def main() -> int:
               f"steps done again {r['redone']}, median step {r['step'] * 1000:.0f} ms")
         print("| kill | steps lost | " + " | ".join(phases) + " |")
         for k in r["kills"]:
-            print(f"| {k['who']} | {k['lost']} | " + " | ".join(f"{k[p]:.1f}" for p in phases) + " |")
+            print(f"| {k['who']} | {k['lost']} | " + " | ".join(f"{k[p]:.1f}" if p in k else "-" for p in phases) + " |")
     off, on = results[False], results[True]
     print(f"\nstep time with / without {what}: {on['step'] / off['step']:.3f}x")
     per_day = LLAMA3_PER_GPU_DAY * 512 * 8

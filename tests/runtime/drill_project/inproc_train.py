@@ -3,7 +3,8 @@ runtime calls once per generation (Checkpointer.run_generations), in the same pr
 node survived a peer's death. The same model, data and steps as drill_train.py, so the final
 model must equal an uninterrupted torchrun run of this script rebuilt at the same steps.
 
-Every rank appends one JSON line per event to --events (with its process id): start, step, save, end.
+Every rank appends one JSON line per event to --events (with its process id): imported (before
+its first generation, rank null), start, step, save, end.
 """
 import argparse
 import gc
@@ -32,7 +33,8 @@ ckpt = Checkpointer()
 
 
 def event(kind: str, **kw) -> None:
-    line = json.dumps({"event": kind, "rank": dist.get_rank(), "node": node, "pid": os.getpid(),
+    rank = dist.get_rank() if dist.is_initialized() else None  # None: before the first generation
+    line = json.dumps({"event": kind, "rank": rank, "node": node, "pid": os.getpid(),
                        "gen": os.environ.get("DL_GENERATION"), "t": time.time(), **kw})
     with open(a.events, "a") as f:
         f.write(line + "\n")
@@ -84,6 +86,7 @@ def train() -> None:
     event("end", step=a.steps - 1)
 
 
+event("imported")  # torch and this script are loaded: what a rank started before its plan has done by then
 ckpt.run_generations(train, backend="gloo")
 gc.collect()  # DDP's hold on the group goes before the group (see drill_train.py)
 dist.destroy_process_group()
