@@ -89,6 +89,8 @@ out = sys.argv[1]
 keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "DL_GENERATION")
 json.dump({k: os.environ.get(k) for k in keys} | {"pid": os.getpid()}, open(f"{out}/{os.environ['LOCAL_RANK']}.json", "w"))
 if os.environ["LOCAL_RANK"] == "1" and sys.argv[2] == "fail":
+    while not os.path.exists(f"{out}/0.json"):  # the other rank is up: the launcher has one to stop
+        time.sleep(0.05)
     sys.exit(3)
 time.sleep(float(sys.argv[3]))
 """
