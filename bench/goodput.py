@@ -21,6 +21,10 @@ notice costs no step either way: bench/drill_recovery.py.) Reported:
 - an extrapolation to a 512-node job at Llama 3's published failure rate.
 
     python bench/goodput.py [--kills 4] [--interval 8] [--every 10] [--node-periods]
+    python bench/goodput.py --inprocess          DDP with keep_on_failure both times: torchrun's restart
+                                                 against -c restart=in-process (ranks.py: the survivors'
+                                                 ranks keep their processes, every node's ranks start
+                                                 before their plan)
     python bench/goodput.py --fsdp [--width 256]   the FSDP2 job: the memory tier (save_to_memory
                                                    every step) against S3-only async saves
     python bench/goodput.py --overhead 5 [--sleep 1.0]
@@ -75,9 +79,14 @@ def _phases(d: Drill, victim, g: str, g2: str) -> dict[str, float]:
     except d.s3.exceptions.NoSuchKey:
         detected = min(joins)
     rejoined = max(joins) if joins else detected
+    # restart=in-process: when the replacement's ranks (started before the plan) had torch and the
+    # script loaded, from the plan (negative: before it); the rest of "restart" is the group's init and restore.
+    newcomer = {m["node"] for m in plan["members"]} - {m["node"] for m in d.plan(g)["members"]}
+    imported = [e["t"] for e in events if e["event"] == "imported" and e["node"] in newcomer]
     return {"detection": detected - victim.killed_at, "kept+sent": max(0.0, rejoined - detected),
             "rendezvous": max(0.0, plan["created"] - rejoined), "restart": first - plan["created"],
-            "total": first - victim.killed_at}
+            "total": first - victim.killed_at,
+            **({"newcomer imported": max(imported) - plan["created"]} if imported else {})}
 
 
 def _goodput(d: Drill) -> tuple[float, int, float]:
@@ -105,7 +114,12 @@ NODE_PERIODS = {"DL_POLL_SECONDS": "2", "DL_LIVENESS_POLL_SECONDS": "10", "DL_AG
                 "DL_STOP_TIMEOUT_SECONDS": "20", "DL_RETRY_BASE_SECONDS": "1"}
 
 
-def _drill(root: Path, endpoint: str, keep: bool, every: int, fsdp: Optional[int], sleep: float) -> Drill:
+def _drill(root: Path, endpoint: str, keep: bool, every: int, fsdp: Optional[int], sleep: float,
+           inprocess: bool = False) -> Drill:
+    if inprocess:  # the same DDP job as a train() per generation (Checkpointer.run_generations), deployed with the key
+        command = (f"python inproc_train.py --steps 100000 --every {every} --sleep {sleep} "
+                   f"--events {root / 'events.jsonl'} --final {root / 'final.pt'}")
+        return Drill(root, endpoint, steps=100_000, every=every, job_command=command, context={"restart": "in-process"})
     if fsdp is None:
         args = "--pad-mb 0" + ("" if keep else " --no-keep")
         return Drill(root, endpoint, steps=100_000, every=every, sleep=sleep, args=args)
@@ -117,11 +131,11 @@ def _drill(root: Path, endpoint: str, keep: bool, every: int, fsdp: Optional[int
 
 
 def run(keep: bool, kills: int, interval: float, every: int, node_periods: bool = False,
-        fsdp: Optional[int] = None, sleep: float = SLEEP) -> dict:
+        fsdp: Optional[int] = None, sleep: float = SLEEP, inprocess: bool = False) -> dict:
     root = Path(tempfile.mkdtemp(prefix="dl-goodput-"))
     server, endpoint = start_moto_server(root / "moto.log")
     (root / "run").mkdir()
-    d = _drill(root / "run", endpoint, keep, every, fsdp, sleep)
+    d = _drill(root / "run", endpoint, keep, every, fsdp, sleep, inprocess)
     if node_periods:
         d.base_env.update(NODE_PERIODS)
     addr = iter(range(2, 250))
@@ -196,22 +210,27 @@ def main() -> int:
                     help="the FSDP2 job of this hidden width: the memory tier against S3-only async saves")
     ap.add_argument("--sleep", type=float, default=SLEEP,
                     help="seconds each step stands for the accelerator's work (the CPU is idle meanwhile)")
+    ap.add_argument("--inprocess", action="store_true",
+                    help="DDP with keep_on_failure under torchrun's restart, then under -c restart=in-process")
     ap.add_argument("--overhead", type=int, metavar="PAIRS", default=0,
                     help="only the memory tier's step-time overhead: this many interleaved pairs of 4-rank runs")
     a = ap.parse_args()
     if a.overhead:
         return overhead(a.overhead, a.sleep, a.fsdp or 256)
     results = {}
-    for keep in (False, True):
-        results[keep] = run(keep, a.kills, a.interval, a.every, a.node_periods, a.fsdp, a.sleep)
+    for keep in (False, True):  # --inprocess: keep_on_failure both times, in-process the second
+        results[keep] = run(keep or a.inprocess, a.kills, a.interval, a.every, a.node_periods, a.fsdp, a.sleep,
+                            inprocess=a.inprocess and keep)
     phases = ("detection", "kept+sent", "rendezvous", "restart", "total")
+    phases += ("newcomer imported",) if a.inprocess else ()
     what = "keep_on_failure" if a.fsdp is None else "the memory tier"
+    what = "restart=in-process (keep_on_failure both times)" if a.inprocess else what
     for keep, r in results.items():
         print(f"\n{'with' if keep else 'without'} {what}: goodput {r['goodput']:.1%}, "
               f"steps done again {r['redone']}, median step {r['step'] * 1000:.0f} ms")
         print("| kill | steps lost | " + " | ".join(phases) + " |")
         for k in r["kills"]:
-            print(f"| {k['who']} | {k['lost']} | " + " | ".join(f"{k[p]:.1f}" for p in phases) + " |")
+            print(f"| {k['who']} | {k['lost']} | " + " | ".join(f"{k[p]:.1f}" if p in k else "-" for p in phases) + " |")
     off, on = results[False], results[True]
     print(f"\nstep time with / without {what}: {on['step'] / off['step']:.3f}x")
     per_day = LLAMA3_PER_GPU_DAY * 512 * 8

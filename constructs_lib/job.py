@@ -113,6 +113,8 @@ class JobDefinition(Construct):
         to the working directory (an HF output_dir, a Lightning dirpath): every checkpoint it
         completes there is the job's (uploaded, and restored there before each generation),
         without Checkpointer (runtime/framework_checkpoints.py).
+      restart ["torchrun"]: "in-process": the supervisor runs the command once per rank and a
+        survivor of a peer's death keeps its ranks' processes (runtime/ranks.py, inprocess.py).
 
     Attributes: parameter (ssm.StringParameter), definition (s3_assets.Asset), sha256, code
     (CodeAsset or None), env_names, image.
@@ -124,7 +126,8 @@ class JobDefinition(Construct):
                  code: Optional[str | CodeAsset] = None, setup: Optional[str] = None,
                  env: Optional[Mapping[str, str]] = None, secrets: Optional[Mapping[str, str]] = None,
                  secrets_kms: Sequence[str] = (), image: Optional[str] = None, data: Sequence[str] = (),
-                 checkpoint_dir: Optional[str] = None, data_owner: Optional[str] = None) -> None:
+                 checkpoint_dir: Optional[str] = None, data_owner: Optional[str] = None,
+                 restart: str = "torchrun") -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
         region = None if cdk.Token.is_unresolved(stack.region) else stack.region
@@ -166,6 +169,9 @@ class JobDefinition(Construct):
         if problem:
             raise ConfigurationError(problem)
         self.checkpoint_dir = normalized(checkpoint_dir) if checkpoint_dir else None
+        if restart not in contract.RESTARTS:
+            raise ConfigurationError(f"restart {restart!r}: allowed {', '.join(contract.RESTARTS)}")
+        self.restart = restart
         self.cluster = cluster
         self.command = command  # None: nodes that wait for you (the job never ends by itself)
         self.image, self.env_names, self.secrets, self.secrets_kms = image, sorted(env), secrets, tuple(secrets_kms)
@@ -189,7 +195,8 @@ class JobDefinition(Construct):
         """What node.env carries: where the parameter is, and the revision the node boots with."""
         return {"DL_JOB_PARAMETER": self.parameter_name,
                 "DL_JOB_DEFINITION_URL": self.definition.s3_object_url, "DL_JOB_DEFINITION_SHA256": self.sha256,
-                **({"DL_JOB_CODE_URL": self.code.url} if self.code else {})}
+                **({"DL_JOB_CODE_URL": self.code.url} if self.code else {}),
+                **({contract.ENV_RESTART: self.restart} if self.restart != contract.RESTARTS[0] else {})}
 
     def grant_read_data(self, grantee: iam.IGrantable) -> None:
         """Read-only access to exactly the `data` prefixes (none without data)."""

@@ -20,6 +20,10 @@
   working directory (`outputs` for an HF output_dir, `checkpoints` for a Lightning dirpath): the
   node uploads what the framework completes there and restores the cluster's step there before
   each generation (constructs_lib/runtime/framework_checkpoints.py). Needs `command`.
+- `restart`: `torchrun` (the default) or `in-process`: the supervisor runs the command once per
+  rank itself (constructs_lib/runtime/ranks.py) and a node that survives a peer's death keeps its
+  ranks' processes (Checkpointer.run_generations); the command is then the per-rank program
+  (`python train.py`, not `dl-torchrun train.py`). Not with `image` or `checkpoint_dir`.
 - `data_mode`: `stage` (the default) or `fsx`: an FSx for Lustre file system linked to the same
   prefixes, mounted at the same path (constructs_lib/fsx.py); `fsx_gib` (1200, 2400 or a multiple
   of 2400) and `fsx_throughput` (125, 250, 500 or 1000 MB/s per TiB) size it.
@@ -42,7 +46,7 @@ from constructs_lib.runtime.staging import data_source
 from dl_selector.errors import UserError
 
 KEYS = ("code", "image", "setup", "setup_file", "env", "secrets", "secrets_kms", "data", "data_mode", "fsx_gib",
-        "fsx_throughput", "checkpoint_dir", "data_owner")
+        "fsx_throughput", "checkpoint_dir", "data_owner", "restart")
 DATA_MODES = ("stage", "fsx")
 PATH_KEYS = ("code", "setup_file")
 LONG_KEYS = ("env", "secrets", "secrets_kms", "setup")  # may be long and hold any printable text (env, setup)
@@ -51,7 +55,7 @@ EXAMPLES = {"code": "examples/train_project", "image": "123456789012.dkr.ecr.us-
             "secrets": "HF_TOKEN=arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token-AbCdEf",
             "secrets_kms": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
             "data": "s3://my-datasets/imagenet/train", "data_mode": "fsx", "fsx_gib": "2400", "fsx_throughput": "250",
-            "checkpoint_dir": "outputs", "data_owner": "123456789012"}
+            "checkpoint_dir": "outputs", "data_owner": "123456789012", "restart": "in-process"}
 SETUP_LIMIT = 64 * 1024  # the setup text ships in the job definition (an S3 asset), not in user data
 VALUE_LIMIT = 4096       # one env value
 PLAIN_INT = re.compile(r"[0-9]+", re.ASCII)
@@ -74,6 +78,7 @@ class JobSettings:
     fsx_throughput: int = 125
     checkpoint_dir: Optional[str] = None
     data_owner: Optional[str] = None
+    restart: str = "torchrun"
 
     @property
     def any(self) -> bool:
@@ -229,7 +234,31 @@ def job_from_context(ctx: Mapping[str, Any], region: str,
     mode, gib, throughput = _data_mode(ctx, data)
     return JobSettings(code=code, image=image, setup=setup, env=tuple(env), secrets=tuple(secrets), secrets_kms=kms,
                        data=data, data_mode=mode, fsx_gib=gib, fsx_throughput=throughput,
-                       checkpoint_dir=_checkpoint_dir(ctx, shipped), data_owner=_data_owner(ctx, data, mode))
+                       checkpoint_dir=_checkpoint_dir(ctx, shipped), data_owner=_data_owner(ctx, data, mode),
+                       restart=_restart(ctx))
+
+
+def _restart(ctx: Mapping[str, Any]) -> str:
+    """-c restart=: who restarts the ranks after a peer's death (see the module's text)."""
+    from difflib import get_close_matches
+
+    from constructs_lib.runtime.contract import RESTARTS
+
+    value = ctx.get("restart", RESTARTS[0])
+    value = value.strip() if isinstance(value, str) else value
+    if value not in RESTARTS:
+        near = get_close_matches(str(value).lower(), RESTARTS, n=1, cutoff=0.3)
+        raise UserError(f"context restart={value!r}: allowed {', '.join(RESTARTS)}; closest: {(near or RESTARTS[1:])[0]}")
+    if value != RESTARTS[0]:
+        clash = next((k for k in ("image", "checkpoint_dir") if k in ctx), None)
+        if clash:
+            raise UserError(f"context restart={value} runs the ranks in the supervisor's processes, which {clash}= "
+                            f"does not allow ({'a container' if clash == 'image' else 'a framework that restarts itself'}); "
+                            f"drop one, or restart=torchrun")
+        if "command" not in ctx and "command_file" not in ctx:
+            raise UserError(f"context restart={value} needs the per-rank command: pass command=, e.g. "
+                            "command=\"python train.py\"")
+    return value
 
 
 def _data_owner(ctx: Mapping[str, Any], data: tuple[str, ...], mode: str) -> Optional[str]:

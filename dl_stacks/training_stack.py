@@ -62,10 +62,10 @@ class TrainingStack(cdk.Stack):
             self.job_definition = JobDefinition(
                 self, "Job", cluster=cluster_id, command=settings.command or None, code=job.code, setup=job.setup,
                 env=dict(job.env), secrets=dict(job.secrets), secrets_kms=job.secrets_kms, image=job.image,
-                data=job.data if job.data_mode == "stage" else (), checkpoint_dir=job.checkpoint_dir,
+                data=job.data if job.data_mode == "stage" else (), checkpoint_dir=job.checkpoint_dir, restart=job.restart,
                 data_owner=job.data_owner)
         from constructs_lib.job_rules import one_job_problem
-        self.one_job_warning = one_job_problem(settings.command, settings.nodes, job.code)
+        self.one_job_warning = one_job_problem(settings.command, settings.nodes, job.code) if job.restart == "torchrun" else None
         if self.one_job_warning:
             cdk.Annotations.of(self).add_warning_v2("dl-launcher:not-one-job", self.one_job_warning)
         self.data_file_system = None

@@ -44,20 +44,13 @@ import threading
 from typing import Any, Callable, Iterator, Optional
 
 from . import contract, notice, shards
-from .layout import local_checkpoints, make_final, name_for, step_of, write_atomic
+from .layout import env_int as _env_int, local_checkpoints, make_final, name_for, step_of, write_atomic
 from .steps import StepClock
 
 
 # Seconds a process that lost a peer waits for its memory snapshot in flight: a thread past the
 # settling barrier writes one small file; one still in a collective fails at once on the dead peer.
 EXIT_WAIT = 5.0
-
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
 
 
 class Checkpointer:
@@ -205,6 +198,11 @@ class Checkpointer:
         Under the supervisor only, on each node's first rank. See survivor.py for when it writes."""
         if self._keeper is not None:
             self._keeper.enable(write, model=model)
+
+    def run_generations(self, train: Callable[[], Any], *, backend: Optional[str] = None) -> Any:
+        """-c restart=in-process: train() once per generation in this process (inprocess.py); else once."""
+        from .inprocess import run_generations
+        return run_generations(self, train, backend=backend)
 
     @property
     def interrupted(self) -> bool:

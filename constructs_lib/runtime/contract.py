@@ -43,6 +43,8 @@ ENV_EFA_BIN, EFA_BIN_DEFAULT = "DL_EFA_BIN", "/opt/amazon/efa/bin"  # the EFA in
 # and a run's first step (compile, restore, data loading) gets FIRST_STEP (-c first_step_timeout=).
 ENV_HANG_SECONDS, HANG_SECONDS_DEFAULT = "DL_HANG_SECONDS", 300
 ENV_FIRST_STEP_SECONDS, FIRST_STEP_SECONDS_DEFAULT = "DL_FIRST_STEP_SECONDS", 1800
+# -c restart=in-process (ranks.py, inprocess.py): the supervisor runs the ranks, survivors keep their processes.
+ENV_RESTART, RESTART_IN_PROCESS, RESTARTS = "DL_JOB_RESTART", "in-process", ("torchrun", "in-process")
 STEPS_DIR = "steps"  # DL_RUN_DIR/steps/rank-<LOCAL_RANK>.json: each local rank's last step (steps.py)
 HUNG_PREFIX = "hung: "  # how a hang's detail starts in a failure record (stall.py; `dl-launcher status` finds it)
 

@@ -128,3 +128,11 @@ def set_aside_newer(root: str, step: Optional[int]) -> list[str]:
             os.rename(path, dest)
             moved.append(dest)
     return moved
+
+
+def env_int(name: str, default: int) -> int:
+    """os.environ[name] as a whole number; `default` when unset or not one."""
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default

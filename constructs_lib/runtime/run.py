@@ -35,7 +35,15 @@ class Run:
         self.poll, self.liveness_poll, self.stop_timeout = poll, liveness_poll, stop_timeout
         self.log, self.pump, self.collector, self.stop_container = log, pump, collector, stop_container
         self.said = Said(log)
-        self.others = [n for n in plan.nodes() if n != me]
+        self.others = [n for n in plan.nodes() if n != me] if plan else []  # None: ranks.WarmRanks.prewarm
+        # restart=in-process (ranks.WarmRanks): whether the ranks parked after a peer's failure, and how to tell
+        self.parks: Optional[Callable[[int], bool]] = None
+        self.parked = False
+
+    def next_generation(self, plan: Plan, stall: Optional[StallWatch]) -> None:
+        """Watch the same, parked ranks in `plan`'s generation (ranks.WarmRanks.resume)."""
+        self.plan, self.stall, self.parked = plan, stall, False
+        self.others = [n for n in plan.nodes() if n != self.me]
 
     @classmethod
     def start(cls, argv: list[str], *, cwd: str, env: dict[str, str], joblog: Optional[JobLog],
@@ -74,10 +82,9 @@ class Run:
                 # A rank's collective failed (survivor.Keeper's record): a peer is probably dead. The peers
                 # are asked about first, so the others learn it from the record while this run stops
                 # (torchrun can take minutes to give up on a dead node's store by itself).
-                self.log(f"generation {g}: a collective failed on this node; stopping the run")
+                self.log(f"generation {g}: a collective failed on this node")
                 self._ask_now(g)
-                self.stop()
-                return self.settle(self.proc.returncode or 1)
+                return self._lost_peer()
             try:
                 reason = stop_reason(g + 1, self.membership.next_active(g + 1), self.membership.gone(self.others))
             except Exception as e:  # noqa: BLE001 - AWS's trouble is no evidence of a lost member
@@ -87,6 +94,8 @@ class Run:
                 reason = ""
             if reason:
                 self.log(f"stopping generation {g}: {reason}")
+                if self.parks is not None and not reason.startswith("a node joined"):  # a member is gone
+                    return self._lost_peer(reason)
                 self.stop()
                 return "peer-lost", reason
         if self.pump is not None:
@@ -96,6 +105,17 @@ class Run:
         if rc == 0 or "interrupted" in outcomes:
             self.collect(exited=True)  # its last save, before the supervisor pushes the newest
         return exit_outcome(rc, outcomes) or self.settle(rc)
+
+    def _lost_peer(self, reason: str = "") -> Outcome:
+        """A peer is probably dead: stop the run (in-process restart: unless every rank parked) and settle."""
+        self.parked = self.parks is not None and self.parks(self.plan.generation)
+        if not self.parked:
+            self.stop()
+        outcome = self.settle(self.proc.returncode or 1)
+        if self.parked and outcome[0] != "peer-lost":  # no peer is gone after all: the job's own failure
+            self.parked = False
+            self.stop()
+        return ("peer-lost", reason) if reason and outcome[0] == "peer-lost" else outcome
 
     def _ask_now(self, g: int) -> None:
         try:

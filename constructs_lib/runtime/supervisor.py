@@ -36,6 +36,7 @@ from typing import Callable, Optional, Union
 
 from dl_core.aws import brief
 from . import contract, framework_checkpoints, kept, memory_store, notice, rendezvous, sharded_store, stall, survivor
+from .ranks import WarmRanks
 from .agent import push_newest, pushed_step, write_health
 from .cluster import ClusterState, Liveness, Member, Plan
 from .collective_check import CollectiveCheck
@@ -77,6 +78,7 @@ class Supervisor:
                                      liveness_poll=cfg.liveness_poll, member_grace=cfg.member_grace,
                                      retry_base=cfg.retry_base, log=log)
         self.ride = self.membership.ride
+        self.ranks = WarmRanks(cfg.nproc_per_node, log)  # -c restart=in-process: survivors keep their ranks
         # The pre-generation all-reduce (-c collective_check=): a node it finds slow never trains.
         self.collective = CollectiveCheck.from_env(os.environ, me=self.me, cluster=cluster, ec2=liveness.ec2,
                                                    nproc=cfg.nproc_per_node, log=log, health=write_health)
@@ -94,6 +96,7 @@ class Supervisor:
         started = self._before_first_generation()
         if started is not None:
             return started
+        self.ranks.prewarm(self)  # -c restart=in-process: the ranks import while the node waits for its plan
         end = conclude(gate, self.liveness.ec2, self.cfg.node, self.log)
         if end is not None:
             return end
@@ -167,9 +170,7 @@ class Supervisor:
             return contract.EXIT_FINISHED
         if gives_up(outcome, self.state.failures, self.cfg.max_failures, repeated):
             return self._give_up(g, detail, lines, repeated and self.state.failures < self.cfg.max_failures)
-        if notice.read().terminating:
-            return self.leave(g + 1)
-        return None
+        return self.leave(g + 1) if notice.read().terminating else None
 
     def _give_up(self, g: int, detail: str, lines: list[str], repeated: bool) -> int:
         if repeated:
@@ -222,8 +223,7 @@ class Supervisor:
         return None
 
     def _newest_step(self) -> Optional[int]:
-        latest = sharded_store.newest_complete(self.store)
-        return latest.step if latest else None
+        return getattr(sharded_store.newest_complete(self.store), "step", None)  # None: no complete step
 
     # ---- the job ---------------------------------------------------------------------------------------
     def _prepare(self, rev: Revision) -> Prepared:
@@ -308,11 +308,11 @@ class Supervisor:
                                world_size=len(plan.members) * n)
         except Exception as e:  # noqa: BLE001 - the cluster cannot run this plan here: a failed run, counted
             return "failed", f"restore: {type(e).__name__}: {e}"
-        job = self._job_for_run(plan, rank, restored)
+        warm = self.ranks.resume(plan, self.me.node, restored, plan.job, stall.StallWatch.for_run(self, plan.generation))
+        job = self._job_for_run(plan, rank, restored) if warm is None else (None, {}, None)
         if isinstance(job[0], str):
             return job  # type: ignore[return-value]
-        prepared, extra, collector = job
-        run = self._start(plan, prepared, extra, collector)
+        run = warm or self._start(plan, *job)
         set_phase("training", run.pid)
         return run.watch()
 
@@ -362,15 +362,16 @@ class Supervisor:
             workdir = contract.scratch_dir() if os.path.isdir(contract.scratch_dir()) else "/"
             argv = ["/bin/bash", self.command_file]
             what = self.command_file
+        argv = self.ranks.launcher(argv, env, plan, env.get("DL_RESUME_FROM"))  # unchanged on torchrun's path
         self.log(f"generation {plan.generation}: running {what}")
         write_health("job", "ok", f"running generation {plan.generation}")
         if self.joblog:
             self.joblog.new_run()
-        return Run.start(argv, cwd=workdir, env=env, joblog=self.joblog, plan=plan, me=self.me.node,
+        return self.ranks.started(Run.start(argv, cwd=workdir, env=env, joblog=self.joblog, plan=plan, me=self.me.node,
                          membership=self.membership, poll=self.cfg.poll, liveness_poll=self.cfg.liveness_poll,
                          stop_timeout=self.cfg.stop_timeout, log=self.log, collector=collector,
                          stop_container=self.job.stop_container if self.job else (lambda: None),
-                         stall=stall.StallWatch.for_run(self, plan.generation))
+                         stall=stall.StallWatch.for_run(self, plan.generation)), plan.job)
 
     def flush(self, until: Optional[float] = None) -> Optional[int]:
         """Push the newest local save now (the agent would too; whoever holds the lock first does it)."""

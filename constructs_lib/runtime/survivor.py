@@ -87,6 +87,7 @@ class Keeper:
         self.directory, self.writer, self.report, self.log = directory, writer, report, log
         self.write: Optional[Callable[[str], None]] = None
         self.model: Any = None
+        self._hooked = False  # once per process: an in-process restart (inprocess.py) enables again
         self.completed: Optional[int] = None
         self.moved = False
         self._buffers: Optional[dict] = None
@@ -100,7 +101,8 @@ class Keeper:
     def enable(self, write: Callable[[str], None], *, model: Any = None) -> None:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-        if self.write is None:
+        if not self._hooked:
+            self._hooked = True
             register_optimizer_step_pre_hook(self._moving)
             if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
                 signal.signal(signal.SIGTERM, self._terminated)

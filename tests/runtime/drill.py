@@ -386,6 +386,8 @@ def generations(events: list[dict]) -> dict[str, dict]:
     """Per generation: the start step of every rank, the steps done, saves and stops."""
     out: dict[str, dict] = {}
     for e in events:
+        if e["gen"] is None:  # a rank started before its plan (restart=in-process): not a generation's
+            continue
         g = out.setdefault(e["gen"], {"starts": {}, "steps": [], "saves": [], "stops": [], "t0": None})
         if e["event"] == "start":
             g["starts"][e["rank"]] = e["step"]
