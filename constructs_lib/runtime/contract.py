@@ -112,9 +112,7 @@ M_NEURON_UTIL = "NeuronCoreUtilization"
 # What an interactive cluster's idle guard counts as someone at work (fleet/idle_guard.py):
 M_SESSIONS = "OpenSessions"      # Session Manager sessions open on this node (shells and port forwards)
 M_GPU_PROCESSES = "GpuProcesses"  # processes holding a CUDA context on this node's GPUs
-# The capacity controller's runs that found the cluster short (quota, capacity, price), per Job:
-# a metric filter on its log counts them (observability/alarms.py CapacityShortAlarm).
-M_CAPACITY_SHORT = "CapacityShortRuns"
+M_CAPACITY_SHORT = "CapacityShortRuns"  # the controller's runs that found the cluster short (alarms.py)
 METRIC_PERIOD = 60               # seconds: the agent's interval and the monitor's
 
 # ---- the rendezvous ----------------------------------------------------------------------------
