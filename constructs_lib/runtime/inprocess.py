@@ -211,6 +211,10 @@ def _keep(ckpt: Any, e: BaseException) -> None:
 
 
 def _teardown(ckpt: Any, dist: Any) -> None:
+    from . import contract, peer_sockets
+
+    cut = peer_sockets.cut(peer_sockets.members(contract.path("hostfile")))  # a sibling may wait on this rank
+    _log(f"generation {ckpt.generation}: {cut} connection(s) to the generation's peers shut down")
     ckpt._release_group()
     memory, ckpt._memory = ckpt._memory, None
     if memory is not None:
