@@ -45,6 +45,11 @@ class _Notices:
             print(f"dl-launcher: {what} does nothing here: not a dl-launcher node (no DL_GENERATION)",
                   file=sys.stderr, flush=True)
 
+    def keeper(self) -> Any:
+        """survivor.Keeper once this process keeps its step on a peer's death, else None."""
+        k = self._ckpt._keeper if self._ckpt is not None else None
+        return k if k is not None and k.write is not None else None
+
     def check(self, step: int) -> Optional[str]:
         """Collective: "termination", "rebalance" or None, the same on every rank."""
         if not self.managed:
@@ -56,8 +61,14 @@ class _Notices:
             if self.keep is not None:
                 from .framework_keep import has_running_stats
 
+                why = self.keep.whole()
                 model = self.keep.model()
-                self._ckpt.keep_on_failure(self.keep.write, model=model if has_running_stats(model) else None)
+                if why is None and self._ckpt._keeper is not None:  # the Checkpointer's, as keep_on_failure uses
+                    self._ckpt._keeper.enable(self.keep.write, model=model if has_running_stats(model) else None,
+                                              marks_updates=self.keep.marks_updates)
+                elif self._ckpt.rank == 0:
+                    print(f"dl-launcher: {self.what} keeps no step from memory on a peer's death: {why}; "
+                          "a hard kill costs the steps since the newest checkpoint", file=sys.stderr, flush=True)
         return self._ckpt.reason if self._ckpt.should_checkpoint(step, every=0) else None
 
 
@@ -127,6 +138,13 @@ def _lightning_callback() -> type:
             trainer.save_checkpoint(os.path.join(cb.dirpath, f"epoch={trainer.current_epoch}-step={trainer.global_step}.ckpt"))
             if reason == "termination":
                 trainer.should_stop = True
+
+        def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+            # After the closure's forward and backward (the all-reduce done), before the update:
+            # where the state stops being the last completed step's (framework_keep.LightningKeep).
+            keeper = self._notices.keeper()
+            if keeper is not None:
+                keeper.update_begins()
 
         def on_validation_batch_end(self, *args: Any, **kwargs: Any) -> None:
             steps.busy()  # a validation is no hang (stall.py), however long it runs between steps

@@ -22,6 +22,8 @@ loops' counters) is captured at each step's end; the weights and the optimizer a
 own until an optimizer step begins, which the Keeper watches. The Keeper then names the save
 .survivor-step-N in the node's checkpoint directory; the supervisor promotes and sends it, and
 before the next generation places its entry in the framework's directory (framework_checkpoints).
+DDP only: a strategy that shards the state (FSDP, DeepSpeed) leaves a part on each rank, and the
+callbacks then keep nothing (and say so once).
 """
 from __future__ import annotations
 
@@ -54,6 +56,8 @@ class HFKeep:
     """The Trainer's objects and the RNG at the last step's end (on_step_end: after the optimizer
     and scheduler stepped and global_step counted it)."""
 
+    marks_updates = False  # the Trainer calls optimizer.step() after backward: the Keeper's pre-hook marks it
+
     def __init__(self) -> None:
         self.at: Optional[dict] = None
 
@@ -64,6 +68,14 @@ class HFKeep:
 
     def model(self) -> Any:
         return self.at["model"] if self.at else None
+
+    def whole(self) -> Optional[str]:
+        """None when each rank holds the whole state (DDP), else why not."""
+        args = self.at["args"] if self.at else None
+        if args is not None and (getattr(args, "fsdp", None) or getattr(args, "deepspeed", None)
+                                 or getattr(args, "parallelism_config", None)):
+            return "the Trainer shards its state (FSDP, DeepSpeed or a parallelism config)"
+        return None
 
     def write(self, directory: str) -> None:
         import torch
@@ -100,6 +112,10 @@ class LightningKeep:
     """The trainer and its loops' state at the last optimizer step's end (on_train_batch_end, where
     ModelCheckpoint saves too: the same counters it would write)."""
 
+    # Lightning runs forward and backward inside optimizer.step(closure): the callback marks the
+    # update's start at on_before_optimizer_step, after the backward's all-reduce.
+    marks_updates = True
+
     def __init__(self) -> None:
         self.trainer: Any = None
         self.at: Optional[dict] = None
@@ -111,6 +127,13 @@ class LightningKeep:
 
     def model(self) -> Any:
         return self.trainer.lightning_module if self.trainer is not None else None
+
+    def whole(self) -> Optional[str]:
+        """None when each rank holds the whole state (DDP, or one device), else why not."""
+        strategy = type(self.trainer.strategy).__name__ if self.trainer is not None else ""
+        if strategy not in ("DDPStrategy", "SingleDeviceStrategy"):
+            return f"Lightning's {strategy or 'strategy'} is not DDP (its state may be sharded)"
+        return None
 
     def write(self, directory: str) -> None:
         import torch

@@ -173,3 +173,28 @@ def test_a_lightning_step_kept_from_memory_is_its_own_checkpoint_and_resumes(tmp
         assert trainer.global_step == LAST
         finals.append({k: v.clone() for k, v in module.state_dict().items()})
     assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0]), "Lightning's resume: the same run"
+
+
+# ---- only where each rank holds the whole state --------------------------------------------------
+def test_sharded_strategies_keep_nothing_ddp_does(tmp_path):
+    from types import SimpleNamespace
+
+    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+    from transformers import TrainingArguments
+
+    def hf(**kw) -> HFKeep:
+        keep = HFKeep()
+        args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], **kw)
+        keep.step_end(args, SimpleNamespace(global_step=1), {})
+        return keep
+
+    assert hf().whole() is None
+    assert "shards" in hf(fsdp=True).whole()
+
+    def lightning(strategy) -> LightningKeep:
+        keep = LightningKeep()
+        keep.trainer = SimpleNamespace(strategy=strategy)
+        return keep
+
+    assert lightning(DDPStrategy()).whole() is None
+    assert "FSDPStrategy is not DDP" in lightning(FSDPStrategy()).whole()
