@@ -88,7 +88,13 @@ class HFKeep:
         os.makedirs(out)
         model, args = at["model"], at["args"]
         if isinstance(model, PreTrainedModel):
-            model.save_pretrained(out)
+            # save_pretrained writes only on torch.distributed's rank 0; the survivor may be any
+            # rank, and under DDP its replica is whole. Its own answer, for this one call.
+            model.should_save_on_this_rank = lambda is_main_process: True
+            try:
+                model.save_pretrained(out)
+            finally:
+                del model.should_save_on_this_rank
         else:  # as Trainer._save does for a model of its own
             import safetensors.torch
 

@@ -1,8 +1,9 @@
 """One rank of a two-node DDP job (one rank a node, gloo on the CPU, each node its own torchrun)
 for tests/runtime/test_framework_keep_ddp.py: a Hugging Face Trainer (hf) or Lightning (lightning)
-script with nothing of dl-launcher but its one-line notice callback. Global rank 0 records the
-model after every step (the reference the kept step must equal); rank 1 kills itself (SIGKILL)
-as step --die-at + 1 begins, so rank 0's next all-reduce fails: a node that dies without a word.
+script with nothing of dl-launcher but its one-line notice callback. Global rank 1 records the
+model after every step (the reference the kept step must equal); global rank 0 kills itself
+(SIGKILL) as step --die-at + 1 begins, so rank 1's next all-reduce fails: a node that dies
+without a word, and the survivor is not rank 0 (where the frameworks' own saves write).
 
     framework_keep_job.py hf|lightning REFERENCE_DIR DIE_AT
 """
@@ -17,12 +18,12 @@ rank = int(os.environ["RANK"])
 
 
 def record(step: int, state: dict) -> None:
-    if rank == 0:
+    if rank == 1:
         torch.save({k: v.detach().clone() for k, v in state.items()}, os.path.join(reference, f"step-{step}.pt"))
 
 
 def die(step: int) -> None:
-    if rank == 1 and step == die_at:
+    if rank == 0 and step == die_at:
         os.kill(os.getpid(), signal.SIGKILL)
 
 

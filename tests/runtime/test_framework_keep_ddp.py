@@ -1,5 +1,5 @@
 """A two-node DDP job of the real Hugging Face Trainer or Lightning (one torchrun per node, gloo)
-loses a node to SIGKILL mid-training: the survivor's notice callback keeps the last completed step
+loses the node of global rank 0 to SIGKILL mid-training: the survivor's notice callback keeps the last completed step
 from memory, in the framework's own format, under the node's checkpoint directory as a survivor
 save (what the supervisor promotes and sends); the framework's own resume reads it back at that
 step with the weights the job had there."""
@@ -51,9 +51,9 @@ def _run(kind: str, root: Path) -> list[subprocess.CompletedProcess]:
 
 
 def _kept(root: Path) -> Path:
-    saves = survivor.survivor_saves(str(root / "node-0" / "ckpt"))
+    saves = survivor.survivor_saves(str(root / "node-1" / "ckpt"))
     assert [s for s, _p in saves] == [DIE_AT], saves
-    assert not survivor.survivor_saves(str(root / "node-1" / "ckpt")), "the dead node wrote nothing"
+    assert not survivor.survivor_saves(str(root / "node-0" / "ckpt")), "the dead node wrote nothing"
     return Path(saves[0][1])
 
 
@@ -61,11 +61,11 @@ def test_a_hugging_face_ddp_job_keeps_its_last_step_when_a_node_is_killed(tmp_pa
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
     runs = _run("hf", tmp_path)
-    assert runs[0].returncode != 0 and f"kept step {DIE_AT} from memory" in runs[0].stdout, runs[0].stdout[-3000:]
+    assert runs[1].returncode != 0 and f"kept step {DIE_AT} from memory" in runs[1].stdout, runs[1].stdout[-3000:]
     kept = _kept(tmp_path)
     assert sorted(p.name for p in kept.iterdir()) == [f"checkpoint-{DIE_AT}"]
     ckpt = kept / f"checkpoint-{DIE_AT}"
-    assert {"model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json", "rng_state_0.pth"} <= {
+    assert {"model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json", "rng_state_1.pth"} <= {
         p.name for p in ckpt.iterdir()}
 
     # The Trainer's own resume, one process: it starts at the kept step with the job's weights there.
@@ -86,7 +86,7 @@ def test_a_lightning_ddp_job_keeps_its_last_step_when_a_node_is_killed(tmp_path)
     from torch import nn
 
     runs = _run("lightning", tmp_path)
-    assert runs[0].returncode != 0 and f"kept step {DIE_AT} from memory" in runs[0].stdout, runs[0].stdout[-3000:]
+    assert runs[1].returncode != 0 and f"kept step {DIE_AT} from memory" in runs[1].stdout, runs[1].stdout[-3000:]
     kept = _kept(tmp_path)
     assert sorted(p.name for p in kept.iterdir()) == [f"epoch=0-step={DIE_AT}.ckpt"]
 
