@@ -238,7 +238,7 @@ class MemoryTier:
         import torch
         import torch.distributed as dist
 
-        header, data = _pack(part, self.rank, chunks)
+        header, data = memory_store.pack(part, self.rank, chunks)
         to, frm = self._peer(self.send_node), self._peer(self.recv_node)
         sends = [dist.isend(t, to, group=self.group)
                  for t in (torch.tensor([len(header), data.numel()], dtype=torch.int64), data)]
@@ -254,36 +254,6 @@ class MemoryTier:
             raise ValueError(f"a buddy's header of {cut} bytes does not fit the {len(view)} it sent")
         memory_store.receive(memory_store.held_root(self.root, self.generation, self.recv_node), step, attempt,
                              json.loads(bytes(view[:cut])), view[cut:])
-
-
-def _pack(part: str, rank: int, chunks: Optional[list]) -> tuple[bytes, Any]:
-    """This rank's files of a complete node part: (a JSON header of names and sizes, one buffer of
-    the header then their bytes). A raw snapshot's bytes come from `chunks` (what was just written),
-    not read back; one copy of the state into the buffer, none in between."""
-    import numpy as np
-    import torch
-
-    names = memory_store.rank_files(part, rank)
-    blobs: list[Any] = []
-    for n in names:
-        if chunks is not None and n == memory_raw.raw_name(rank):
-            blobs.append(chunks)
-            continue
-        with open(os.path.join(part, n), "rb") as f:
-            blobs.append([f.read()])
-    sizes = [sum(memoryview(c).nbytes for c in b) for b in blobs]
-    header = json.dumps([[n, size] for n, size in zip(names, sizes)]).encode()
-    data = torch.empty(len(header) + sum(sizes), dtype=torch.uint8)
-    out = data.numpy()
-    out[:len(header)] = np.frombuffer(header, dtype=np.uint8)
-    at = len(header)
-    for b in blobs:
-        for c in b:
-            n = memoryview(c).nbytes
-            if n:
-                out[at:at + n] = np.frombuffer(c, dtype=np.uint8, count=n)
-            at += n
-    return header, data
 
 
 def _nbytes(state: Any) -> int:
