@@ -27,9 +27,10 @@ notice costs no step either way: bench/drill_recovery.py.) Reported:
                                                  before their plan)
     python bench/goodput.py --fsdp [--width 256]   the FSDP2 job: the memory tier (save_to_memory
                                                    every step) against S3-only async saves
-    python bench/goodput.py --overhead 5 [--sleep 1.0]
+    python bench/goodput.py --overhead 5 [--sleep 1.0] [--against DIR]
         the memory tier's step-time overhead alone: bench/memory_step.py (the same FSDP2 job, its
-        4 ranks only, no drill around them) without and with the tier, interleaved, 5 pairs
+        4 ranks only, no drill around them) without and with the tier, interleaved, 5 rounds;
+        --against DIR also runs the tier of the code in DIR each round (before against after)
 """
 from __future__ import annotations
 
@@ -166,35 +167,42 @@ def run(keep: bool, kills: int, interval: float, every: int, node_periods: bool 
     return out
 
 
-def overhead(pairs: int, sleep: float, width: int) -> int:
-    """Interleaved runs of bench/memory_step.py without and with the memory tier; ratios of medians."""
+def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None) -> int:
+    """Interleaved runs of bench/memory_step.py without and with the memory tier; ratios of medians.
+    With `against` (a copy of another commit's tree), each round also runs the tier of that code."""
     import shutil
     import subprocess
 
-    runs: dict[bool, list[dict]] = {False: [], True: []}
+    kinds = ["without", "with"] + (["against"] if against else [])
+    runs: dict[str, list[dict]] = {k: [] for k in kinds}
     for i in range(pairs):
-        for memory in (False, True):
+        for kind in kinds:
             root = Path(tempfile.mkdtemp(prefix="dl-overhead-"))
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
                    str(ROOT / "bench" / "memory_step.py"), "--sleep", str(sleep), "--width", str(width), "--root", str(root)]
-            out = subprocess.run(cmd + (["--memory"] if memory else []), capture_output=True, text=True, timeout=900,
-                                 cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            code = against if kind == "against" else str(ROOT)
+            out = subprocess.run(cmd + (["--memory"] if kind != "without" else []), capture_output=True, text=True,
+                                 timeout=900, cwd=ROOT, env={**os.environ, "PYTHONPATH": code})
             for d in (root, *Path("/dev/shm").glob(f"{root.name}-*")):
                 shutil.rmtree(d, ignore_errors=True)
             lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
             if out.returncode or not lines:
                 print(out.stderr[-3000:], file=sys.stderr)
                 return 1
-            runs[memory].append(json.loads(lines[-1]))
-            print(f"pair {i + 1} {'with' if memory else 'without'}: {json.dumps(runs[memory][-1])}", flush=True)
-    off = statistics.median(r["step"] for r in runs[False])
-    on = statistics.median(r["step"] for r in runs[True])
-    ratios = [b["step"] / a["step"] for a, b in zip(runs[False], runs[True])]
-    cpu = statistics.median(r["snapshot_cpu"] for r in runs[True]) * 1000
-    wall = statistics.median(r["snapshot_wall"] for r in runs[True]) * 1000
-    print(f"\nmedian step: {off * 1000:.1f} ms without, {on * 1000:.1f} ms with the memory tier (every step): "
-          f"{on / off:.3f}x (pairs {min(ratios):.3f}-{max(ratios):.3f}x); "
-          f"the tier's thread {cpu:.1f} ms CPU, {wall:.0f} ms wall per snapshot")
+            runs[kind].append(json.loads(lines[-1]))
+            print(f"round {i + 1} {kind}: {json.dumps(runs[kind][-1])}", flush=True)
+    off = statistics.median(r["step"] for r in runs["without"])
+    print()
+    for kind in kinds[1:]:
+        rs = runs[kind]
+        on = statistics.median(r["step"] for r in rs)
+        ratios = [b["step"] / a["step"] for a, b in zip(runs["without"], rs)]
+        ms = {k: statistics.median(r[k] for r in rs) * 1000 for k in ("snapshot_cpu", "snapshot_wall", "state_dict", "save_call")}
+        label = "the tier of " + against if kind == "against" else "the memory tier"
+        print(f"median step: {off * 1000:.1f} ms without, {on * 1000:.1f} ms with {label} (every step): "
+              f"{on / off:.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f}x); the tier's thread "
+              f"{ms['snapshot_cpu']:.1f} ms CPU, {ms['snapshot_wall']:.0f} ms wall per snapshot; on the training "
+              f"thread get_state_dict {ms['state_dict']:.1f} ms, save_to_memory {ms['save_call']:.1f} ms")
     return 0
 
 
@@ -214,9 +222,13 @@ def main() -> int:
                     help="DDP with keep_on_failure under torchrun's restart, then under -c restart=in-process")
     ap.add_argument("--overhead", type=int, metavar="PAIRS", default=0,
                     help="only the memory tier's step-time overhead: this many interleaved pairs of 4-rank runs")
+    ap.add_argument("--against", metavar="DIR",
+                    help="with --overhead: also the tier of the code in DIR (e.g. `git archive <commit> | tar -x -C DIR`)")
     a = ap.parse_args()
+    if a.against and not (Path(a.against) / "constructs_lib").is_dir():
+        ap.error(f"--against {a.against}: no constructs_lib/ there; give a copy of the project's tree")
     if a.overhead:
-        return overhead(a.overhead, a.sleep, a.fsdp or 256)
+        return overhead(a.overhead, a.sleep, a.fsdp or 256, a.against)
     results = {}
     for keep in (False, True):  # --inprocess: keep_on_failure both times, in-process the second
         results[keep] = run(keep or a.inprocess, a.kills, a.interval, a.every, a.node_periods, a.fsdp, a.sleep,

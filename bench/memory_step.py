@@ -53,6 +53,7 @@ fully_shard(model)
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 ckpt = Checkpointer()
 times = []
+calls: list[tuple[float, float]] = []  # on the training thread: get_state_dict, save_to_memory
 for step in range(a.steps):
     t0 = time.perf_counter()
     x = torch.randn(16, 8, generator=torch.Generator().manual_seed(step * 1000 + rank))
@@ -65,8 +66,11 @@ for step in range(a.steps):
         msd, osd = get_state_dict(model, opt)
         ckpt.save_sharded(step, {"model": msd, "optim": osd}, asynchronous=True)
     if a.memory:
+        t1 = time.perf_counter()
         msd, osd = get_state_dict(model, opt)
+        t2 = time.perf_counter()
         ckpt.save_to_memory(step, {"model": msd, "optim": osd})
+        calls.append((t2 - t1, time.perf_counter() - t2))
     times.append(time.perf_counter() - t0)
 ckpt.wait()
 if rank == 0:
@@ -74,5 +78,7 @@ if rank == 0:
     if snapshots:
         out["snapshot_cpu"] = statistics.median(s[0] for s in snapshots[5:])
         out["snapshot_wall"] = statistics.median(s[1] for s in snapshots[5:])
+        out["state_dict"] = statistics.median(c[0] for c in calls[5:])
+        out["save_call"] = statistics.median(c[1] for c in calls[5:])
     print(json.dumps(out), flush=True)
 dist.destroy_process_group()

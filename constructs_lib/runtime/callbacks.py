@@ -14,6 +14,12 @@ recommendation makes them save once and carry on. The supervisor then uploads th
 `-c checkpoint_dir=` naming the directory) before AWS takes the node, and the next generation
 resumes from it. Outside a dl-launcher node they do nothing, and say so once.
 
+Under DDP they also keep the last completed step when a peer dies without notice (a hard kill):
+each surviving node's first rank writes it from memory in the framework's own format
+(framework_keep.py), and the next generation resumes from it with the framework's own resume
+(HF `resume_from_checkpoint`, Lightning `ckpt_path`). A hard kill then costs at most the step in
+flight instead of everything since the last save. `keep_on_failure=False` turns that off.
+
 Neither framework is imported until one of the two names is used.
 """
 from __future__ import annotations
@@ -30,14 +36,19 @@ _warned: set[str] = set()
 class _Notices:
     """The agreed notice flags of every rank (a Checkpointer's), or nothing off a node."""
 
-    def __init__(self, what: str) -> None:
-        self.what = what
+    def __init__(self, what: str, keep: Any = None) -> None:
+        self.what, self.keep = what, keep  # keep: framework_keep's HFKeep / LightningKeep, or None
         self.managed = os.environ.get("DL_GENERATION") is not None
         self._ckpt: Any = None
         if not self.managed and what not in _warned:
             _warned.add(what)
             print(f"dl-launcher: {what} does nothing here: not a dl-launcher node (no DL_GENERATION)",
                   file=sys.stderr, flush=True)
+
+    def keeper(self) -> Any:
+        """survivor.Keeper once this process keeps its step on a peer's death, else None."""
+        k = self._ckpt._keeper if self._ckpt is not None else None
+        return k if k is not None and k.write is not None else None
 
     def check(self, step: int) -> Optional[str]:
         """Collective: "termination", "rebalance" or None, the same on every rank."""
@@ -47,6 +58,17 @@ class _Notices:
             from .checkpointer import Checkpointer
 
             self._ckpt = Checkpointer()
+            if self.keep is not None:
+                from .framework_keep import has_running_stats
+
+                why = self.keep.whole()
+                model = self.keep.model()
+                if why is None and self._ckpt._keeper is not None:  # the Checkpointer's, as keep_on_failure uses
+                    self._ckpt._keeper.enable(self.keep.write, model=model if has_running_stats(model) else None,
+                                              marks_updates=self.keep.marks_updates)
+                elif self._ckpt.rank == 0:
+                    print(f"dl-launcher: {self.what} keeps no step from memory on a peer's death: {why}; "
+                          "a hard kill costs the steps since the newest checkpoint", file=sys.stderr, flush=True)
         return self._ckpt.reason if self._ckpt.should_checkpoint(step, every=0) else None
 
 
@@ -57,12 +79,16 @@ def _hf_callback() -> type:
         """Saves at the next step and stops on a termination notice (on any node); saves once on
         a rebalance recommendation. The Trainer writes checkpoint-N into its output_dir."""
 
-        def __init__(self) -> None:
-            self._notices = _Notices("HFNoticeCallback")
+        def __init__(self, *, keep_on_failure: bool = True) -> None:
+            from .framework_keep import HFKeep
+
+            self._notices = _Notices("HFNoticeCallback", HFKeep() if keep_on_failure else None)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             if not self._notices.managed:
                 return control
+            if self._notices.keep is not None:
+                self._notices.keep.step_end(args, state, kwargs)  # before the check: it says the step completed
             reason = self._notices.check(state.global_step)
             if reason:
                 control.should_save = True
@@ -87,8 +113,10 @@ def _lightning_callback() -> type:
         """Saves `epoch=E-step=S.ckpt` into the first ModelCheckpoint's dirpath at the next batch
         and stops on a termination notice (on any node); saves once on a rebalance recommendation."""
 
-        def __init__(self) -> None:
-            self._notices = _Notices("LightningNoticeCallback")
+        def __init__(self, *, keep_on_failure: bool = True) -> None:
+            from .framework_keep import LightningKeep
+
+            self._notices = _Notices("LightningNoticeCallback", LightningKeep() if keep_on_failure else None)
             self._step = -1
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -97,6 +125,8 @@ def _lightning_callback() -> type:
             if not self._notices.managed or trainer.global_step == self._step:
                 return
             self._step = trainer.global_step
+            if self._notices.keep is not None:
+                self._notices.keep.step_end(trainer)
             reason = self._notices.check(trainer.global_step)
             if not reason:
                 return
@@ -108,6 +138,13 @@ def _lightning_callback() -> type:
             trainer.save_checkpoint(os.path.join(cb.dirpath, f"epoch={trainer.current_epoch}-step={trainer.global_step}.ckpt"))
             if reason == "termination":
                 trainer.should_stop = True
+
+        def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+            # After the closure's forward and backward (the all-reduce done), before the update:
+            # where the state stops being the last completed step's (framework_keep.LightningKeep).
+            keeper = self._notices.keeper()
+            if keeper is not None:
+                keeper.update_begins()
 
         def on_validation_batch_end(self, *args: Any, **kwargs: Any) -> None:
             steps.busy()  # a validation is no hang (stall.py), however long it runs between steps

@@ -95,6 +95,31 @@ class Sources:
                 t = data.detach()
                 live = t if t.untyped_storage().nbytes() == t.nbytes else None
             self.items.append((wi, tuple(mappings.get(wi.index.fqn, (wi.index.fqn,))), live))
+        self.fixed: Optional[list] = None  # per item: a live buffer's bytes, checked once (chunks)
+
+    def chunks(self, staged: dict, layout: dict) -> Optional[list]:
+        """The rank's items' bytes in layout order, or None when one no longer fits the layout. A
+        live buffer is checked and turned into bytes once (it stays the same tensor, refilled in
+        place), so a step's Python work is only for the pickled values and copied tensors."""
+        if self.fixed is None:
+            fixed: list[Any] = []
+            for (wi, where, live), it in zip(self.items, layout["items"]):
+                data = _checked_item(_as_written(live), it) if live is not None else None
+                if live is not None and data is None:
+                    return None
+                fixed.append(data)
+            self.fixed = fixed
+        out = []
+        for (wi, where, live), it, data in zip(self.items, layout["items"], self.fixed):
+            if data is None:
+                try:
+                    data = _checked_item(_as_written(self.resolve(staged, wi, where, live)), it)
+                except (KeyError, IndexError, TypeError, ValueError):
+                    return None  # the state's structure changed: a full save fixes a new layout
+                if data is None:
+                    return None
+            out.append(data)
+        return out
 
     def resolve(self, staged: dict, wi: Any, path: tuple, live: Any) -> Any:
         from torch.distributed.checkpoint.utils import find_state_dict_object
@@ -107,25 +132,26 @@ class Sources:
         return self.planner.transform_object(wi, find_state_dict_object({wi.index.fqn: obj}, wi.index))
 
 
-def write(path: str, sources: Sources, staged: dict, layout: dict) -> bool:
-    """Write the rank's items of this step's `staged` state raw to `path`; False (nothing to trust
-    written) when an item's size, dtype or shape is not the layout's any more."""
+def write(path: str, sources: Sources, staged: dict, layout: dict) -> Optional[list]:
+    """Write the rank's items of this step's `staged` state raw to `path`, in one call; the bytes
+    written, item by item, or None (nothing to trust written) when an item's size, dtype or shape
+    is not the layout's any more."""
+    chunks = sources.chunks(staged, layout)
+    if chunks is None:
+        return None
     with open(path, "wb") as f:
-        for (wi, where, live), it in zip(sources.items, layout["items"]):
-            try:
-                data = _as_written(sources.resolve(staged, wi, where, live))
-            except (KeyError, IndexError, TypeError, ValueError):
-                return False  # the state's structure changed: a full save fixes a new layout
-            if isinstance(data, memoryview):
-                if it["kind"] != "bytes" or data.nbytes != it["n"]:
-                    return False
-                f.write(data)
-                continue
-            if (it["kind"] != "tensor" or list(data.shape) != it["shape"] or list(data.stride()) != it["stride"]
-                    or str(data.dtype).removeprefix("torch.") != it["dtype"] or data.untyped_storage().nbytes() != it["n"]):
-                return False
-            f.write(_storage_bytes(data))
-    return True
+        f.writelines(chunks)
+    return chunks
+
+
+def _checked_item(data: Any, it: dict) -> Any:
+    """The bytes to write for one item as written (_as_written), or None when it is not the layout's item."""
+    if isinstance(data, memoryview):
+        return data if it["kind"] == "bytes" and data.nbytes == it["n"] else None
+    if (it["kind"] != "tensor" or list(data.shape) != it["shape"] or list(data.stride()) != it["stride"]
+            or str(data.dtype).removeprefix("torch.") != it["dtype"] or data.untyped_storage().nbytes() != it["n"]):
+        return None
+    return _storage_bytes(data)
 
 
 def _storage_bytes(t: Any) -> Any:

@@ -12,10 +12,11 @@ sent what it could when that run ended).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from . import memory_raw, shards
 from .layout import make_final, name_for, newest_local, step_of
@@ -53,6 +54,36 @@ def rank_files(part: str, rank: int) -> list[str]:
     if rank == 0:
         names.append(shards.METADATA)
     return names
+
+
+def pack(part: str, rank: int, chunks: Optional[list]) -> tuple[bytes, Any]:
+    """This rank's files of a complete node part: (a JSON header of names and sizes, one buffer of
+    the header then their bytes). A raw snapshot's bytes come from `chunks` (what was just written),
+    not read back; one copy of the state into the buffer, none in between."""
+    import numpy as np
+    import torch
+
+    names = rank_files(part, rank)
+    blobs: list[Any] = []
+    for n in names:
+        if chunks is not None and n == memory_raw.raw_name(rank):
+            blobs.append(chunks)
+            continue
+        with open(os.path.join(part, n), "rb") as f:
+            blobs.append([f.read()])
+    sizes = [sum(memoryview(c).nbytes for c in b) for b in blobs]
+    header = json.dumps([[n, size] for n, size in zip(names, sizes)]).encode()
+    data = torch.empty(len(header) + sum(sizes), dtype=torch.uint8)
+    out = data.numpy()
+    out[:len(header)] = np.frombuffer(header, dtype=np.uint8)
+    at = len(header)
+    for b in blobs:
+        for c in b:
+            n = memoryview(c).nbytes
+            if n:
+                out[at:at + n] = np.frombuffer(c, dtype=np.uint8, count=n)
+            at += n
+    return header, data
 
 
 def receive(held: str, step: int, attempt: str, header: list, data: memoryview) -> Optional[str]:

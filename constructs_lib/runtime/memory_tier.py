@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import sys
 import threading
 from typing import Any, Callable, Optional
@@ -158,18 +159,33 @@ class MemoryTier:
         os.makedirs(tmp, exist_ok=True)
         # Raw only if every rank can: a rank whose items changed (an optimizer's state appearing, a
         # learning rate pickled longer) makes this snapshot a full save everywhere, a new layout.
-        ok = torch.tensor([int(not fresh and self._write_raw(tmp, staged))], dtype=torch.int64)
-        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.group)
-        if int(ok[0]):
+        # A rank writes and finishes its raw part before the vote, so the one all-reduce also stands
+        # for the barrier before the exchange (every node's part complete): one round fewer a step.
+        chunks = self._write_raw(tmp, staged) if not fresh else None
+        if chunks is not None:
             self._finish_raw(step, attempt, own, tmp)
-        else:
-            self._clear_mine(tmp)
+        ok = torch.tensor([int(chunks is not None)], dtype=torch.int64)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.group)
+        if not int(ok[0]):
+            self._undo_raw(own, step, tmp)
+            chunks = None
             self._save_full(step, attempt, own, tmp, staged)
-        dist.barrier(group=self.group)  # every node's part complete: its files are in step-N now
+            dist.barrier(group=self.group)  # every node's part complete: its files are in step-N now
         if self.nodes > 1:
-            self._exchange(step, attempt, os.path.join(own, name_for(step)))
+            self._exchange(step, attempt, os.path.join(own, name_for(step)), chunks)
         dist.barrier(group=self.group)  # every rank sent and received: step N is whole across the cluster
         memory_store.settle(self.root, self.generation, step)
+
+    def _undo_raw(self, own: str, step: int, tmp: str) -> None:
+        """Some rank could not write raw: this rank's raw files go, and the node's step-N if its
+        ranks' markers had completed it. Every rank of the node passed the vote, so no marker
+        moves the directory any more; each rank enters the full save only after this. (The full
+        save's rename would replace step-N anyway; removing it first leaves no part of a step that
+        was voted down looking complete if this process dies meanwhile.)"""
+        self._clear_mine(tmp)
+        if self.rank % self.local == 0:
+            shutil.rmtree(os.path.join(own, name_for(step)), ignore_errors=True)
+        os.makedirs(tmp, exist_ok=True)
 
     def _clear_mine(self, tmp: str) -> None:
         for name in os.listdir(tmp) if os.path.isdir(tmp) else []:
@@ -198,57 +214,46 @@ class MemoryTier:
         self.sources = memory_raw.Sources(self.planner)
         self.meta_bytes = meta_bytes
 
-    def _write_raw(self, tmp: str, staged: dict) -> bool:
+    def _write_raw(self, tmp: str, staged: dict) -> Optional[list]:
+        """This rank's raw files; the raw bytes as written (memory_raw.write), or None."""
         if self.fast is None:
-            return False
+            return None
         # New staging buffers (a key or a shape changed) never get here: `fresh` makes a full save.
-        if not memory_raw.write(os.path.join(tmp, memory_raw.raw_name(self.rank)), self.sources, staged, self.fast):
-            return False
+        chunks = memory_raw.write(os.path.join(tmp, memory_raw.raw_name(self.rank)), self.sources, staged, self.fast)
+        if chunks is None:
+            return None
         with open(os.path.join(tmp, memory_raw.layout_name(self.rank)), "w") as f:
             f.write(self.fast_json)
         if self.rank == 0:
             with open(os.path.join(tmp, shards.METADATA), "wb") as f:
                 f.write(self.meta_bytes)
-        return True
+        return chunks
 
     def _finish_raw(self, step: int, attempt: str, own: str, tmp: str) -> None:
         shards.finish_rank(own, step, attempt, rank=self.rank, node_rank=self.node_rank, local_world_size=self.local,
                            world_size=self.world_size, reads=self.reads,
                            expect=self.expect if self.rank == 0 else None, guard_uploads=False, sync=False)
 
-    def _exchange(self, step: int, attempt: str, part: str) -> None:
+    def _exchange(self, step: int, attempt: str, part: str, chunks: Optional[list]) -> None:
         import torch
         import torch.distributed as dist
 
-        header, data = _pack(part, self.rank)
-        sizes = torch.tensor([header.numel(), data.numel()], dtype=torch.int64)
+        header, data = memory_store.pack(part, self.rank, chunks)
         to, frm = self._peer(self.send_node), self._peer(self.recv_node)
-        sends = [dist.isend(t, to, group=self.group) for t in (sizes, header, data)]
+        sends = [dist.isend(t, to, group=self.group)
+                 for t in (torch.tensor([len(header), data.numel()], dtype=torch.int64), data)]
         got = torch.empty(2, dtype=torch.int64)
         dist.irecv(got, frm, group=self.group).wait()
-        h = torch.empty(int(got[0]), dtype=torch.uint8)
         d = torch.empty(int(got[1]), dtype=torch.uint8)
-        for work in (dist.irecv(h, frm, group=self.group), dist.irecv(d, frm, group=self.group)):
-            work.wait()
+        dist.irecv(d, frm, group=self.group).wait()
         for work in sends:
             work.wait()
+        view = memoryview(d.numpy())
+        cut = int(got[0])
+        if not 0 <= cut <= len(view):
+            raise ValueError(f"a buddy's header of {cut} bytes does not fit the {len(view)} it sent")
         memory_store.receive(memory_store.held_root(self.root, self.generation, self.recv_node), step, attempt,
-                             json.loads(bytes(h.numpy())), memoryview(d.numpy()))
-
-
-def _pack(part: str, rank: int) -> tuple[Any, Any]:
-    """This rank's files of a complete node part: (a JSON header of names and sizes, their bytes)."""
-    import torch
-
-    names = memory_store.rank_files(part, rank)
-    blobs = []
-    for n in names:
-        with open(os.path.join(part, n), "rb") as f:
-            blobs.append(f.read())
-    header = json.dumps([[n, len(b)] for n, b in zip(names, blobs)]).encode()
-    joined = b"".join(blobs)
-    return (torch.frombuffer(bytearray(header), dtype=torch.uint8),
-            torch.frombuffer(bytearray(joined), dtype=torch.uint8) if joined else torch.empty(0, dtype=torch.uint8))
+                             json.loads(bytes(view[:cut])), view[cut:])
 
 
 def _nbytes(state: Any) -> int:

@@ -98,12 +98,16 @@ class Keeper:
         self.before_exit: list[Callable[[], None]] = []
         sys.excepthook = self._excepthook
 
-    def enable(self, write: Callable[[str], None], *, model: Any = None) -> None:
+    def enable(self, write: Callable[[str], None], *, model: Any = None, marks_updates: bool = False) -> None:
+        """marks_updates: the caller calls update_begins() where an optimizer step starts to change
+        the state, instead of the optimizers' step pre-hook: Lightning runs forward and backward
+        inside optimizer.step(closure), so the pre-hook comes before the all-reduce that fails."""
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         if not self._hooked:
             self._hooked = True
-            register_optimizer_step_pre_hook(self._moving)
+            if not marks_updates:
+                register_optimizer_step_pre_hook(self._moving)
             if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
                 signal.signal(signal.SIGTERM, self._terminated)
         self.write, self.model = write, model
@@ -117,6 +121,10 @@ class Keeper:
             raise RunStopped(f"SIGTERM during step {step}: stopped once it completed")
 
     def _moving(self, *_args: Any) -> None:
+        self.moved = True
+
+    def update_begins(self) -> None:
+        """The optimizer step is about to change the state (enable(marks_updates=True))."""
         self.moved = True
 
     def _terminated(self, signum: int, _frame: Any) -> None:

@@ -1,7 +1,10 @@
 """One rank of a tiny FSDP2 job with the memory tier on (tests/runtime/test_memory_tier.py runs
 2 nodes x 2 ranks of it). Rank 0 records the whole model after every step, as the reference a
 snapshot must equal. With --die-at K, the second node's ranks wait for their snapshot of K-1 and
-then kill themselves mid-step K: a node that dies without a word."""
+then kill themselves mid-step K: a node that dies without a word. With --uneven N, rank 3 alone
+finds its state changed at step N (as if its items had changed size): the other ranks have
+written and finished their raw parts by then, node 0's part complete, and every rank must drop
+them for a full save."""
 import argparse
 import os
 import signal
@@ -17,8 +20,20 @@ from constructs_lib.runtime import Checkpointer
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=8)
 p.add_argument("--die-at", type=int, default=-1)
+p.add_argument("--uneven", type=int, default=-1)
 p.add_argument("--reference", required=True)
 a = p.parse_args()
+now = [0]
+if a.uneven >= 0 and os.environ["RANK"] == "3":
+    from constructs_lib.runtime import memory_tier
+
+    _stage = memory_tier._stage
+
+    def _changed_alone(state_dict, staged):
+        out, fresh = _stage(state_dict, staged)
+        return out, fresh or now[0] == a.uneven
+
+    memory_tier._stage = _changed_alone
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -31,6 +46,7 @@ fully_shard(model)
 opt = torch.optim.Adam(model.parameters(), lr=1e-2)
 ckpt = Checkpointer()
 for step in range(a.steps):
+    now[0] = step
     g = torch.Generator().manual_seed(step * 1000 + rank)
     x = torch.randn(16, 8, generator=g)
     loss = ((model(x) - torch.sin(x.sum(dim=1, keepdim=True))) ** 2).mean()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from constructs_lib.runtime import contract, memory_store, shards
+from constructs_lib.runtime import contract, memory_raw, memory_store, shards
 from constructs_lib.runtime.agent import NodeAgent
 from constructs_lib.runtime.memory_tier import neighbours, ring
 from constructs_lib.runtime.sharded_store import commit, push_part
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).with_name("memory_job.py")
 
 
-def _run_job(root: Path, *, die_at: int) -> list[int]:
+def _run_job(root: Path, *, die_at: int, uneven: int = -1) -> list[int]:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -37,7 +37,8 @@ def _run_job(root: Path, *, die_at: int) -> list[int]:
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DL_GENERATION="3", PYTHONPATH=str(ROOT),
                    DL_MEMORY_DIR=str(root / f"node-{node}" / "mem"), DL_CHECKPOINT_DIR=str(root / f"node-{node}" / "ckpt"),
                    DL_RUN_DIR=str(root / f"node-{node}" / "run"))
-        procs.append(subprocess.Popen([sys.executable, str(JOB), "--reference", str(root / "ref"), "--die-at", str(die_at)],
+        procs.append(subprocess.Popen([sys.executable, str(JOB), "--reference", str(root / "ref"), "--die-at", str(die_at),
+                                       "--uneven", str(uneven)],
                                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
     try:
         return [p.wait(timeout=180) for p in procs]
@@ -47,10 +48,11 @@ def _run_job(root: Path, *, die_at: int) -> list[int]:
             p.stderr.close()  # type: ignore[union-attr]
 
 
-def test_a_dead_nodes_shards_come_back_from_its_buddy_equal_to_the_step(store, tmp_path, monkeypatch):
+@pytest.mark.parametrize("uneven", [-1, 4], ids=["raw", "one-rank-changed-after-the-others-wrote-raw"])
+def test_a_dead_nodes_shards_come_back_from_its_buddy_equal_to_the_step(store, tmp_path, monkeypatch, uneven):
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    codes = _run_job(tmp_path, die_at=5)
+    codes = _run_job(tmp_path, die_at=5, uneven=uneven)
     assert codes[2:] == [-9, -9] and codes[:2] == [1, 1], codes
     mem = tmp_path / "node-0" / "mem"
     assert memory_store.settled(str(mem), "3") == 4, "step 5 completed; its snapshot never began: one step lost"
@@ -58,8 +60,13 @@ def test_a_dead_nodes_shards_come_back_from_its_buddy_equal_to_the_step(store, t
     assert sorted(p.name for p in (g / "own").iterdir() if p.is_dir()) == ["step-000000000004"], "older dropped"
     # Step 4 was written raw in the layout of step 3's full save (its note grew there): what comes
     # back below went through memory_raw.to_dcp, for node 0's part and for node 1's copy.
-    assert {p.name for p in (g / "own" / "step-000000000004").iterdir()} >= {"__0.raw", "__1.raw", ".metadata"}
-    assert {p.name for p in (g / "held" / "node-1" / "step-000000000004").iterdir()} >= {"__2.raw", "__3.raw"}
+    own = {p.name for p in (g / "own" / "step-000000000004").iterdir()}
+    held = {p.name for p in (g / "held" / "node-1" / "step-000000000004").iterdir()}
+    if uneven < 0:
+        assert own >= {"__0.raw", "__1.raw", ".metadata"} and held >= {"__2.raw", "__3.raw"}
+    else:  # rank 3's vote made step 4 a full save: node 0's raw part, complete by then, was dropped
+        assert not any(memory_raw.is_fast_file(n) for n in own | held), (own, held)
+        assert {"__0_0.distcp", "__1_0.distcp", ".metadata"} <= own and {"__2_0.distcp", "__3_0.distcp"} <= held
 
     # The supervisor's side on node 0: node 1 is gone, so its part goes to S3 from the buddy copy.
     local = tmp_path / "node-0" / "ckpt"
