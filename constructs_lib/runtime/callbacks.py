@@ -40,6 +40,7 @@ class _Notices:
         self.what, self.keep = what, keep  # keep: framework_keep's HFKeep / LightningKeep, or None
         self.managed = os.environ.get("DL_GENERATION") is not None
         self._ckpt: Any = None
+        self._kept = False  # whether check() has set keeping up (it needs the first step's end)
         if not self.managed and what not in _warned:
             _warned.add(what)
             print(f"dl-launcher: {what} does nothing here: not a dl-launcher node (no DL_GENERATION)",
@@ -50,14 +51,21 @@ class _Notices:
         k = self._ckpt._keeper if self._ckpt is not None else None
         return k if k is not None and k.write is not None else None
 
+    def begin(self) -> None:
+        """At training's start: the Checkpointer made then announces the rank, so a hang before the
+        first step is one (stall.py: first_step_timeout), in a boot's first run too."""
+        if self.managed and self._ckpt is None:
+            from .checkpointer import Checkpointer
+
+            self._ckpt = Checkpointer()
+
     def check(self, step: int) -> Optional[str]:
         """Collective: "termination", "rebalance" or None, the same on every rank."""
         if not self.managed:
             return None
-        if self._ckpt is None:
-            from .checkpointer import Checkpointer
-
-            self._ckpt = Checkpointer()
+        if not self._kept:
+            self._kept = True
+            self.begin()
             if self.keep is not None:
                 from .framework_keep import has_running_stats
 
@@ -83,6 +91,10 @@ def _hf_callback() -> type:
             from .framework_keep import HFKeep
 
             self._notices = _Notices("HFNoticeCallback", HFKeep() if keep_on_failure else None)
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            self._notices.begin()
+            return control
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             if not self._notices.managed:
@@ -118,6 +130,9 @@ def _lightning_callback() -> type:
 
             self._notices = _Notices("LightningNoticeCallback", LightningKeep() if keep_on_failure else None)
             self._step = -1
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            self._notices.begin()
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             # Only where an optimizer step ended (gradient accumulation: not every batch); the step
