@@ -39,7 +39,8 @@ def test_under_the_supervisor_only_the_agreed_step_counts(tmp_path, monkeypatch)
     assert Checkpointer(str(local)).resume_step == 100
     monkeypatch.delenv("DL_RESUME_FROM")
     assert Checkpointer(str(local)).resume_path is None, "the cluster agreed to start from scratch"
-    Path(contract.path("resume_env")).parent.mkdir(parents=True)
+    # exist_ok: making a Checkpointer under the supervisor announces its rank in the run directory
+    Path(contract.path("resume_env")).parent.mkdir(parents=True, exist_ok=True)
     Path(contract.path("resume_env")).write_text(contract.env_text({"DL_RESUME_FROM": str(agreed)}))
     assert Checkpointer(str(local)).resume_step == 100, "resume.env, for a process started by hand"
 
