@@ -24,6 +24,7 @@ import boto3
 
 from constructs_lib.runtime import contract
 from tests.runtime.fake_imds import FakeImds
+from tests.runtime.free_port import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # The drill's training project, shipped to the nodes as a deployer's code is: -c code=DIR.
@@ -35,12 +36,9 @@ VENV_BIN = Path(sys.executable).parent
 def start_moto_server(log_path: Path) -> tuple[subprocess.Popen, str]:
     """moto_server in a process of its own on 127.0.0.1: the nodes hammer it from many processes,
     and an in-process server would share the caller's GIL with the harness."""
-    import socket
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
                               stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from constructs_lib.runtime import Checkpointer, contract, notice
+from tests.runtime.free_port import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,10 +127,7 @@ dist.destroy_process_group()
 
 def test_a_notice_on_one_node_is_every_ranks_decision(tmp_path):
     """Two ranks with separate run directories (two nodes); only rank 1's node has the notice."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = []
     for rank in (0, 1):
         run = tmp_path / f"run{rank}"

@@ -6,7 +6,6 @@ step with the weights the job had there."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from constructs_lib.runtime import survivor
+from tests.runtime.free_port import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).with_name("framework_keep_job.py")
@@ -22,10 +22,7 @@ DIE_AT = 3
 
 
 def _run(kind: str, root: Path) -> list[subprocess.CompletedProcess]:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     (root / "ref").mkdir(parents=True)
     procs = []
     for node in range(2):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 
 from constructs_lib.runtime import inprocess
 from constructs_lib.runtime.inprocess import AssignmentError, assignment_text, parse_assignment, rank_env
+from tests.runtime.free_port import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = dict(generation=2, node_rank=1, nnodes=2, nproc_per_node=2, master_addr="10.0.0.7", master_port=29500,
@@ -173,17 +173,11 @@ dist.destroy_process_group()
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rank(tmp_path: Path, how: str, **extra: str) -> subprocess.Popen:
     d = tmp_path / "inprocess"
     d.mkdir()
     env = _env(tmp_path, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(_port()), DL_GENERATION="1", DL_INPROCESS_DIR=str(d), **extra)
+               MASTER_PORT=str(free_port()), DL_GENERATION="1", DL_INPROCESS_DIR=str(d), **extra)
     return subprocess.Popen([sys.executable, "-c", TRAIN, how], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -201,7 +195,7 @@ def test_a_rank_keeps_the_step_parks_and_trains_the_next_generation_in_the_same_
     assert record == {"outcome": "collective-failed", "step": 4}
     promoted = kept.rename(tmp_path / "ckpt" / "step-000000000004")  # as the supervisor promotes it (survivor.promote)
     (tmp_path / "inprocess" / inprocess.ASSIGNMENT).write_text(assignment_text(
-        generation=2, node_rank=0, nnodes=1, nproc_per_node=1, master_addr="127.0.0.1", master_port=_port(),
+        generation=2, node_rank=0, nnodes=1, nproc_per_node=1, master_addr="127.0.0.1", master_port=free_port(),
         resume_from=str(promoted), resume_step=4))
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err[-3000:]

@@ -6,7 +6,6 @@ cases on files: a buddy's file names, a copy of another attempt, retention, the 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,16 +17,14 @@ from constructs_lib.runtime import contract, memory_raw, memory_store, shards
 from constructs_lib.runtime.agent import NodeAgent
 from constructs_lib.runtime.memory_tier import neighbours, ring
 from constructs_lib.runtime.sharded_store import commit, push_part
+from tests.runtime.free_port import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).with_name("memory_job.py")
 
 
 def _run_job(root: Path, *, die_at: int, uneven: int = -1) -> list[int]:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     (root / "ref").mkdir(parents=True)
     procs = []
     for r in range(4):
@@ -206,11 +203,8 @@ def test_a_memory_directory_too_small_turns_the_tier_off_on_every_rank(tmp_path,
     from torch.distributed.tensor import DeviceMesh, distribute_tensor
     from constructs_lib.runtime.memory_tier import MemoryTier
 
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(s.getsockname()[1]))
-    s.close()
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
         said: list[str] = []
