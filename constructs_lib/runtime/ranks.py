@@ -122,8 +122,10 @@ class WarmRanks:
         return False
 
     def resume(self, plan: "Plan", node: str, resume_from: Optional[str], revision: Any,
-               stall: Any) -> Optional["Run"]:
-        """The parked run, told its next generation; None when the next run must start cold."""
+               stall_for: Callable[[], Any]) -> Optional["Run"]:
+        """The parked run, told its next generation; None when the next run must start cold.
+        stall_for makes the run's StallWatch, only here: it clears the step reports, so before the
+        assignment, which the ranks answer with their first report."""
         run, self.run = self.run, None
         if run is None or not run.parked:
             return None
@@ -137,6 +139,7 @@ class WarmRanks:
         env = rendezvous.write(plan, node, self.nproc)
         for f in glob.glob(os.path.join(contract.path("outcome_dir"), f"gen-{plan.generation}-rank-*")):
             os.unlink(f)
+        stall = stall_for()
         self._assign(plan, env["NODE_RANK"], resume_from)
         self.log(f"generation {plan.generation}: assigned to the parked ranks (launcher {run.pid}); no restart")
         run.next_generation(plan, stall)

@@ -308,7 +308,8 @@ class Supervisor:
                                world_size=len(plan.members) * n)
         except Exception as e:  # noqa: BLE001 - the cluster cannot run this plan here: a failed run, counted
             return "failed", f"restore: {type(e).__name__}: {e}"
-        warm = self.ranks.resume(plan, self.me.node, restored, plan.job, stall.StallWatch.for_run(self, plan.generation))
+        watch = lambda: stall.StallWatch.for_run(self, plan.generation)  # noqa: E731 - made only if used
+        warm = self.ranks.resume(plan, self.me.node, restored, plan.job, watch)
         job = self._job_for_run(plan, rank, restored) if warm is None else (None, {}, None)
         if isinstance(job[0], str):
             return job  # type: ignore[return-value]
