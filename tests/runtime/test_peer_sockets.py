@@ -3,9 +3,9 @@ end-of-file at once (what unblocks a sibling rank waiting on this one in a faile
 and a connection to an address that is not a peer keeps working."""
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from constructs_lib.runtime import peer_sockets
 
@@ -34,24 +34,46 @@ while conns:
 """
 
 
-def test_a_cut_connection_reads_eof_on_the_other_end_and_others_keep_working(tmp_path):
+# This side runs in its own process: cut() acts on every connection of the process that calls it,
+# and a pytest worker holds other tests' connections (an in-process moto server and its clients).
+CLIENT = r"""
+import socket, sys
+from constructs_lib.runtime import peer_sockets
+peer = socket.create_connection(("127.0.0.2", int(sys.argv[1])), timeout=10)
+other = socket.create_connection(("127.0.0.3", int(sys.argv[2])), timeout=10)
+print(peer_sockets.cut({"127.0.0.2"}), flush=True)
+sys.stdin.readline()
+other.sendall(b"x")
+sys.stdin.readline()
+other.sendall(b"q")
+print("peer-eof" if peer.recv(1) == b"" else "peer-open", flush=True)
+"""
+
+
+def test_a_cut_connection_reads_eof_on_the_other_end_and_others_keep_working():
+    root = Path(__file__).resolve().parents[2]
     server = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
+    client = None
     try:
-        peer_port, other_port = map(int, server.stdout.readline().split())
-        peer = socket.create_connection(("127.0.0.2", peer_port), timeout=10)
-        other = socket.create_connection(("127.0.0.3", other_port), timeout=10)
-        assert peer_sockets.cut({"127.0.0.2"}) == 1
+        ports = server.stdout.readline().split()
+        client = subprocess.Popen([sys.executable, "-c", CLIENT, *ports], cwd=root, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert client.stdout.readline().split() == ["1"]
         assert server.stdout.readline().split() == ["eof", "127.0.0.2"]
-        other.sendall(b"x")
+        client.stdin.write("\n")
+        client.stdin.flush()
         assert server.stdout.readline().split() == ["data", "127.0.0.3"]
-        other.sendall(b"q")
+        client.stdin.write("\n")
+        client.stdin.flush()
         assert server.wait(timeout=30) == 0
-        assert peer.recv(1) == b""  # this side is shut down too; its descriptor is still the owner's
-        peer.close()
-        other.close()
+        # this side is shut down too; its descriptor is still the owner's
+        assert client.stdout.readline().split() == ["peer-eof"]
+        assert client.wait(timeout=30) == 0
     finally:
-        server.kill()
-        server.wait()
+        for p in (server, client):
+            if p is not None:
+                p.kill()
+                p.wait()
 
 
 def test_members_are_the_hostfiles_addresses(tmp_path):
