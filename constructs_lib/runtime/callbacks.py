@@ -73,7 +73,8 @@ class _Notices:
                 model = self.keep.model()
                 if why is None and self._ckpt._keeper is not None:  # the Checkpointer's, as keep_on_failure uses
                     self._ckpt._keeper.enable(self.keep.write, model=model if has_running_stats(model) else None,
-                                              marks_updates=self.keep.marks_updates)
+                                              marks_updates=self.keep.marks_updates,
+                                              take_sigterm=self.keep.takes_sigterm)
                 elif self._ckpt.rank == 0:
                     print(f"dl-launcher: {self.what} keeps no step from memory on a peer's death: {why}; "
                           "a hard kill costs the steps since the newest checkpoint", file=sys.stderr, flush=True)

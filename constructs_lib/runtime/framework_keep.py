@@ -57,6 +57,7 @@ class HFKeep:
     and scheduler stepped and global_step counted it)."""
 
     marks_updates = False  # the Trainer calls optimizer.step() after backward: the Keeper's pre-hook marks it
+    takes_sigterm = False  # the Trainer installs no SIGTERM handler
 
     def __init__(self) -> None:
         self.at: Optional[dict] = None
@@ -121,6 +122,12 @@ class LightningKeep:
     # Lightning runs forward and backward inside optimizer.step(closure): the callback marks the
     # update's start at on_before_optimizer_step, after the backward's all-reduce.
     marks_updates = True
+    # Lightning's own SIGTERM handler (2.6: SignalConnector._sigterm_notifier_fn) broadcasts from
+    # rank 0 inside the handler. A run is stopped with SIGTERM because a peer died, often rank 0's
+    # node: the broadcast then fails wherever the signal lands, mid-update included, and nothing
+    # could be kept (measured: one of two framework-drill runs). The Keeper's handler replaces it:
+    # mid-update it waits for the step's end, then stops with that step in hand.
+    takes_sigterm = True
 
     def __init__(self) -> None:
         self.trainer: Any = None

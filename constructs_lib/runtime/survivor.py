@@ -98,18 +98,21 @@ class Keeper:
         self.before_exit: list[Callable[[], None]] = []
         sys.excepthook = self._excepthook
 
-    def enable(self, write: Callable[[str], None], *, model: Any = None, marks_updates: bool = False) -> None:
+    def enable(self, write: Callable[[str], None], *, model: Any = None, marks_updates: bool = False,
+               take_sigterm: bool = False) -> None:
         """marks_updates: the caller calls update_begins() where an optimizer step starts to change
         the state, instead of the optimizers' step pre-hook: Lightning runs forward and backward
-        inside optimizer.step(closure), so the pre-hook comes before the all-reduce that fails."""
+        inside optimizer.step(closure), so the pre-hook comes before the all-reduce that fails.
+        take_sigterm: replace a SIGTERM handler the framework installed (a user's own is kept)."""
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         if not self._hooked:
             self._hooked = True
             if not marks_updates:
                 register_optimizer_step_pre_hook(self._moving)
-            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-                signal.signal(signal.SIGTERM, self._terminated)
+        current = signal.getsignal(signal.SIGTERM)
+        if current is signal.SIG_DFL or (take_sigterm and current != self._terminated):
+            signal.signal(signal.SIGTERM, self._terminated)
         self.write, self.model = write, model
 
     def step_completed(self, step: int) -> None:

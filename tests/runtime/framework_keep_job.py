@@ -5,11 +5,17 @@ model after every step (the reference the kept step must equal); global rank 0 k
 (SIGKILL) as step --die-at + 1 begins, so rank 1's next all-reduce fails: a node that dies
 without a word, and the survivor is not rank 0 (where the frameworks' own saves write).
 
-    framework_keep_job.py hf|lightning REFERENCE_DIR DIE_AT
+    framework_keep_job.py hf|lightning|lightning-term REFERENCE_DIR DIE_AT
+
+lightning-term: the kill lands mid-update instead. Global rank 1, in step DIE_AT + 1's
+on_before_optimizer_step (its all-reduce done, its update about to begin), SIGKILLs rank 0 and
+then gets the SIGTERM that torchrun or the supervisor sends a run being stopped. Lightning's own
+SIGTERM handler broadcasts from rank 0 inside the handler, which fails on the dead rank mid-update.
 """
 import os
 import signal
 import sys
+import time
 
 import torch
 
@@ -72,12 +78,23 @@ else:
         def configure_optimizers(self):
             return torch.optim.Adam(self.parameters(), lr=1e-2)
 
+        def on_before_optimizer_step(self, optimizer):
+            if kind == "lightning-term" and rank == 1 and self.trainer.global_step == die_at:
+                with open(os.path.join(reference, "rank-0.pid")) as f:
+                    os.kill(int(f.read()), signal.SIGKILL)
+                time.sleep(1)  # its sockets closed: the next receive from it fails at once
+                os.kill(os.getpid(), signal.SIGTERM)  # the run being stopped, mid-update
+
     class Record(Callback):
         def on_train_batch_end(self, trainer, module, outputs, batch, i):
             record(trainer.global_step, module.state_dict())
 
         def on_train_batch_start(self, trainer, module, batch, i):
-            die(trainer.global_step)
+            if kind == "lightning":
+                die(trainer.global_step)
+            elif rank == 0 and trainer.global_step == 0:
+                with open(os.path.join(reference, "rank-0.pid"), "w") as f:
+                    f.write(str(os.getpid()))
 
     L.seed_everything(0)
     x = torch.randn(256, 4, generator=torch.Generator().manual_seed(0))

@@ -47,9 +47,9 @@ def _run(kind: str, root: Path) -> list[subprocess.CompletedProcess]:
     return out
 
 
-def _kept(root: Path) -> Path:
+def _kept(root: Path, step: int = DIE_AT) -> Path:
     saves = survivor.survivor_saves(str(root / "node-1" / "ckpt"))
-    assert [s for s, _p in saves] == [DIE_AT], saves
+    assert [s for s, _p in saves] == [step], saves
     assert not survivor.survivor_saves(str(root / "node-0" / "ckpt")), "the dead node wrote nothing"
     return Path(saves[0][1])
 
@@ -78,14 +78,18 @@ def test_a_hugging_face_ddp_job_keeps_its_last_step_when_a_node_is_killed(tmp_pa
     assert all(torch.equal(want[k], got[k]) for k in want)
 
 
-def test_a_lightning_ddp_job_keeps_its_last_step_when_a_node_is_killed(tmp_path):
+@pytest.mark.parametrize("kind", ["lightning", "lightning-term"])
+def test_a_lightning_ddp_job_keeps_its_last_step_when_a_node_is_killed(tmp_path, kind):
+    """lightning: killed as a step begins; lightning-term: killed mid-update, and the survivor is
+    stopped (SIGTERM) there: it finishes that update and keeps the step it completes."""
     import lightning as L
     from torch import nn
 
-    runs = _run("lightning", tmp_path)
-    assert runs[1].returncode != 0 and f"kept step {DIE_AT} from memory" in runs[1].stdout, runs[1].stdout[-3000:]
-    kept = _kept(tmp_path)
-    assert sorted(p.name for p in kept.iterdir()) == [f"epoch=0-step={DIE_AT}.ckpt"]
+    step = DIE_AT if kind == "lightning" else DIE_AT + 1
+    runs = _run(kind, tmp_path)
+    assert runs[1].returncode != 0 and f"kept step {step} from memory" in runs[1].stdout, runs[1].stdout[-3000:]
+    kept = _kept(tmp_path, step)
+    assert sorted(p.name for p in kept.iterdir()) == [f"epoch=0-step={step}.ckpt"]
 
     class Fit(L.LightningModule):
         def __init__(self):
@@ -100,12 +104,12 @@ def test_a_lightning_ddp_job_keeps_its_last_step_when_a_node_is_killed(tmp_path)
 
     torch.manual_seed(1)
     module = Fit()
-    trainer = L.Trainer(max_steps=DIE_AT, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+    trainer = L.Trainer(max_steps=step, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(64, 4)), batch_size=16)
-    trainer.fit(module, loader, ckpt_path=str(kept / f"epoch=0-step={DIE_AT}.ckpt"))
-    assert trainer.global_step == DIE_AT
-    want = torch.load(tmp_path / "ref" / f"step-{DIE_AT}.pt")
+    trainer.fit(module, loader, ckpt_path=str(kept / f"epoch=0-step={step}.ckpt"))
+    assert trainer.global_step == step
+    want = torch.load(tmp_path / "ref" / f"step-{step}.pt")
     got = module.state_dict()
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
 
