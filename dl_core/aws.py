@@ -128,11 +128,13 @@ class Said:
 
     def __init__(self, log: Callable[[str], None], every: float = 60.0) -> None:
         self.log, self.every = log, every
-        self.last: dict[str, tuple[float, int]] = {}
+        self.last: dict[str, tuple[Optional[float], int]] = {}
 
     def __call__(self, kind: str, line: str) -> None:
-        at, count = self.last.get(kind, (0.0, 0))
-        if time.monotonic() - at >= self.every:
+        # The first of a kind is always said: the monotonic clock counts from boot, so on a node
+        # up for less than `every` seconds "since 0" would swallow it.
+        at, count = self.last.get(kind, (None, 0))
+        if at is None or time.monotonic() - at >= self.every:
             self.log(line + (f" ({count + 1} times since the last note)" if count else ""))
             self.last[kind] = (time.monotonic(), 0)
         else:
