@@ -162,7 +162,7 @@ class Membership:
         self.log(f"joined generation {g} as {self.me.node} ({self.me.addr})")
         started = time.monotonic()
         previous = self.cluster.plan(g - 1)
-        last_note = 0.0
+        last_note = float("-inf")  # the monotonic clock counts from boot: a node up under a minute notes too
         looks = 0  # the end records and the newest generation were read just before: again every LOOK_POLLS looks
         while True:
             looks += 1
