@@ -30,7 +30,9 @@ notice costs no step either way: bench/drill_recovery.py.) Reported:
     python bench/goodput.py --overhead 5 [--sleep 1.0] [--against DIR]
         the memory tier's step-time overhead alone: bench/memory_step.py (the same FSDP2 job, its
         4 ranks only, no drill around them) without and with the tier, interleaved, 5 rounds;
-        --against DIR also runs the tier of the code in DIR each round (before against after)
+        --against DIR also runs the tier of the code in DIR each round (before against after);
+        --alternate B: each run turns the tier on and off in blocks of B steps, the ratio within it;
+        --memory-every K: a snapshot every K steps
 """
 from __future__ import annotations
 
@@ -167,22 +169,27 @@ def run(keep: bool, kills: int, interval: float, every: int, node_periods: bool 
     return out
 
 
-def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None) -> int:
+def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None, alternate: int = 0,
+             every: int = 1) -> int:
     """Interleaved runs of bench/memory_step.py without and with the memory tier; ratios of medians.
-    With `against` (a copy of another commit's tree), each round also runs the tier of that code."""
+    With `against` (a copy of another commit's tree), each round also runs the tier of that code.
+    With `alternate` B, each run turns the tier on and off in blocks of B steps and the ratio is
+    its own on blocks against its off blocks (no separate run without the tier)."""
     import shutil
     import subprocess
 
-    kinds = ["without", "with"] + (["against"] if against else [])
+    kinds = (["with"] if alternate else ["without", "with"]) + (["against"] if against else [])
     runs: dict[str, list[dict]] = {k: [] for k in kinds}
+    extra = (["--alternate", str(alternate), "--steps", str(12 * alternate)] if alternate else []) + [
+        "--memory-every", str(every)]
     for i in range(pairs):
         for kind in kinds:
             root = Path(tempfile.mkdtemp(prefix="dl-overhead-"))
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
                    str(ROOT / "bench" / "memory_step.py"), "--sleep", str(sleep), "--width", str(width), "--root", str(root)]
             code = against if kind == "against" else str(ROOT)
-            out = subprocess.run(cmd + (["--memory"] if kind != "without" else []), capture_output=True, text=True,
-                                 timeout=900, cwd=ROOT, env={**os.environ, "PYTHONPATH": code})
+            out = subprocess.run(cmd + (["--memory"] + extra if kind != "without" else []), capture_output=True,
+                                 text=True, timeout=900, cwd=ROOT, env={**os.environ, "PYTHONPATH": code})
             for d in (root, *Path("/dev/shm").glob(f"{root.name}-*")):
                 shutil.rmtree(d, ignore_errors=True)
             lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
@@ -191,18 +198,24 @@ def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None
                 return 1
             runs[kind].append(json.loads(lines[-1]))
             print(f"round {i + 1} {kind}: {json.dumps(runs[kind][-1])}", flush=True)
-    off = statistics.median(r["step"] for r in runs["without"])
     print()
-    for kind in kinds[1:]:
+    for kind in [k for k in kinds if k != "without"]:
         rs = runs[kind]
-        on = statistics.median(r["step"] for r in rs)
-        ratios = [b["step"] / a["step"] for a, b in zip(runs["without"], rs)]
+        if alternate:
+            off = statistics.median(r["step"] for r in rs)
+            ratios = [r["step_on"] / r["step"] for r in rs]
+        else:
+            off = statistics.median(r["step"] for r in runs["without"])
+            ratios = [b["step"] / a["step"] for a, b in zip(runs["without"], rs)]
+        on = statistics.median(r["step_on" if alternate else "step"] for r in rs)
         ms = {k: statistics.median(r[k] for r in rs) * 1000 for k in ("snapshot_cpu", "snapshot_wall", "state_dict", "save_call")}
         label = "the tier of " + against if kind == "against" else "the memory tier"
-        print(f"median step: {off * 1000:.1f} ms without, {on * 1000:.1f} ms with {label} (every step): "
-              f"{on / off:.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f}x); the tier's thread "
-              f"{ms['snapshot_cpu']:.1f} ms CPU, {ms['snapshot_wall']:.0f} ms wall per snapshot; on the training "
-              f"thread get_state_dict {ms['state_dict']:.1f} ms, save_to_memory {ms['save_call']:.1f} ms")
+        how = ("every step" if every == 1 else f"every {every} steps") + (
+            f", in alternating blocks of {alternate} steps" if alternate else "")
+        print(f"median step: {off * 1000:.1f} ms without, {on * 1000:.1f} ms with {label} ({how}): "
+              f"median ratio {statistics.median(ratios):.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f}x); "
+              f"the tier's thread {ms['snapshot_cpu']:.1f} ms CPU, {ms['snapshot_wall']:.0f} ms wall per snapshot; "
+              f"on the training thread get_state_dict {ms['state_dict']:.1f} ms, save_to_memory {ms['save_call']:.1f} ms")
     return 0
 
 
@@ -222,13 +235,19 @@ def main() -> int:
                     help="DDP with keep_on_failure under torchrun's restart, then under -c restart=in-process")
     ap.add_argument("--overhead", type=int, metavar="PAIRS", default=0,
                     help="only the memory tier's step-time overhead: this many interleaved pairs of 4-rank runs")
+    ap.add_argument("--alternate", type=int, default=0, metavar="B",
+                    help="with --overhead: each run turns the tier on and off in blocks of B steps (ratio within one run)")
+    ap.add_argument("--memory-every", type=int, default=1, metavar="K",
+                    help="with --overhead: the tier snapshots every K steps (save_to_memory(..., every=K))")
     ap.add_argument("--against", metavar="DIR",
                     help="with --overhead: also the tier of the code in DIR (e.g. `git archive <commit> | tar -x -C DIR`)")
     a = ap.parse_args()
     if a.against and not (Path(a.against) / "constructs_lib").is_dir():
         ap.error(f"--against {a.against}: no constructs_lib/ there; give a copy of the project's tree")
+    if a.alternate and a.alternate < 5:
+        ap.error(f"--alternate {a.alternate}: blocks of at least 5 steps (the first two of each are not counted)")
     if a.overhead:
-        return overhead(a.overhead, a.sleep, a.fsdp or 256, a.against)
+        return overhead(a.overhead, a.sleep, a.fsdp or 256, a.against, a.alternate, a.memory_every)
     results = {}
     for keep in (False, True):  # --inprocess: keep_on_failure both times, in-process the second
         results[keep] = run(keep or a.inprocess, a.kills, a.interval, a.every, a.node_periods, a.fsdp, a.sleep,

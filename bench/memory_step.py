@@ -3,7 +3,15 @@ model (gloo on CPU), 4 ranks standing for 2 nodes x 2 (run by torchrun --nproc-p
 async sharded save every --every steps (the S3-only baseline: the node agent's upload is not part
 of a step), and with --memory the memory tier every step. Each step is --sleep seconds of idle
 CPU (the accelerator's work) after its CPU work, then the saves. Rank 0 prints one JSON line: the
-median step time and, with --memory, the tier thread's median CPU and wall time per snapshot."""
+median step time, the process's CPU per step (every thread) and, with --memory, the tier thread's
+median CPU and wall time per snapshot.
+
+--alternate B (with --memory): the tier is on in every other block of B steps, off in the rest,
+in the same processes; "step" is then the off blocks' median and "step_on" the on blocks'. Two
+separate runs differ by up to 10-20% on a shared 2-core machine (where the 4 ranks land), which
+hides a few percent; one run's blocks share their placement. The first two steps of each block
+(the last snapshot of an on block settling in the next one) and the first two blocks (the tier's
+first, full save) are not counted."""
 import argparse
 import json
 import os
@@ -18,6 +26,8 @@ p.add_argument("--sleep", type=float, default=0.04)
 p.add_argument("--steps", type=int, default=40)
 p.add_argument("--every", type=int, default=10)
 p.add_argument("--width", type=int, default=256)
+p.add_argument("--alternate", type=int, default=0, metavar="B")
+p.add_argument("--memory-every", type=int, default=1, metavar="K", help="save_to_memory(..., every=K)")
 p.add_argument("--root", required=True)
 a = p.parse_args()
 os.environ.update(DL_GENERATION="1", LOCAL_WORLD_SIZE="2", GROUP_RANK=str(node), DL_RUN_DIR=f"{a.root}/run-{node}",
@@ -53,9 +63,11 @@ fully_shard(model)
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 ckpt = Checkpointer()
 times = []
+cpu = []  # the process's CPU per step, every thread (gloo's own included)
+kinds = []  # whether the tier was on in each step
 calls: list[tuple[float, float]] = []  # on the training thread: get_state_dict, save_to_memory
 for step in range(a.steps):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     x = torch.randn(16, 8, generator=torch.Generator().manual_seed(step * 1000 + rank))
     loss = ((model(x) - torch.sin(x.sum(dim=1, keepdim=True))) ** 2).mean()
     opt.zero_grad()
@@ -65,16 +77,26 @@ for step in range(a.steps):
     if ckpt.should_checkpoint(step, every=a.every):
         msd, osd = get_state_dict(model, opt)
         ckpt.save_sharded(step, {"model": msd, "optim": osd}, asynchronous=True)
-    if a.memory:
+    on = a.memory and (not a.alternate or (step // a.alternate) % 2 == 1)
+    if on and (step + 1) % a.memory_every == 0:  # the state dict only when save_to_memory takes it
         t1 = time.perf_counter()
         msd, osd = get_state_dict(model, opt)
         t2 = time.perf_counter()
-        ckpt.save_to_memory(step, {"model": msd, "optim": osd})
+        ckpt.save_to_memory(step, {"model": msd, "optim": osd}, every=a.memory_every)
         calls.append((t2 - t1, time.perf_counter() - t2))
     times.append(time.perf_counter() - t0)
+    cpu.append(time.process_time() - c0)
+    kinds.append(on)
 ckpt.wait()
 if rank == 0:
-    out = {"step": statistics.median(times[5:])}
+    if a.alternate:
+        counted = [i for i in range(2 * a.alternate, a.steps) if i % a.alternate >= 2]
+        off = [i for i in counted if not kinds[i]]
+        on_ = [i for i in counted if kinds[i]]
+        out = {"step": statistics.median(times[i] for i in off), "cpu": statistics.median(cpu[i] for i in off),
+               "step_on": statistics.median(times[i] for i in on_), "cpu_on": statistics.median(cpu[i] for i in on_)}
+    else:
+        out = {"step": statistics.median(times[5:]), "cpu": statistics.median(cpu[5:])}
     if snapshots:
         out["snapshot_cpu"] = statistics.median(s[0] for s in snapshots[5:])
         out["snapshot_wall"] = statistics.median(s[1] for s in snapshots[5:])

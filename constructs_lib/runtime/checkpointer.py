@@ -335,7 +335,7 @@ class Checkpointer:
     def _release_memory(self) -> None:
         memory, self._memory = self._memory, None
         if memory is not None:
-            memory.wait()
+            memory.close()
             memory.group = None  # see _control_group: no group may outlive the interpreter's exit
 
     def _prune_unmanaged(self) -> None:

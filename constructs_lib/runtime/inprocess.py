@@ -218,6 +218,7 @@ def _teardown(ckpt: Any, dist: Any) -> None:
     ckpt._release_group()
     memory, ckpt._memory = ckpt._memory, None
     if memory is not None:
+        memory.stop()
         memory.group = None
     gc.collect()
     if dist.is_initialized():

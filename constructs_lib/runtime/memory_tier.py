@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import queue
 import shutil
 import sys
 import threading
@@ -91,7 +92,13 @@ class MemoryTier:
         self.reads: list[str] = []
         self.expect: list[str] = []
         self.meta_bytes = b""
+        # One worker thread for the run, fed a snapshot at a time: starting a thread per snapshot
+        # held the training thread until the new one was scheduled (measured: 0.8-1.3 ms a step,
+        # 3-3.7 ms at the 90th percentile, 4 ranks on 2 cores).
         self.thread: Optional[threading.Thread] = None
+        self._jobs: "queue.SimpleQueue[Optional[tuple]]" = queue.SimpleQueue()
+        self._idle = threading.Event()
+        self._idle.set()
         self.broken: Optional[str] = None
 
     def _peer(self, node: int) -> int:
@@ -106,9 +113,11 @@ class MemoryTier:
         self.staged, fresh = _stage(state_dict, self.staged)
         if first and not self._room(self.staged):
             return False
-        self.thread = threading.Thread(target=self._work, args=(step, self.staged, fresh), daemon=True,
-                                       name=f"dl-memory-step-{step}")
-        self.thread.start()
+        self._idle.clear()
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._worker, daemon=True, name="dl-memory-tier")
+            self.thread.start()
+        self._jobs.put((step, self.staged, fresh))
         return True
 
     def _room(self, staged: dict) -> bool:
@@ -130,16 +139,39 @@ class MemoryTier:
         return bool(int(ok[0]))
 
     def wait(self, timeout: Optional[float] = None) -> None:
+        """Until the snapshot in flight settled or failed (or `timeout` seconds passed)."""
+        self._idle.wait(timeout)
+
+    def close(self) -> None:
+        """After the last snapshot settled: the worker ends (the run's end, or its group is released)."""
+        self.wait()
+        thread = self.thread
+        self.stop()
+        if thread is not None:
+            thread.join()
+
+    def stop(self) -> None:
+        """The worker ends once the snapshot in flight is over, unwaited (a failed generation's
+        tier, whose snapshot may wait out its collectives' timeout on a dead peer)."""
         if self.thread is not None:
-            self.thread.join(timeout)
-            if not self.thread.is_alive():
-                self.thread = None
+            self._jobs.put(None)
+            self.thread = None
+
+    def _worker(self) -> None:
+        # This thread only (Linux: a thread is a task): where CPUs are short the training
+        # threads go first (1.05x a 1 s step here, against 1.07x at the same priority).
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                self._work(*job)
+            finally:
+                self._idle.set()
 
     def _work(self, step: int, staged: dict, fresh: bool) -> None:
         try:
-            # This thread only (Linux: a thread is a task): where CPUs are short the training
-            # threads go first (1.05x a 1 s step here, against 1.07x at the same priority).
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
             self._write_send_settle(step, staged, fresh)
         except BaseException as e:  # noqa: BLE001 - a lost peer: the training thread's next collective says so
             self.broken = f"{type(e).__name__}: {e}"
