@@ -96,6 +96,7 @@ class Keeper:
         # Called before the process ends after a failed collective: the memory tier's thread may
         # be writing that its last snapshot settled (memory_tier.MemoryTier.wait, bounded).
         self.before_exit: list[Callable[[], None]] = []
+        self._also: list[Callable[[int, Any], Any]] = []
         sys.excepthook = self._excepthook
 
     def enable(self, write: Callable[[str], None], *, model: Any = None, marks_updates: bool = False,
@@ -112,6 +113,7 @@ class Keeper:
                 register_optimizer_step_pre_hook(self._moving)
         current = signal.getsignal(signal.SIGTERM)
         if current is signal.SIG_DFL or (take_sigterm and current != self._terminated):
+            self._also = _not_the_frameworks(current)
             signal.signal(signal.SIGTERM, self._terminated)
         self.write, self.model = write, model
 
@@ -130,7 +132,9 @@ class Keeper:
         """The optimizer step is about to change the state (enable(marks_updates=True))."""
         self.moved = True
 
-    def _terminated(self, signum: int, _frame: Any) -> None:
+    def _terminated(self, signum: int, frame: Any) -> None:
+        for handler in self._also:  # the user's own, that the framework's handler called too
+            handler(signum, frame)
         if self.moved:  # an optimizer step has begun: stop at the next should_checkpoint, where the state is whole
             self._stop_at_boundary = True
             return
@@ -184,6 +188,17 @@ class Keeper:
             return None
         self.log(f"dl-launcher: a collective failed ({type(e).__name__}); kept step {self.completed} from memory")
         return final
+
+
+def _not_the_frameworks(handler: Any) -> list[Callable[[int, Any], Any]]:
+    """The handlers a replaced SIGTERM handler ran that are not Lightning's own: Lightning composes
+    the handler it found at fit() (a user's) with its notifier (signal_connector._HandlersCompose)."""
+    if not callable(handler):
+        return []
+    inner = getattr(handler, "signal_handlers", None)
+    if not isinstance(inner, list):
+        return [handler]
+    return [h for h in inner if callable(h) and type(getattr(h, "__self__", None)).__name__ != "_SignalConnector"]
 
 
 def promote(local_dir: str, *, newest_remote: Optional[int], claim: Callable[[int], bool],

@@ -96,6 +96,8 @@ else:
                 with open(os.path.join(reference, "rank-0.pid"), "w") as f:
                     f.write(str(os.getpid()))
 
+    if kind == "lightning-term" and rank == 1:  # the script's own handler: Lightning's calls it, so must ours
+        signal.signal(signal.SIGTERM, lambda *_: open(os.path.join(reference, "user-sigterm"), "w").close())
     L.seed_everything(0)
     x = torch.randn(256, 4, generator=torch.Generator().manual_seed(0))
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=16)

@@ -90,6 +90,8 @@ def test_a_lightning_ddp_job_keeps_its_last_step_when_a_node_is_killed(tmp_path,
     assert runs[1].returncode != 0 and f"kept step {step} from memory" in runs[1].stdout, runs[1].stdout[-3000:]
     kept = _kept(tmp_path, step)
     assert sorted(p.name for p in kept.iterdir()) == [f"epoch=0-step={step}.ckpt"]
+    if kind == "lightning-term":
+        assert (tmp_path / "ref" / "user-sigterm").exists(), "the script's own SIGTERM handler ran too"
 
     class Fit(L.LightningModule):
         def __init__(self):
