@@ -6,7 +6,8 @@ notice callback, behind --callback), both resume with their framework's own look
 
 Each is driven through a hard kill of the node that runs global rank 0 (its local disk and every
 unsent save are gone) and then a spot notice on the other node:
-- after the kill, every rank resumes the newest step the framework completed and the node sent;
+- after the kill, every rank resumes the last step every rank completed, kept by the callback
+  from memory on the surviving node (at most the step in flight is done again);
 - after the notice, with the callback, every rank stops at one step, that save is in S3 before the
   deadline, and the next generation starts exactly there: 0 steps lost;
 - the job ends with the framework's final step and its loss in the job log.
@@ -52,9 +53,11 @@ def _drive(d: Drill) -> dict:
     victim = _rank0(d, "1")
     sent_before_kill = d.newest_in_s3()
     victim.kill()
+    done = max(e["step"] for e in d.read_events() if e["gen"] == "1" and e["event"] == "step")
     d.add_node("127.0.0.4")
     g2 = _new_generation(d, "1")
-    seen["kill"] = {"sent": sent_before_kill, "resume": d.plan(g2)["resume_step"], "starts": _starts(d, g2)}
+    seen["kill"] = {"sent": sent_before_kill, "resume": d.plan(g2)["resume_step"], "starts": _starts(d, g2),
+                    "done": done}
 
     start = min(_starts(d, g2))
     d.wait("generation 2 training", lambda: d.running(g2, start + 3), timeout=120)
@@ -85,6 +88,9 @@ def _check(seen: dict) -> None:
     kill = seen["kill"]
     assert kill["starts"] == {kill["resume"]}, f"every rank resumes the plan's step: {kill}"
     assert kill["resume"] is not None and kill["resume"] >= kill["sent"], f"the newest step sent before the kill: {kill}"
+    # The callback keeps the last step every rank completed, from memory: at most the one in flight
+    # is done again (the newest save is 2 or more steps older when the kill comes).
+    assert kill["done"] - kill["resume"] <= 1, f"a hard kill costs at most the step in flight: {kill}"
     note = seen["notice"]
     assert set(note["last_steps"].values()) == {note["stop"]}, f"every rank stops at one step: {note}"
     assert note["in_s3"] and note["before_deadline"], f"the stop step's save is in S3 before the deadline: {note}"
