@@ -32,7 +32,7 @@ notice costs no step either way: bench/drill_recovery.py.) Reported:
         4 ranks only, no drill around them) without and with the tier, interleaved, 5 rounds;
         --against DIR also runs the tier of the code in DIR each round (before against after);
         --alternate B: each run turns the tier on and off in blocks of B steps, the ratio within it;
-        --memory-every K: a snapshot every K steps
+        --memory-every K: a snapshot every K steps; --stub PART: that part of the tier left out
 """
 from __future__ import annotations
 
@@ -170,7 +170,7 @@ def run(keep: bool, kills: int, interval: float, every: int, node_periods: bool 
 
 
 def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None, alternate: int = 0,
-             every: int = 1) -> int:
+             every: int = 1, stub: Optional[str] = None) -> int:
     """Interleaved runs of bench/memory_step.py without and with the memory tier; ratios of medians.
     With `against` (a copy of another commit's tree), each round also runs the tier of that code.
     With `alternate` B, each run turns the tier on and off in blocks of B steps and the ratio is
@@ -181,7 +181,7 @@ def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None
     kinds = (["with"] if alternate else ["without", "with"]) + (["against"] if against else [])
     runs: dict[str, list[dict]] = {k: [] for k in kinds}
     extra = (["--alternate", str(alternate), "--steps", str(12 * alternate)] if alternate else []) + [
-        "--memory-every", str(every)]
+        "--memory-every", str(every)] + (["--stub", stub] if stub else [])
     for i in range(pairs):
         for kind in kinds:
             root = Path(tempfile.mkdtemp(prefix="dl-overhead-"))
@@ -209,7 +209,7 @@ def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None
             ratios = [b["step"] / a["step"] for a, b in zip(runs["without"], rs)]
         on = statistics.median(r["step_on" if alternate else "step"] for r in rs)
         ms = {k: statistics.median(r[k] for r in rs) * 1000 for k in ("snapshot_cpu", "snapshot_wall", "state_dict", "save_call")}
-        label = "the tier of " + against if kind == "against" else "the memory tier"
+        label = "the tier of " + against if kind == "against" else "the memory tier" + (f" (stub: {stub})" if stub else "")
         how = ("every step" if every == 1 else f"every {every} steps") + (
             f", in alternating blocks of {alternate} steps" if alternate else "")
         print(f"median step: {off * 1000:.1f} ms without, {on * 1000:.1f} ms with {label} ({how}): "
@@ -239,6 +239,8 @@ def main() -> int:
                     help="with --overhead: each run turns the tier on and off in blocks of B steps (ratio within one run)")
     ap.add_argument("--memory-every", type=int, default=1, metavar="K",
                     help="with --overhead: the tier snapshots every K steps (save_to_memory(..., every=K))")
+    ap.add_argument("--stub", choices=("exchange", "thread", "snapshot"),
+                    help="with --overhead: where the cost goes, a part of the tier left out (bench/memory_step.py --stub)")
     ap.add_argument("--against", metavar="DIR",
                     help="with --overhead: also the tier of the code in DIR (e.g. `git archive <commit> | tar -x -C DIR`)")
     a = ap.parse_args()
@@ -247,7 +249,7 @@ def main() -> int:
     if a.alternate and a.alternate < 5:
         ap.error(f"--alternate {a.alternate}: blocks of at least 5 steps (the first two of each are not counted)")
     if a.overhead:
-        return overhead(a.overhead, a.sleep, a.fsdp or 256, a.against, a.alternate, a.memory_every)
+        return overhead(a.overhead, a.sleep, a.fsdp or 256, a.against, a.alternate, a.memory_every, a.stub)
     results = {}
     for keep in (False, True):  # --inprocess: keep_on_failure both times, in-process the second
         results[keep] = run(keep or a.inprocess, a.kills, a.interval, a.every, a.node_periods, a.fsdp, a.sleep,

@@ -28,6 +28,10 @@ p.add_argument("--every", type=int, default=10)
 p.add_argument("--width", type=int, default=256)
 p.add_argument("--alternate", type=int, default=0, metavar="B")
 p.add_argument("--memory-every", type=int, default=1, metavar="K", help="save_to_memory(..., every=K)")
+p.add_argument("--stub", choices=("exchange", "thread", "snapshot"),
+               help="where the cost goes (measurement only: the tier then keeps nothing whole): exchange = no "
+                    "buddy exchange; thread = the tier's thread does nothing; snapshot = save_to_memory does "
+                    "nothing (get_state_dict alone)")
 p.add_argument("--root", required=True)
 a = p.parse_args()
 os.environ.update(DL_GENERATION="1", LOCAL_WORLD_SIZE="2", GROUP_RANK=str(node), DL_RUN_DIR=f"{a.root}/run-{node}",
@@ -53,6 +57,12 @@ def _timed(self, *args):
 
 
 memory_tier.MemoryTier._write_send_settle = _timed
+if a.stub == "exchange":
+    memory_tier.MemoryTier._exchange = lambda self, *args: None
+elif a.stub == "thread":
+    memory_tier.MemoryTier._write_send_settle = lambda self, *args: snapshots.append((0.0, 0.0))
+elif a.stub == "snapshot":
+    memory_tier.MemoryTier.snapshot = lambda self, step, state_dict: bool(snapshots.append((0.0, 0.0))) or True
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(8, a.width), nn.Tanh(), nn.Linear(a.width, a.width), nn.Tanh(), nn.Linear(a.width, 1))
