@@ -37,14 +37,7 @@ if kind == "hf":
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
     from constructs_lib.runtime.callbacks import HFNoticeCallback
-
-    class Pattern(torch.utils.data.Dataset):
-        def __len__(self):
-            return 256
-
-        def __getitem__(self, i):
-            ids = torch.tensor([(i * 7 + k) % 50 for k in range(16)])
-            return {"input_ids": ids, "labels": ids}
+    from tests.runtime.hf_pattern import Pattern
 
     class Record(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kw):

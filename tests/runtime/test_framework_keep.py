@@ -21,13 +21,7 @@ KEPT, LAST = 3, 5
 def _hf_trainer(out: Path, *, save: bool, callbacks: list):
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
-    class Pattern(torch.utils.data.Dataset):
-        def __len__(self):
-            return 256
-
-        def __getitem__(self, i):
-            ids = torch.tensor([(i * 7 + k) % 50 for k in range(16)])
-            return {"input_ids": ids, "labels": ids}
+    from tests.runtime.hf_pattern import Pattern
 
     torch.manual_seed(0)
     # dropout on: the failed step's forward draws from the RNG the kept step must not include
