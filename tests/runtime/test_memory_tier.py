@@ -197,27 +197,32 @@ def test_a_nodes_failure_domain_comes_from_its_placement(monkeypatch, placement,
         fake.stop()
 
 
-def test_a_memory_directory_too_small_turns_the_tier_off_on_every_rank(tmp_path, monkeypatch):
-    """One rank (gloo, world 1) stands for the agreement; the log says what was short."""
+@pytest.fixture
+def world_of_one(monkeypatch):
+    """A gloo process group of one rank, this process: MemoryTier makes its own group in it."""
     import torch.distributed as dist
-    from torch.distributed.tensor import DeviceMesh, distribute_tensor
-    from constructs_lib.runtime.memory_tier import MemoryTier
 
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
-    try:
-        said: list[str] = []
-        tier = MemoryTier(root=str(tmp_path / "mem"), generation="3", rank=0, world_size=1, local_world_size=1,
-                          node_rank=0, finish=lambda *a, **k: None, log=said.append)
-        free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
-        big = distribute_tensor(torch.zeros(1), DeviceMesh("cpu", [0]))
-        monkeypatch.setattr("constructs_lib.runtime.memory_tier._nbytes", lambda state: free)  # 4 x the free space
-        assert tier.snapshot(0, {"w": big}) is False and tier.thread is None
-        assert "memory tier is off" in said[0] and "GiB free" in said[0]
-        assert tier.snapshot(1, {"w": big}) is False, "off for the rest of the run"
-    finally:
-        dist.destroy_process_group()
+    yield
+    dist.destroy_process_group()
+
+
+def test_a_memory_directory_too_small_turns_the_tier_off_on_every_rank(tmp_path, monkeypatch, world_of_one):
+    """One rank (gloo, world 1) stands for the agreement; the log says what was short."""
+    from torch.distributed.tensor import DeviceMesh, distribute_tensor
+    from constructs_lib.runtime.memory_tier import MemoryTier
+
+    said: list[str] = []
+    tier = MemoryTier(root=str(tmp_path / "mem"), generation="3", rank=0, world_size=1, local_world_size=1,
+                      node_rank=0, finish=lambda *a, **k: None, log=said.append)
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    big = distribute_tensor(torch.zeros(1), DeviceMesh("cpu", [0]))
+    monkeypatch.setattr("constructs_lib.runtime.memory_tier._nbytes", lambda state: free)  # 4 x the free space
+    assert tier.snapshot(0, {"w": big}) is False and tier.thread is None
+    assert "memory tier is off" in said[0] and "GiB free" in said[0]
+    assert tier.snapshot(1, {"w": big}) is False, "off for the rest of the run"
 
 
 def _own_part(mem: Path, step: int) -> None:
@@ -266,46 +271,39 @@ def test_a_holder_sends_its_copy_once_the_owner_is_recorded_gone_and_not_for_a_l
     assert (tmp_path / "ckpt" / "step-000000000004").is_dir(), "its own part is the node's newest save either way"
 
 
-def test_one_worker_thread_takes_every_snapshot_in_turn_and_ends_when_stopped(tmp_path, monkeypatch):
+def test_one_worker_thread_takes_every_snapshot_in_turn_and_ends_when_stopped(tmp_path, monkeypatch, world_of_one):
     """The tier's snapshots run on one thread for the run, one at a time (the next waits for the
     previous to settle, as the staging buffers are reused), and stop() ends that thread after the
     snapshot in flight without waiting for it (a failed generation's, in an in-process restart)."""
     import threading
 
-    import torch.distributed as dist
     from torch.distributed.tensor import DeviceMesh, distribute_tensor
     from constructs_lib.runtime.memory_tier import MemoryTier
 
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    try:
-        ran: list[tuple[int, int, bool]] = []
-        release = threading.Event()
+    ran: list[tuple[int, int, bool]] = []
+    release = threading.Event()
 
-        def work(self, step, staged, fresh):
-            ran.append((step, threading.get_ident(), fresh))
-            if step == 2:
-                release.wait(30)
-                raise RuntimeError("gloo: Connection closed by peer")
+    def work(self, step, staged, fresh):
+        ran.append((step, threading.get_ident(), fresh))
+        if step == 2:
+            release.wait(30)
+            raise RuntimeError("gloo: Connection closed by peer")
 
-        monkeypatch.setattr(MemoryTier, "_write_send_settle", work)
-        said: list[str] = []
-        tier = MemoryTier(root=str(tmp_path / "mem"), generation="3", rank=0, world_size=1, local_world_size=1,
-                          node_rank=0, finish=lambda *a, **k: None, log=said.append)
-        w = distribute_tensor(torch.zeros(4), DeviceMesh("cpu", [0]))
-        for step in range(2):
-            assert tier.snapshot(step, {"w": w}) is True
-        tier.wait()
-        assert [s for s, _t, _f in ran] == [0, 1] and ran[0][1] == ran[1][1] != threading.get_ident()
-        assert [f for _s, _t, f in ran] == [True, False], "the staging buffers are new only the first time"
-        worker = tier.thread
-        assert tier.snapshot(2, {"w": w}) is True
-        tier.stop()  # returns at once: the snapshot of step 2 still waits on its peer
-        assert tier.thread is None and worker.is_alive()
-        release.set()
-        worker.join(30)
-        assert not worker.is_alive(), "the worker ended after its last snapshot"
-        assert tier.broken and "stopped at step 2" in said[-1]
-    finally:
-        dist.destroy_process_group()
+    monkeypatch.setattr(MemoryTier, "_write_send_settle", work)
+    said: list[str] = []
+    tier = MemoryTier(root=str(tmp_path / "mem"), generation="3", rank=0, world_size=1, local_world_size=1,
+                      node_rank=0, finish=lambda *a, **k: None, log=said.append)
+    w = distribute_tensor(torch.zeros(4), DeviceMesh("cpu", [0]))
+    for step in range(2):
+        assert tier.snapshot(step, {"w": w}) is True
+    tier.wait()
+    assert [s for s, _t, _f in ran] == [0, 1] and ran[0][1] == ran[1][1] != threading.get_ident()
+    assert [f for _s, _t, f in ran] == [True, False], "the staging buffers are new only the first time"
+    worker = tier.thread
+    assert tier.snapshot(2, {"w": w}) is True
+    tier.stop()  # returns at once: the snapshot of step 2 still waits on its peer
+    assert tier.thread is None and worker.is_alive()
+    release.set()
+    worker.join(30)
+    assert not worker.is_alive(), "the worker ended after its last snapshot"
+    assert tier.broken and "stopped at step 2" in said[-1]
