@@ -1,24 +1,25 @@
 """The memory tier's files on a node (host memory: tmpfs), and what the supervisor does with them
 when a run ends. memory_tier.py writes them from the training processes.
 
-    <root>/gen-G/own/step-N/                 this node's part of snapshot N (DCP files or raw ones
-                                             with their layout: memory_raw.py; shard markers)
-    <root>/gen-G/held/node-K/step-N/         node K's part, received from K: K's buddy copy
-    <root>/gen-G/settled/step-N              snapshot N is whole across the cluster (every rank
-                                             sent and received it)
+    <root>/gen-G/own/step-N/                 this node's part of snapshot N when it was a full save
+                                             (DCP files, shard markers), or made from the slots of
+                                             a raw one between runs (memory_slots.materialize)
+    <root>/gen-G/own/slots/, layout-F/       raw snapshots and their layout (memory_slots.py)
+    <root>/gen-G/held/node-K/...             the same for node K, received from K: K's buddy copy
+    <root>/gen-G/settled/rank-R              the newest snapshot rank R knows whole across the
+                                             cluster (every rank wrote, sent and received it)
 
 Snapshots of one generation only: a run's start clears every earlier one (the supervisor has
 sent what it could when that run ended).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
-from . import memory_raw, shards
+from . import memory_raw, memory_slots, shards
 from .layout import make_final, name_for, newest_local, step_of
 
 _HELD = re.compile(r"^node-(\d{1,7})\Z", re.ASCII)
@@ -56,34 +57,26 @@ def rank_files(part: str, rank: int) -> list[str]:
     return names
 
 
-def pack(part: str, rank: int, chunks: Optional[list]) -> tuple[bytes, Any]:
-    """This rank's files of a complete node part: (a JSON header of names and sizes, one buffer of
-    the header then their bytes). A raw snapshot's bytes come from `chunks` (what was just written),
-    not read back; one copy of the state into the buffer, none in between."""
-    import numpy as np
-    import torch
-
+def pack(part: str, rank: int) -> tuple[list, bytes]:
+    """This rank's files of a complete node part: ([[name, size], ...], their bytes back to back)."""
     names = rank_files(part, rank)
-    blobs: list[Any] = []
+    blobs = []
     for n in names:
-        if chunks is not None and n == memory_raw.raw_name(rank):
-            blobs.append(chunks)
-            continue
         with open(os.path.join(part, n), "rb") as f:
-            blobs.append([f.read()])
-    sizes = [sum(memoryview(c).nbytes for c in b) for b in blobs]
-    header = json.dumps([[n, size] for n, size in zip(names, sizes)]).encode()
-    data = torch.empty(len(header) + sum(sizes), dtype=torch.uint8)
-    out = data.numpy()
-    out[:len(header)] = np.frombuffer(header, dtype=np.uint8)
-    at = len(header)
-    for b in blobs:
-        for c in b:
-            n = memoryview(c).nbytes
-            if n:
-                out[at:at + n] = np.frombuffer(c, dtype=np.uint8, count=n)
-            at += n
-    return header, data
+            blobs.append(f.read())
+    return [[n, len(b)] for n, b in zip(names, blobs)], b"".join(blobs)
+
+
+def file_in(header: list, data: memoryview, name: str) -> Optional[bytes]:
+    """The bytes of `name` in a packed rank's files (receive's header over `data`), or None."""
+    at = 0
+    for n, size in header:
+        if not isinstance(size, int) or size < 0:
+            return None
+        if n == name:
+            return bytes(data[at:at + size]) if at + size <= len(data) else None
+        at += size
+    return None
 
 
 def receive(held: str, step: int, attempt: str, header: list, data: memoryview) -> Optional[str]:
@@ -108,13 +101,24 @@ def _safe(name: object) -> bool:
                                        or bool(re.match(rf"^{re.escape(shards.MARKERS)}/rank-\d{{1,7}}\.json\Z", name))))
 
 
-def settle(root: str, generation: str, step: int) -> None:
-    """Mark `step` whole across the cluster and drop every older snapshot of this generation."""
+def settle(root: str, generation: str, step: int, *, rank: int = 0, prune: bool = True) -> None:
+    """Mark `step` whole across the cluster (as rank `rank` knows it: one small file a rank, written
+    in place) and, with `prune`, drop every older snapshot directory of this generation (there are
+    some only after a full save: raw snapshots live in their slots)."""
     g = gen_root(root, generation)
-    os.makedirs(os.path.join(g, "settled"), exist_ok=True)
-    with open(os.path.join(g, "settled", name_for(step)), "w"):
-        pass
-    for d in [os.path.join(g, "settled"), os.path.join(g, "own"), *_held_dirs(g)]:
+    d = os.path.join(g, "settled")
+    try:
+        fd = os.open(os.path.join(d, f"rank-{rank}"), os.O_WRONLY | os.O_CREAT, 0o600)
+    except FileNotFoundError:
+        os.makedirs(d, exist_ok=True)
+        fd = os.open(os.path.join(d, f"rank-{rank}"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.pwrite(fd, b"%20d" % step, 0)  # one write of a fixed width: never half of one
+    finally:
+        os.close(fd)
+    if not prune:
+        return
+    for d in [os.path.join(g, "own"), *_held_dirs(g)]:
         for n in os.listdir(d) if os.path.isdir(d) else []:
             s = _step_in(n)
             if s is not None and s < step:
@@ -142,8 +146,16 @@ def _held_dirs(g: str) -> list[str]:
 
 
 def settled(root: str, generation: str) -> Optional[int]:
+    """The newest step some rank of this node marked whole (one rank passing the snapshot's
+    collective proves it for every rank)."""
     d = os.path.join(gen_root(root, generation), "settled")
-    steps = [s for s in map(step_of, os.listdir(d) if os.path.isdir(d) else []) if s is not None]
+    steps = []
+    for n in os.listdir(d) if os.path.isdir(d) else []:
+        if re.match(r"^rank-\d{1,7}\Z", n, re.ASCII):
+            with open(os.path.join(d, n), "rb") as f:
+                text = f.read(64).strip()
+            if text.isdigit() and len(text) <= 19:
+                steps.append(int(text))
     return max(steps, default=None)
 
 
@@ -169,12 +181,17 @@ def promote(root: str, generation: str, local_dir: str, *, newest_remote: Option
     if (newest_remote is not None and step <= newest_remote) or (local is not None and step <= local[0]):
         return None
     g = gen_root(root, generation)
+    attempt = attempt_for(generation, step)
     sent = []
     for held in _held_dirs(g):
         node = int(_HELD.match(os.path.basename(held)).group(1))  # type: ignore[union-attr]
-        part_dir = os.path.join(held, name_for(step))
+        try:
+            part_dir = memory_slots.materialize(held, step, attempt) or os.path.join(held, name_for(step))
+        except (ValueError, OSError) as e:  # a buddy's slot or template that does not hold together
+            log(f"node {node}'s copy of snapshot {step} cannot be read back: {e}")
+            continue
         part = shards.node_part(part_dir) if os.path.isdir(part_dir) else None
-        if (part is not None and part["node_rank"] == node and part["attempt"] == attempt_for(generation, step)
+        if (part is not None and part["node_rank"] == node and part["attempt"] == attempt
                 and owner_gone(node)):
             try:
                 dcp = memory_raw.dcp_copy(part_dir)
@@ -183,9 +200,13 @@ def promote(root: str, generation: str, local_dir: str, *, newest_remote: Option
                 continue
             push_held(dcp, step, part)
             sent.append(node)
-    own = os.path.join(g, "own", name_for(step))
-    mine = shards.node_part(own)
-    if mine is None or mine["attempt"] != attempt_for(generation, step):
+    try:
+        own = memory_slots.materialize(own_root(root, generation), step, attempt) or os.path.join(g, "own", name_for(step))
+    except (ValueError, OSError) as e:
+        log(f"this node's part of snapshot {step} cannot be read back ({e}): resuming from S3's newest")
+        return None
+    mine = shards.node_part(own) if os.path.isdir(own) else None
+    if mine is None or mine["attempt"] != attempt:
         log(f"snapshot {step} settled but this node's part of it is not whole here: resuming from S3's newest")
         return None
     tmp = os.path.join(local_dir, f".tmp-{name_for(step)}-memory")

@@ -54,16 +54,8 @@ def test_a_dead_nodes_shards_come_back_from_its_buddy_equal_to_the_step(store, t
     mem = tmp_path / "node-0" / "mem"
     assert memory_store.settled(str(mem), "3") == 4, "step 5 completed; its snapshot never began: one step lost"
     g = Path(memory_store.gen_root(str(mem), "3"))
-    assert sorted(p.name for p in (g / "own").iterdir() if p.is_dir()) == ["step-000000000004"], "older dropped"
-    # Step 4 was written raw in the layout of step 3's full save (its note grew there): what comes
-    # back below went through memory_raw.to_dcp, for node 0's part and for node 1's copy.
-    own = {p.name for p in (g / "own" / "step-000000000004").iterdir()}
-    held = {p.name for p in (g / "held" / "node-1" / "step-000000000004").iterdir()}
-    if uneven < 0:
-        assert own >= {"__0.raw", "__1.raw", ".metadata"} and held >= {"__2.raw", "__3.raw"}
-    else:  # rank 3's vote made step 4 a full save: node 0's raw part, complete by then, was dropped
-        assert not any(memory_raw.is_fast_file(n) for n in own | held), (own, held)
-        assert {"__0_0.distcp", "__1_0.distcp", ".metadata"} <= own and {"__2_0.distcp", "__3_0.distcp"} <= held
+    assert [p.name for p in (g / "own").iterdir() if p.name.startswith("step-")] == (
+        [] if uneven < 0 else ["step-000000000004"]), "older dropped; a raw step stays in its slots until a node dies"
 
     # The supervisor's side on node 0: node 1 is gone, so its part goes to S3 from the buddy copy.
     local = tmp_path / "node-0" / "ckpt"
@@ -78,6 +70,15 @@ def test_a_dead_nodes_shards_come_back_from_its_buddy_equal_to_the_step(store, t
     step = memory_store.promote(str(mem), "3", str(local), newest_remote=None, owner_gone=lambda n: n == 1,
                                 push_held=push_held, log=lambda m: None)
     assert step == 4 and sent == [1]
+    # Step 4 was written raw in the layout of step 3's full save (its note grew there): promote made
+    # node 0's part and its copy of node 1's from their slots, and to_dcp turned them into DCP's files.
+    own = {p.name for p in (g / "own" / "step-000000000004").iterdir()}
+    held = {p.name for p in (g / "held" / "node-1" / "step-000000000004").iterdir()}
+    if uneven < 0:
+        assert own >= {"__0.raw", "__1.raw", ".metadata"} and held >= {"__2.raw", "__3.raw"}
+    else:  # rank 3's vote made step 4 a full save: node 0's raw slots, written by then, were dropped
+        assert not any(memory_raw.is_fast_file(n) for n in own | held), (own, held)
+        assert {"__0_0.distcp", "__1_0.distcp", ".metadata"} <= own and {"__2_0.distcp", "__3_0.distcp"} <= held
     assert NodeAgent(store, str(local), log=lambda m: None).upload_once() == 4
     assert store.has_step(4), "node 0's part and node 1's copy make the step"
 

@@ -1,0 +1,196 @@
+"""The memory tier's raw snapshots in two fixed slots per rank (issue 37).
+
+After a full save has fixed a rank's layout (memory_raw.py), each later snapshot is that rank's
+bytes written over the older of two files: no directory, marker, rename or listing per step (those
+cost more CPU per step than the bytes of a small model). A node part in the form a sharded save
+has (raw files, their layout, shard markers, DCP's .metadata) is made from a slot only when a node
+died: materialize(), called by the supervisor between runs.
+
+    <part root>/layout-F/__R.layout.json   rank R's layout fixed by the full save of step F
+    <part root>/layout-F/__R.mark.json     what R's shard marker says besides its step and attempt
+    <part root>/layout-F/.metadata         DCP's .metadata of that save (global rank 0 only)
+    <part root>/slots/__R.sI.raw           R's raw bytes of the step in slot I = step % 2
+    <part root>/slots/__R.sI.stamp         {"step", "attempt", "layout": F, "size"}: written after
+                                           the bytes, blanked before they are overwritten (one
+                                           write in place of STAMP bytes: never half of one)
+
+A part root is a node's own (memory_store.own_root) or its copy of a buddy's (held_root). What is
+under a held root came from the buddy: every name and number is checked before it is used.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from typing import Any, Optional, Sequence
+
+from . import memory_raw, shards
+from .layout import name_for
+
+SLOTS = 2
+STAMP = 256
+_BLANK = b" " * STAMP
+_LAYOUT_DIR = re.compile(r"^layout-(\d{1,12})\Z", re.ASCII)
+_MARK = re.compile(r"^__(\d{1,7})\.mark\.json\Z", re.ASCII)
+_MAX_JSON = 64 << 20  # a mark or layout over this is not one a full save wrote
+
+
+def slot_of(step: int) -> int:
+    return step % SLOTS
+
+
+def _slots_dir(part_root: str) -> str:
+    return os.path.join(part_root, "slots")
+
+
+def layout_dir(part_root: str, layout: int) -> str:
+    return os.path.join(part_root, f"layout-{layout}")
+
+
+def raw_path(part_root: str, rank: int, slot: int) -> str:
+    return os.path.join(_slots_dir(part_root), f"__{rank}.s{slot}.raw")
+
+
+def _stamp_path(part_root: str, rank: int, slot: int) -> str:
+    return os.path.join(_slots_dir(part_root), f"__{rank}.s{slot}.stamp")
+
+
+def write_template(part_root: str, rank: int, layout: int, *, layout_json: str, mark: dict,
+                   metadata: Optional[bytes]) -> None:
+    """What rank `rank`'s raw snapshots after the full save of step `layout` need to become a node
+    part: its layout, its marker's read sets and world, and (global rank 0) DCP's .metadata. Older
+    layouts go, except the newest before this one (the settled step may still be in it)."""
+    d = layout_dir(part_root, layout)
+    os.makedirs(d, exist_ok=True)
+    _write(os.path.join(d, memory_raw.layout_name(rank)), layout_json.encode())
+    _write(os.path.join(d, f"__{rank}.mark.json"), json.dumps(mark).encode())
+    if metadata is not None:
+        _write(os.path.join(d, shards.METADATA), metadata)
+    older = sorted(int(m.group(1)) for n in os.listdir(part_root) if (m := _LAYOUT_DIR.match(n)) and int(m.group(1)) < layout)
+    for f in older[:-1]:
+        shutil.rmtree(layout_dir(part_root, f), ignore_errors=True)
+
+
+def _write(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+class Slots:
+    """One rank's two slot files under a part root, kept open: a snapshot is a pwritev, not a file."""
+
+    def __init__(self, part_root: str, rank: int) -> None:
+        self.root, self.rank = part_root, rank
+        self.fds: dict[tuple[int, str], int] = {}
+
+    def drop(self, step: int) -> None:
+        """The slot `step` would use holds nothing any more (a full save of `step` stands in it)."""
+        s = slot_of(step)
+        os.pwrite(self._fd(s, "stamp"), _BLANK, 0)
+        os.ftruncate(self._fd(s, "raw"), 0)
+
+    def write(self, step: int, attempt: str, layout: int, chunks: Sequence[Any]) -> None:
+        """`chunks` (buffers) back to back as `step`'s bytes, in the slot of `step`."""
+        s = slot_of(step)
+        stamp = self._fd(s, "stamp")
+        os.pwrite(stamp, _BLANK, 0)  # from here until the new stamp, the slot holds no step
+        fd = self._fd(s, "raw")
+        views = [memoryview(c).cast("B") for c in chunks]
+        size = sum(v.nbytes for v in views)
+        if os.fstat(fd).st_size != size:
+            os.ftruncate(fd, size)
+        at = 0
+        while views:
+            n = os.pwritev(fd, views[:1024], at)  # IOV_MAX
+            at += n
+            while views and n >= views[0].nbytes:
+                n -= views[0].nbytes
+                views.pop(0)
+            if views and n:
+                views[0] = views[0][n:]
+        text = json.dumps({"step": step, "attempt": attempt, "layout": layout, "size": size}).encode()
+        os.pwrite(stamp, text.ljust(STAMP), 0)
+
+    def _fd(self, slot: int, kind: str) -> int:
+        fd = self.fds.get((slot, kind))
+        if fd is None:
+            os.makedirs(_slots_dir(self.root), exist_ok=True)
+            path = raw_path(self.root, self.rank, slot) if kind == "raw" else _stamp_path(self.root, self.rank, slot)
+            fd = self.fds[(slot, kind)] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        return fd
+
+    def close(self) -> None:
+        fds, self.fds = self.fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _load(path: str) -> Any:
+    if os.path.getsize(path) > _MAX_JSON:
+        raise ValueError(f"{os.path.basename(path)} is over {_MAX_JSON} bytes")
+    with open(path, "rb") as f:
+        return json.loads(f.read())
+
+
+def _whole(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _names(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) and len(x) < 256 for x in v)
+
+
+def materialize(part_root: str, step: int, attempt: str) -> Optional[str]:
+    """The node part of `step` under `part_root` in a sharded save's form (step-N): as it is when a
+    full save left it there, else made from every rank's slot of `step` stamped with this attempt,
+    checked against its layout's template. None when no rank's slot makes a whole node (a rank's
+    slot moved on, or its stamp is missing: the step is not here). Raises ValueError on a template
+    or stamp that does not hold together (hostile input)."""
+    final = os.path.join(part_root, name_for(step))
+    if os.path.isdir(final):
+        return final
+    slot = slot_of(step)
+    sd = _slots_dir(part_root)
+    stamps = {}
+    for n in os.listdir(sd) if os.path.isdir(sd) else []:
+        m = re.match(rf"^__(\d{{1,7}})\.s{slot}\.stamp\Z", n, re.ASCII)
+        if m:
+            with open(os.path.join(sd, n), "rb") as f:
+                text = f.read(STAMP + 1)
+            if not text.strip():
+                continue  # blank: this slot was being written
+            st = json.loads(text) if len(text) <= STAMP else None
+            if not isinstance(st, dict) or not all(_whole(st.get(k)) for k in ("step", "layout", "size")):
+                raise ValueError(f"slot stamp {n}: not whole step, layout and size")
+            if st["step"] == step and st.get("attempt") == attempt:
+                stamps[int(m.group(1))] = st
+    if not stamps:
+        return None
+    tmp = shards.tmp_dir(part_root, step, attempt)
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(tmp, shards.MARKERS))
+    done = None
+    for rank, st in sorted(stamps.items()):
+        tdir = layout_dir(part_root, st["layout"])
+        mark_path = os.path.join(tdir, f"__{rank}.mark.json")
+        raw = raw_path(part_root, rank, slot)
+        meta = os.path.join(tdir, shards.METADATA)
+        if (not os.path.isfile(mark_path) or not os.path.isfile(raw) or os.path.getsize(raw) != st["size"]
+                or (rank == 0 and not os.path.isfile(meta))):
+            return None  # the layout's template is gone or the bytes are not the stamp's: not this step
+        mark = _load(mark_path)
+        if (not isinstance(mark, dict) or mark.get("rank") != rank or mark.get("layout") != st["layout"]
+                or not all(_whole(mark.get(k)) for k in ("node_rank", "local_world_size", "world_size"))
+                or not _names(mark.get("reads")) or ("expect" in mark and not _names(mark["expect"]))):
+            raise ValueError(f"the template of rank {rank}'s layout {st['layout']} does not hold together")
+        os.replace(raw, os.path.join(tmp, memory_raw.raw_name(rank)))
+        shutil.copyfile(os.path.join(tdir, memory_raw.layout_name(rank)), os.path.join(tmp, memory_raw.layout_name(rank)))
+        if rank == 0:
+            shutil.copyfile(meta, os.path.join(tmp, shards.METADATA))
+        done = shards.finish_rank(part_root, step, attempt, rank=rank, node_rank=mark["node_rank"],
+                                  local_world_size=mark["local_world_size"], world_size=mark["world_size"],
+                                  reads=mark["reads"], expect=mark.get("expect"), guard_uploads=False, sync=False)
+    return done
