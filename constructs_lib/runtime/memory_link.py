@@ -31,6 +31,7 @@ MAGIC = b"DLMT"
 _HEAD = struct.Struct("<4sIQ")
 MAX_HEADER = 64 << 20
 CONNECT_TIMEOUT = 60.0
+HELLO_TIMEOUT = 5.0
 
 
 class LinkError(RuntimeError):
@@ -87,8 +88,12 @@ class Link:
             if left <= 0:
                 raise LinkError(f"rank {self.frm} did not connect within {CONNECT_TIMEOUT:.0f} s")
             listener.settimeout(left)
-            conn, peer = listener.accept()
-            conn.settimeout(max(0.1, until - time.monotonic()))
+            try:
+                conn, peer = listener.accept()
+            except socket.timeout:
+                continue
+            # a connection that says nothing holds the door only this long
+            conn.settimeout(min(HELLO_TIMEOUT, max(0.1, until - time.monotonic())))
             try:
                 hello, _ = _read_frame(conn, lambda: 0, max_header=4096)
             except (OSError, LinkError, ValueError):

@@ -100,3 +100,34 @@ def test_promote_sends_no_held_part_that_cannot_be_turned_into_files(tmp_path):
     assert any("node 1's part of snapshot 4 cannot be turned" in line for line in lines)
     mine = tmp_path / "ckpt" / f"step-{step:012d}"
     assert torch.equal(torch.load(mine / "__1_0.distcp", weights_only=True), torch.arange(4))
+
+
+def test_a_plain_value_keeps_its_bytes_only_while_it_is_the_same_value(tmp_path):
+    """Sources.chunks reuses a pickled value's bytes while the value is equal (param_groups), and
+    pickles again when it changes, even at the same size (a learning rate's schedule), or only in
+    sign (-0.0 equals 0.0 and is not the same bytes)."""
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+    from torch.distributed.checkpoint.state_dict_saver import save
+
+    state = {"w": torch.arange(4, dtype=torch.float32), "lr": 0.001, "betas": (0.9, 0.99), "wd": 0.0}
+    planner = DefaultSavePlanner()
+    meta = save(state, storage_writer=FileSystemWriter(str(tmp_path / "full")), planner=planner, no_dist=True)
+    layout = memory_raw.layout_of(planner, meta.storage_data, 0)
+    sources = memory_raw.Sources(planner)
+
+    def value_of(chunks: list, fqn: str):
+        i = next(k for k, wi in enumerate(planner.plan.items) if wi.index.fqn == fqn)
+        return torch.load(io.BytesIO(bytes(chunks[i])), weights_only=True)
+
+    first = sources.chunks(state, layout)
+    again = sources.chunks(state, layout)
+    assert value_of(again, "lr") == 0.001 and value_of(again, "betas") == (0.9, 0.99)
+    assert [bytes(c) for c in again] == [bytes(c) for c in first]
+    for fqn, value in [("lr", 0.002), ("betas", (0.8, 0.99)), ("wd", -0.0)]:
+        state[fqn] = value
+        got = value_of(sources.chunks(state, layout), fqn)
+        assert got == value and repr(got) == repr(value), f"{fqn}: the step's own value, not the last one's"
+    state["w"].add_(1)  # a live buffer, refilled in place: its bytes are the step's too
+    i = next(k for k, wi in enumerate(planner.plan.items) if wi.index.fqn == "w")
+    assert bytes(sources.chunks(state, layout)[i]) == torch.arange(1, 5, dtype=torch.float32).numpy().tobytes()
