@@ -84,7 +84,7 @@ class Sources:
     save: a tensor DCP writes as it is is the staging buffer itself, refilled in place every step
     (memory_tier._stage, until its buffers are new), so only pickled values and tensors DCP
     would copy are looked up again, by their path in the nested state; a pickled value that is
-    a plain one (a number, a string, a tuple of them) equal to the last step's keeps its bytes
+    a plain one (a number, a string, a tuple or list of them) equal to the last step's keeps its bytes
     (an optimizer's param_groups are dozens of such items a rank, each a torch.save: measured
     0.9 ms a snapshot of a 3-layer model's, more than writing its bytes)."""
 
@@ -100,6 +100,7 @@ class Sources:
                 live = t if t.untyped_storage().nbytes() == t.nbytes else None
             self.items.append((wi, tuple(mappings.get(wi.index.fqn, (wi.index.fqn,))), live))
         self.fixed: Optional[list] = None  # per item: a live buffer's bytes, checked once (chunks)
+        self.dynamic: list[int] = []  # the items looked up again at each snapshot
         self.pickled: dict[int, tuple[Any, Any]] = {}  # item -> (its plain value, that value's bytes)
 
     def chunks(self, staged: dict, layout: dict) -> Optional[list]:
@@ -114,22 +115,24 @@ class Sources:
                     return None
                 fixed.append(data)
             self.fixed = fixed
-        out = []
-        for i, ((wi, where, live), it, data) in enumerate(zip(self.items, layout["items"], self.fixed)):
-            if data is None:
-                try:
-                    data = self._pickled(i, staged, where) if it["kind"] == "bytes" else None
-                    if data is None:
-                        data = _checked_item(_as_written(self.resolve(staged, wi, where, live)), it)
-                except (KeyError, IndexError, TypeError, ValueError):
-                    return None  # the state's structure changed: a full save fixes a new layout
+            self.dynamic = [i for i, d in enumerate(fixed) if d is None]
+        out = list(self.fixed)
+        for i in self.dynamic:
+            wi, where, live = self.items[i]
+            it = layout["items"][i]
+            try:
+                data = self._pickled(i, staged, where) if it["kind"] == "bytes" else None
                 if data is None:
-                    return None
-                if it["kind"] == "bytes" and i not in self.pickled:
-                    value = _walk(staged, where)
-                    if _plain(value):
-                        self.pickled[i] = (value, data)
-            out.append(data)
+                    data = _checked_item(_as_written(self.resolve(staged, wi, where, live)), it)
+            except (KeyError, IndexError, TypeError, ValueError):
+                return None  # the state's structure changed: a full save fixes a new layout
+            if data is None:
+                return None
+            if it["kind"] == "bytes" and i not in self.pickled:
+                value = _walk(staged, where)
+                if _plain(value):
+                    self.pickled[i] = (_frozen(value), data)
+            out[i] = data
         return out
 
     def _pickled(self, i: int, staged: dict, where: tuple) -> Any:
@@ -138,7 +141,7 @@ class Sources:
         if hit is None:
             return None
         value = _walk(staged, where)
-        if _plain(value) and _same(value, hit[0]):
+        if _plain(value) and _same(_frozen(value), hit[0]):
             return hit[1]
         del self.pickled[i]
         return None
@@ -167,10 +170,18 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _plain(v: Any) -> bool:
-    """A value whose equality means the same pickled bytes: immutable, compared by value."""
+    """A value whose equality means the same pickled bytes: numbers, strings, and tuples and lists
+    of them (a param group's parameter names)."""
     if type(v) in (int, float, bool, str, bytes, type(None)):
         return True
-    return type(v) is tuple and all(_plain(x) for x in v)
+    return type(v) in (tuple, list) and all(_plain(x) for x in v)
+
+
+def _frozen(v: Any) -> Any:
+    """A plain value as a copy no one can change, list and tuple told apart (they pickle apart)."""
+    if type(v) in (tuple, list):
+        return (type(v).__name__, tuple(_frozen(x) for x in v))
+    return v
 
 
 def _checked_item(data: Any, it: dict) -> Any:

@@ -104,13 +104,14 @@ def test_promote_sends_no_held_part_that_cannot_be_turned_into_files(tmp_path):
 
 def test_a_plain_value_keeps_its_bytes_only_while_it_is_the_same_value(tmp_path):
     """Sources.chunks reuses a pickled value's bytes while the value is equal (param_groups), and
-    pickles again when it changes, even at the same size (a learning rate's schedule), or only in
-    sign (-0.0 equals 0.0 and is not the same bytes)."""
+    pickles again when it changes, even at the same size (a learning rate's schedule), only in
+    sign (-0.0 equals 0.0 and is not the same bytes), or in place (a list)."""
     from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
     from torch.distributed.checkpoint.state_dict_saver import save
 
-    state = {"w": torch.arange(4, dtype=torch.float32), "lr": 0.001, "betas": (0.9, 0.99), "wd": 0.0}
+    state = {"w": torch.arange(4, dtype=torch.float32), "lr": 0.001, "betas": (0.9, 0.99), "wd": 0.0,
+             "params": ["layer.weight"]}
     planner = DefaultSavePlanner()
     meta = save(state, storage_writer=FileSystemWriter(str(tmp_path / "full")), planner=planner, no_dist=True)
     layout = memory_raw.layout_of(planner, meta.storage_data, 0)
@@ -128,6 +129,8 @@ def test_a_plain_value_keeps_its_bytes_only_while_it_is_the_same_value(tmp_path)
         state[fqn] = value
         got = value_of(sources.chunks(state, layout), fqn)
         assert got == value and repr(got) == repr(value), f"{fqn}: the step's own value, not the last one's"
+    state["params"][0] = "layer.bias"  # a list changed in place: the same object, another value
+    assert value_of(sources.chunks(state, layout), "params") == ["layer.bias"]
     state["w"].add_(1)  # a live buffer, refilled in place: its bytes are the step's too
     i = next(k for k, wi in enumerate(planner.plan.items) if wi.index.fqn == "w")
     assert bytes(sources.chunks(state, layout)[i]) == torch.arange(1, 5, dtype=torch.float32).numpy().tobytes()
