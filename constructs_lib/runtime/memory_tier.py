@@ -38,6 +38,7 @@ from typing import Any, Callable, Optional
 
 from . import contract, memory_link, memory_raw, memory_slots, memory_store, shards
 from .layout import name_for
+from .memory_staging import stage as _stage  # by this name: a test stands in for it here
 
 # A peer that vanishes without closing its sockets fails the tier's collectives after this long;
 # the run's own watch stops the run well before on a lost peer.
@@ -327,26 +328,3 @@ def _nbytes(state: Any) -> int:
         local = state.to_local() if hasattr(state, "to_local") else state
         return local.numel() * local.element_size()
     return 0
-
-
-def _stage(state_dict: dict, staged: Optional[dict]) -> tuple[dict, bool]:
-    """A copy of the state in CPU memory (pinned when CUDA is there), reusing the last one's buffers
-    while the state's shape stays the same: training goes on changing the original meanwhile.
-    (the copy, whether its buffers are new)."""
-    import torch
-    from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
-
-    cuda = torch.cuda.is_available()
-    if staged is not None:
-        try:
-            out = _copy_state_dict(state_dict, staged, non_blocking=cuda)
-            if cuda:
-                torch.cuda.synchronize()
-            return out, False
-        except (RuntimeError, KeyError, TypeError, ValueError, AssertionError):
-            pass  # the shape changed (an optimizer's state appears after its first step): new buffers
-    fresh = _create_cpu_state_dict(state_dict, pin_memory=cuda)
-    out = _copy_state_dict(state_dict, fresh, non_blocking=cuda)
-    if cuda:
-        torch.cuda.synchronize()
-    return out, True
