@@ -62,16 +62,29 @@ class Link:
         import torch.distributed as dist
 
         self.rank, self.to, self.frm, self.timeout, self.room = rank, to, frm, timeout, room
-        listener = socket.create_server((addr, 0), backlog=16)
         token = secrets.token_hex(16)
+        try:
+            listener: Optional[socket.socket] = socket.create_server((addr, 0), backlog=16)
+            mine: Any = (addr, listener.getsockname()[1], token)
+        except OSError as e:  # every rank still takes part in the gather, and every rank learns of it
+            listener, mine = None, f"{addr}: {e}"
         info: list[Any] = [None] * dist.get_world_size(group)
-        dist.all_gather_object(info, (addr, listener.getsockname()[1], token), group=group)
+        dist.all_gather_object(info, mine, group=group)
+        bad = [(r, i) for r, i in enumerate(info) if not isinstance(i, tuple)]
+        if bad or listener is None:
+            if listener is not None:
+                listener.close()
+            raise LinkError(f"rank {bad[0][0]} could not listen on {bad[0][1]}")
         try:
             # from this node's own address: the buddy checks where a connection comes from
             self.out = socket.create_connection(tuple(info[to][:2]), timeout=CONNECT_TIMEOUT, source_address=(addr, 0))
             self.out.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._send(self.out, {"hello": rank, "token": info[to][2]}, ())
             self.inb = self._accept(listener, info[frm][0], token)
+        except BaseException:
+            if hasattr(self, "out"):
+                self.out.close()
+            raise
         finally:
             listener.close()
         self.out.settimeout(timeout)

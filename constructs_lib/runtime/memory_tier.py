@@ -99,13 +99,6 @@ class MemoryTier:
         self.slots = memory_slots.Slots(memory_store.own_root(root, generation), rank)
         self.held_slots = memory_slots.Slots(memory_store.held_root(root, generation, self.recv_node), self.recv_rank)
         self.link: Optional[memory_link.Link] = None
-        if self.nodes > 1:
-            os.makedirs(root, exist_ok=True)
-            addr = memory_link.node_address(node_rank, contract.path("hostfile") if os.environ.get("DL_RUN_DIR") else None,
-                                            os.environ.get("MASTER_ADDR", "127.0.0.1"))
-            self.link = memory_link.Link(self.group, rank=rank, to=self._peer(self.send_node), frm=self.recv_rank,
-                                         addr=addr, room=self._free, timeout=TIMEOUT.total_seconds())
-            self.link.start(self._receive)
         # One worker thread for the run, fed a snapshot at a time: starting a thread per snapshot
         # held the training thread until the new one was scheduled (measured: 0.8-1.3 ms a step,
         # 3-3.7 ms at the 90th percentile, 4 ranks on 2 cores).
@@ -114,6 +107,34 @@ class MemoryTier:
         self._idle = threading.Event()
         self._idle.set()
         self.broken: Optional[str] = None
+        if self.nodes > 1:
+            self._connect()
+
+    def _connect(self) -> None:
+        """The link to the buddies, agreed by every rank: a tier on only some ranks would leave the
+        others waiting in its collective. Without it the tier is off for the run, never the job."""
+        import torch
+        import torch.distributed as dist
+
+        os.makedirs(self.root, exist_ok=True)
+        hostfile = contract.path("hostfile") if os.environ.get("DL_RUN_DIR") else None
+        why = ""
+        try:
+            addr = memory_link.node_address(self.node_rank, hostfile, os.environ.get("MASTER_ADDR", "127.0.0.1"))
+            self.link = memory_link.Link(self.group, rank=self.rank, to=self._peer(self.send_node), frm=self.recv_rank,
+                                         addr=addr, room=self._free, timeout=TIMEOUT.total_seconds())
+        except (OSError, memory_link.LinkError, ValueError) as e:
+            why = f"{type(e).__name__}: {e}"
+        ok = torch.tensor([int(self.link is not None)], dtype=torch.int64)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.group)
+        if int(ok[0]):
+            self.link.start(self._receive)  # type: ignore[union-attr]
+            return
+        if self.link is not None:
+            self.link.close()
+            self.link = None
+        self.broken = f"no link to its buddy ({why or 'on another rank'})"
+        self.log(f"dl-launcher: the memory tier is off for this run: {self.broken}; the job goes on with its checkpoints")
 
     def _free(self) -> int:
         st = os.statvfs(self.root)

@@ -4,7 +4,8 @@ snapshot must equal. With --die-at K, the second node's ranks wait for their sna
 then kill themselves mid-step K: a node that dies without a word. With --uneven N, rank 3 alone
 finds its state changed at step N (as if its items had changed size): the other ranks have
 written and finished their raw parts by then, node 0's part complete, and every rank must drop
-them for a full save."""
+them for a full save. With --no-listen-on R, rank R cannot open the tier's port: every rank must
+turn the tier off and train on."""
 import argparse
 import os
 import signal
@@ -21,8 +22,16 @@ p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=8)
 p.add_argument("--die-at", type=int, default=-1)
 p.add_argument("--uneven", type=int, default=-1)
+p.add_argument("--no-listen-on", type=int, default=-1, help="this rank cannot open the tier's port")
 p.add_argument("--reference", required=True)
 a = p.parse_args()
+if int(os.environ["RANK"]) == a.no_listen_on:
+    from constructs_lib.runtime import memory_link
+
+    def _refused(*args, **kw):
+        raise OSError(98, "Address already in use")
+
+    memory_link.socket.create_server = _refused
 now = [0]
 if a.uneven >= 0 and os.environ["RANK"] == "3":
     from constructs_lib.runtime import memory_tier

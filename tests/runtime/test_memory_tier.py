@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).with_name("memory_job.py")
 
 
-def _run_job(root: Path, *, die_at: int, uneven: int = -1) -> list[int]:
+def _run_job(root: Path, *, die_at: int, uneven: int = -1, extra: tuple[str, ...] = ()) -> list[int]:
     port = free_port()
     (root / "ref").mkdir(parents=True)
     procs = []
@@ -34,15 +34,15 @@ def _run_job(root: Path, *, die_at: int, uneven: int = -1) -> list[int]:
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DL_GENERATION="3", PYTHONPATH=str(ROOT),
                    DL_MEMORY_DIR=str(root / f"node-{node}" / "mem"), DL_CHECKPOINT_DIR=str(root / f"node-{node}" / "ckpt"),
                    DL_RUN_DIR=str(root / f"node-{node}" / "run"))
-        procs.append(subprocess.Popen([sys.executable, str(JOB), "--reference", str(root / "ref"), "--die-at", str(die_at),
-                                       "--uneven", str(uneven)],
-                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        with open(root / f"rank-{r}.err", "wb") as err:
+            procs.append(subprocess.Popen([sys.executable, str(JOB), "--reference", str(root / "ref"), "--die-at",
+                                           str(die_at), "--uneven", str(uneven), *extra],
+                                          env=env, stdout=subprocess.DEVNULL, stderr=err))
     try:
         return [p.wait(timeout=180) for p in procs]
     finally:
         for p in procs:
             p.kill()
-            p.stderr.close()  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("uneven", [-1, 4], ids=["raw", "one-rank-changed-after-the-others-wrote-raw"])
@@ -92,6 +92,16 @@ def test_a_dead_nodes_shards_come_back_from_its_buddy_equal_to_the_step(store, t
     assert restored.keys() == want.keys()
     for k in want:
         assert torch.equal(restored[k], want[k]), f"{k} is not step 4's"
+
+
+def test_a_rank_that_cannot_open_the_tiers_port_turns_the_tier_off_everywhere_and_training_goes_on(tmp_path):
+    codes = _run_job(tmp_path, die_at=-1, extra=("--no-listen-on", "3"))
+    assert codes == [0, 0, 0, 0], codes
+    for r in range(4):
+        err = (tmp_path / f"rank-{r}.err").read_text()
+        assert "the memory tier is off for this run: no link to its buddy" in err, err[-2000:]
+    assert memory_store.settled(str(tmp_path / "node-0" / "mem"), "3") is None
+    assert len(list((tmp_path / "ref").iterdir())) == 8, "every step trained"
 
 
 def _held_part(root: Path, step: int, attempt: str, node: int = 1) -> Path:
