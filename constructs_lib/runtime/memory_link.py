@@ -55,19 +55,23 @@ def node_address(node_rank: int, hostfile: Optional[str], master: str) -> str:
 
 class Link:
     """Made on every rank at once (collective over `group`): each rank listens, the ranks trade
-    (address, port, token), each connects to `to` and accepts `frm`."""
+    (address, port, token), each connects to `to` and accepts `frm`. `addr` may be the error that
+    kept this rank from finding its address: the others learn of it through the same gather."""
 
-    def __init__(self, group: Any, *, rank: int, to: int, frm: int, addr: str,
+    def __init__(self, group: Any, *, rank: int, to: int, frm: int, addr: "str | OSError",
                  room: Callable[[], int], timeout: float) -> None:
         import torch.distributed as dist
 
         self.rank, self.to, self.frm, self.timeout, self.room = rank, to, frm, timeout, room
         token = secrets.token_hex(16)
+        listener: Optional[socket.socket] = None
         try:
-            listener: Optional[socket.socket] = socket.create_server((addr, 0), backlog=16)
+            if isinstance(addr, OSError):
+                raise addr
+            listener = socket.create_server((addr, 0), backlog=16)
             mine: Any = (addr, listener.getsockname()[1], token)
         except OSError as e:  # every rank still takes part in the gather, and every rank learns of it
-            listener, mine = None, f"{addr}: {e}"
+            mine = f"{addr if isinstance(addr, str) else 'its address'}: {e}"
         info: list[Any] = [None] * dist.get_world_size(group)
         dist.all_gather_object(info, mine, group=group)
         bad = [(r, i) for r, i in enumerate(info) if not isinstance(i, tuple)]

@@ -120,7 +120,10 @@ class MemoryTier:
         hostfile = contract.path("hostfile") if os.environ.get("DL_RUN_DIR") else None
         why = ""
         try:
-            addr = memory_link.node_address(self.node_rank, hostfile, os.environ.get("MASTER_ADDR", "127.0.0.1"))
+            addr: Any = memory_link.node_address(self.node_rank, hostfile, os.environ.get("MASTER_ADDR", "127.0.0.1"))
+        except OSError as e:  # Link still takes part in the gather, so that every rank learns of it
+            addr = e
+        try:
             self.link = memory_link.Link(self.group, rank=self.rank, to=self._peer(self.send_node), frm=self.recv_rank,
                                          addr=addr, room=self._free, timeout=TIMEOUT.total_seconds())
         except (OSError, memory_link.LinkError, ValueError) as e:
