@@ -122,6 +122,16 @@ class Slots:
             fd = self.fds[(slot, kind)] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         return fd
 
+    def size(self) -> int:
+        """Bytes its slots hold now: what a new snapshot in them replaces rather than adds."""
+        total = 0
+        for s in range(SLOTS):
+            try:
+                total += os.path.getsize(raw_path(self.root, self.rank, s))
+            except OSError:
+                pass
+        return total
+
     def close(self) -> None:
         fds, self.fds = self.fds, {}
         for fd in fds.values():

@@ -125,7 +125,7 @@ class MemoryTier:
             addr = e
         try:
             self.link = memory_link.Link(self.group, rank=self.rank, to=self._peer(self.send_node), frm=self.recv_rank,
-                                         addr=addr, room=self._free, timeout=TIMEOUT.total_seconds())
+                                         addr=addr, room=self._frame_room, timeout=TIMEOUT.total_seconds())
         except (OSError, memory_link.LinkError, ValueError) as e:
             why = f"{type(e).__name__}: {e}"
         ok = torch.tensor([int(self.link is not None)], dtype=torch.int64)
@@ -138,6 +138,12 @@ class MemoryTier:
             self.link = None
         self.broken = f"no link to its buddy ({why or 'on another rank'})"
         self.log(f"dl-launcher: the memory tier is off for this run: {self.broken}; the job goes on with its checkpoints")
+
+    def _frame_room(self) -> int:
+        """The most a buddy's frame may hold: the free space, plus what the held slots it lands in
+        hold now (a snapshot replaces one there; with /dev/shm sized to the tier's 4 x, the free
+        space alone is short of a snapshot once the slots are full)."""
+        return self._free() + self.held_slots.size()
 
     def _free(self) -> int:
         st = os.statvfs(self.root)

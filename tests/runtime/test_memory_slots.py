@@ -96,3 +96,18 @@ def test_promote_leaves_a_held_copy_that_does_not_hold_together_and_sends_its_ow
                                 log=lines.append)
     assert any("node 1's copy of snapshot 4 cannot be read back" in ln for ln in lines), lines
     assert step == 4 and (tmp_path / "ckpt" / "step-000000000004").is_dir(), "its own part goes on"
+
+
+def test_a_buddys_frame_may_hold_what_the_held_slots_it_replaces_hold(tmp_path, monkeypatch):
+    """With /dev/shm sized to the tier's 4 x, the free space alone is short of a snapshot once the
+    slots are full: a frame is bounded by the free space plus what the held slots hold."""
+    from constructs_lib.runtime.memory_tier import MemoryTier
+
+    tier = object.__new__(MemoryTier)
+    tier.root = str(tmp_path)
+    tier.held_slots = memory_slots.Slots(str(tmp_path / "held"), 3)
+    tier.held_slots.write(4, memory_store.attempt_for(GEN, 4), 2, [b"x" * 1000])
+    tier.held_slots.write(5, memory_store.attempt_for(GEN, 5), 2, [b"y" * 700])
+    monkeypatch.setattr(MemoryTier, "_free", lambda self: 10)
+    assert tier.held_slots.size() == 1700 and tier._frame_room() == 1710
+    tier.held_slots.close()
