@@ -71,17 +71,18 @@ def make_final(tmp: str, final: str, *, guard_uploads: bool, sync: bool = True) 
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_atomic(path: str, text: str, mode: Optional[int] = None) -> None:
+def write_atomic(path: str, text: "str | bytes", mode: Optional[int] = None) -> None:
     """Readers see the old file or the new one, never half of one; with `mode` (0o600 for a
     secret), the file has it from its first byte."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     # Per thread, not only per process: the supervisor's threads (the health gate, the step clock,
     # the memory tier) write beside it, and two writers of one tmp name lose one rename.
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    how = "wb" if isinstance(text, bytes) else "w"
     if mode is None:
-        f = open(tmp, "w")
+        f = open(tmp, how)
     else:
-        f = os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w")
+        f = os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), how)
     with f:
         f.write(text)
     os.replace(tmp, path)

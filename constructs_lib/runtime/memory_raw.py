@@ -20,6 +20,8 @@ import re
 import shutil
 from typing import Any, Optional
 
+from .records import whole
+
 _RAW = re.compile(r"^__(\d{1,7})\.raw\Z", re.ASCII)
 _LAYOUT = re.compile(r"^__(\d{1,7})\.layout\.json\Z", re.ASCII)
 # A DCP shard file of one rank (FileSystemWriter: __<rank>_<n>.distcp); memory_store names files by it too.
@@ -250,9 +252,6 @@ def _checked(layout: Any, rank: int, raw_size: int) -> list[dict]:
     items = layout.get("items") if isinstance(layout, dict) else None
     if not isinstance(items, list) or len(items) > MAX_ITEMS or layout.get("rank") != rank:
         raise ValueError(f"layout of rank {rank}: not a list of items for this rank")
-
-    def whole(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
     for it in items:
         if not isinstance(it, dict) or not all(whole(it.get(k)) for k in ("n", "off", "len", "raw")):

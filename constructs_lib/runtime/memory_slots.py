@@ -26,13 +26,13 @@ import shutil
 from typing import Any, Optional, Sequence
 
 from . import memory_raw, shards
-from .layout import name_for
+from .layout import name_for, write_atomic
+from .records import whole
 
 SLOTS = 2
 STAMP = 256
 _BLANK = b" " * STAMP
 _LAYOUT_DIR = re.compile(r"^layout-(\d{1,12})\Z", re.ASCII)
-_MARK = re.compile(r"^__(\d{1,7})\.mark\.json\Z", re.ASCII)
 _MAX_JSON = 64 << 20  # a mark or layout over this is not one a full save wrote
 
 
@@ -63,20 +63,13 @@ def write_template(part_root: str, rank: int, layout: int, *, layout_json: str, 
     layouts go, except the newest before this one (the settled step may still be in it)."""
     d = layout_dir(part_root, layout)
     os.makedirs(d, exist_ok=True)
-    _write(os.path.join(d, memory_raw.layout_name(rank)), layout_json.encode())
-    _write(os.path.join(d, f"__{rank}.mark.json"), json.dumps(mark).encode())
+    write_atomic(os.path.join(d, memory_raw.layout_name(rank)), layout_json)
+    write_atomic(os.path.join(d, f"__{rank}.mark.json"), json.dumps(mark))
     if metadata is not None:
-        _write(os.path.join(d, shards.METADATA), metadata)
+        write_atomic(os.path.join(d, shards.METADATA), metadata)
     older = sorted(int(m.group(1)) for n in os.listdir(part_root) if (m := _LAYOUT_DIR.match(n)) and int(m.group(1)) < layout)
     for f in older[:-1]:
         shutil.rmtree(layout_dir(part_root, f), ignore_errors=True)
-
-
-def _write(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 class Slots:
@@ -145,10 +138,6 @@ def _load(path: str) -> Any:
         return json.loads(f.read())
 
 
-def _whole(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
 def _names(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) and len(x) < 256 for x in v)
 
@@ -173,7 +162,7 @@ def materialize(part_root: str, step: int, attempt: str) -> Optional[str]:
             if not text.strip():
                 continue  # blank: this slot was being written
             st = json.loads(text) if len(text) <= STAMP else None
-            if not isinstance(st, dict) or not all(_whole(st.get(k)) for k in ("step", "layout", "size")):
+            if not isinstance(st, dict) or not all(whole(st.get(k)) for k in ("step", "layout", "size")):
                 raise ValueError(f"slot stamp {n}: not whole step, layout and size")
             if st["step"] == step and st.get("attempt") == attempt:
                 stamps[int(m.group(1))] = st
@@ -193,7 +182,7 @@ def materialize(part_root: str, step: int, attempt: str) -> Optional[str]:
             return None  # the layout's template is gone or the bytes are not the stamp's: not this step
         mark = _load(mark_path)
         if (not isinstance(mark, dict) or mark.get("rank") != rank or mark.get("layout") != st["layout"]
-                or not all(_whole(mark.get(k)) for k in ("node_rank", "local_world_size", "world_size"))
+                or not all(whole(mark.get(k)) for k in ("node_rank", "local_world_size", "world_size"))
                 or not _names(mark.get("reads")) or ("expect" in mark and not _names(mark["expect"]))):
             raise ValueError(f"the template of rank {rank}'s layout {st['layout']} does not hold together")
         os.replace(raw, os.path.join(tmp, memory_raw.raw_name(rank)))

@@ -47,10 +47,9 @@ def held_root(root: str, generation: str, node: int) -> str:
 
 
 def rank_files(part: str, rank: int) -> list[str]:
-    """A rank's files in a complete node part: its DCP shard files (or its raw bytes and their
-    layout), its marker, and (global rank 0, DCP's coordinator) the step's .metadata."""
-    names = sorted(n for n in os.listdir(part)
-                   if ((m := memory_raw.DISTCP.match(n)) and int(m.group(1)) == rank) or memory_raw.is_fast_file(n, rank))
+    """A rank's files in a full save's node part (raw snapshots travel from their slots): its DCP
+    shard files, its marker, and (global rank 0, DCP's coordinator) the step's .metadata."""
+    names = sorted(n for n in os.listdir(part) if (m := memory_raw.DISTCP.match(n)) and int(m.group(1)) == rank)
     names.append(f"{shards.MARKERS}/rank-{rank}.json")
     if rank == 0:
         names.append(shards.METADATA)

@@ -39,6 +39,7 @@ from typing import Any, Callable, Optional
 from . import contract, memory_link, memory_raw, memory_slots, memory_store, shards
 from .layout import name_for
 from .memory_staging import stage as _stage  # by this name: a test stands in for it here
+from .records import whole
 
 # A peer that vanishes without closing its sockets fails the tier's collectives after this long;
 # the run's own watch stops the run well before on a lost peer.
@@ -318,32 +319,28 @@ class MemoryTier:
         """On the link's reader thread: a frame from the buddy (hostile input until checked). True
         when it holds a copy of the step here, False for a rank that had nothing raw to send."""
         step, kind = header.get("step"), header.get("kind")
-        if header.get("rank") != self.recv_rank or not _whole(step):
+        if header.get("rank") != self.recv_rank or not whole(step):
             raise ValueError(f"a frame from rank {header.get('rank')!r} of step {step!r} on rank {self.recv_rank}'s connection")
         attempt = memory_store.attempt_for(self.generation, step)
         if kind == "none":
             return False
         if header.get("attempt") != attempt:
             raise ValueError(f"a frame of step {step} with attempt {header.get('attempt')!r}, not {attempt}")
-        held = memory_store.held_root(self.root, self.generation, self.recv_node)
         if kind == "raw":
-            if not _whole(header.get("layout")):
+            if not whole(header.get("layout")):
                 raise ValueError("a raw frame without its layout's step")
             self.held_slots.write(step, attempt, header["layout"], [payload])
             return True
         if kind != "part" or not isinstance(header.get("files"), list):
             raise ValueError(f"a frame of kind {kind!r}")
         self.held_slots.drop(step)
+        held = self.held_slots.root
         memory_store.receive(held, step, attempt, header["files"], payload)
         t = header.get("template")
         if isinstance(t, dict) and isinstance(t.get("layout_json"), str) and isinstance(t.get("mark"), dict):
             memory_slots.write_template(held, self.recv_rank, step, layout_json=t["layout_json"], mark=t["mark"],
                                         metadata=memory_store.file_in(header["files"], payload, shards.METADATA))
         return True
-
-
-def _whole(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def _nbytes(state: Any) -> int:
