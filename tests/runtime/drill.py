@@ -88,8 +88,7 @@ class Drill:
         # torch's store listens on every address: drills running side by side need their own ports.
         # A hash of the path alone collided now and then (1 in 40 per pair): hold a lock per range.
         self._port_lock = _port_range(root)
-        self.base_env["DL_RENDEZVOUS_PORT_BASE"] = str(20000 + int(Path(self._port_lock.name).name)
-                                                       * contract.RENDEZVOUS_PORT_SPAN)
+        self.base_env["DL_RENDEZVOUS_PORT_BASE"] = str(port_base(self._port_lock))
         # The training command runs from the shipped code in its working directory (the app's own
         # JobDefinition: -c code= -c command=); other drills write a job file as enable_job does.
         self.job_env: dict[str, str] = {}
@@ -200,23 +199,45 @@ class Drill:
                 n.imds.stop()
 
 
+PORT_FLOOR = 10000  # drill ranges start here and end below the kernel's ephemeral ports
+
+
+def _port_ranges() -> int:
+    """How many rendezvous ranges fit between PORT_FLOOR and the first ephemeral port. A range in
+    the ephemeral span (32768-60999 on Linux) can be taken by any outgoing connection on the
+    machine (gloo's own pairs, boto3's, another drill's), and a probe or store that cannot bind
+    its port waits out torch's timeout: CI lost a drill to that once."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return max(1, min(40, (low - PORT_FLOOR) // contract.RENDEZVOUS_PORT_SPAN))
+
+
 def _port_range(root: Path):
-    """An open, locked file naming a rendezvous port range (0-39) no other drill on this machine
-    holds; the lock goes with the file or the process."""
+    """An open, locked file naming a rendezvous port range no other drill on this machine holds
+    (its base: port_base(lock)); the lock goes with the file or the process."""
     import fcntl
     import tempfile
 
     locks = Path(tempfile.gettempdir()) / "dl-drill-ports"
     locks.mkdir(exist_ok=True)
-    first = zlib.crc32(str(root).encode()) % 40
-    for i in range(40):
-        f = open(locks / str((first + i) % 40), "a")
+    count = _port_ranges()
+    first = zlib.crc32(str(root).encode()) % count
+    for i in range(count):
+        f = open(locks / str((first + i) % count), "a")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return f
         except BlockingIOError:
             f.close()
-    raise RuntimeError("40 drills at once on this machine: no rendezvous port range left")
+    raise RuntimeError(f"{count} drills at once on this machine: no rendezvous port range left")
+
+
+def port_base(lock) -> int:
+    """The first port of the range `lock` (from _port_range) holds."""
+    return PORT_FLOOR + int(Path(lock.name).name) * contract.RENDEZVOUS_PORT_SPAN
 
 
 def deployed_job(out: Path, endpoint: str, *, job: str, nodes: int, code: Path, command: str,
