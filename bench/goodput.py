@@ -215,7 +215,7 @@ def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None
         print(f"median step: {off * 1000:.1f} ms without, {on * 1000:.1f} ms with {label} ({how}): "
               f"median ratio {statistics.median(ratios):.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f}x); "
               f"the tier's thread {ms['snapshot_cpu']:.1f} ms CPU, {ms['snapshot_wall']:.0f} ms wall per snapshot; "
-              f"on the training thread get_state_dict {ms['state_dict']:.1f} ms, save_to_memory {ms['save_call']:.1f} ms")
+              f"on the training thread the state dict {ms['state_dict']:.2f} ms, save_to_memory {ms['save_call']:.1f} ms")
     return 0
 
 

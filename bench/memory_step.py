@@ -31,7 +31,9 @@ p.add_argument("--memory-every", type=int, default=1, metavar="K", help="save_to
 p.add_argument("--stub", choices=("exchange", "thread", "snapshot"),
                help="where the cost goes (measurement only: the tier then keeps nothing whole): exchange = no "
                     "buddy exchange; thread = the tier's thread does nothing; snapshot = save_to_memory does "
-                    "nothing (get_state_dict alone)")
+                    "nothing (the state dict alone)")
+p.add_argument("--torch-state", action="store_true",
+               help="the state from torch's get_state_dict (the default: Checkpointer.state_of, where the code has it)")
 p.add_argument("--root", required=True)
 a = p.parse_args()
 os.environ.update(DL_GENERATION="1", LOCAL_WORLD_SIZE="2", GROUP_RANK=str(node), DL_RUN_DIR=f"{a.root}/run-{node}",
@@ -81,7 +83,16 @@ ckpt = Checkpointer()
 times = []
 cpu = []  # the process's CPU per step, every thread (gloo's own included)
 kinds = []  # whether the tier was on in each step
-calls: list[tuple[float, float]] = []  # on the training thread: get_state_dict, save_to_memory
+calls: list[tuple[float, float]] = []  # on the training thread: the state dict, save_to_memory
+
+
+def state() -> dict:
+    if hasattr(ckpt, "state_of") and not a.torch_state:
+        return ckpt.state_of(model, opt)
+    msd, osd = get_state_dict(model, opt)
+    return {"model": msd, "optim": osd}
+
+
 for step in range(a.steps):
     t0, c0 = time.perf_counter(), time.process_time()
     x = torch.randn(16, 8, generator=torch.Generator().manual_seed(step * 1000 + rank))
@@ -91,14 +102,13 @@ for step in range(a.steps):
     opt.step()
     time.sleep(a.sleep)
     if ckpt.should_checkpoint(step, every=a.every):
-        msd, osd = get_state_dict(model, opt)
-        ckpt.save_sharded(step, {"model": msd, "optim": osd}, asynchronous=True)
+        ckpt.save_sharded(step, state(), asynchronous=True)
     on = a.memory and (not a.alternate or (step // a.alternate) % 2 == 1)
     if on and (step + 1) % a.memory_every == 0:  # the state dict only when save_to_memory takes it
         t1 = time.perf_counter()
-        msd, osd = get_state_dict(model, opt)
+        s = state()
         t2 = time.perf_counter()
-        ckpt.save_to_memory(step, {"model": msd, "optim": osd}, every=a.memory_every)
+        ckpt.save_to_memory(step, s, every=a.memory_every)
         calls.append((t2 - t1, time.perf_counter() - t2))
     times.append(time.perf_counter() - t0)
     cpu.append(time.process_time() - c0)

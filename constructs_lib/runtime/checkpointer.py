@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from . import contract, notice, shards
 from .layout import env_int as _env_int, local_checkpoints, make_final, name_for, step_of, write_atomic
+from .state_of import StateOf
 from .steps import StepClock
 
 
@@ -77,6 +78,7 @@ class Checkpointer:
         self.reason: Optional[str] = None  # why the last should_checkpoint said yes
         os.makedirs(self.directory, exist_ok=True)
         self._memory: Any = None  # memory_tier.MemoryTier, made by the first save_to_memory
+        self._state_of: Any = None  # state_of.StateOf, made by the first state_of
         self._keeper: Any = None  # survivor.Keeper: under the supervisor, reports a failed collective
         self._clock = StepClock(_env_int("LOCAL_RANK", 0), self.generation) if self.managed else None
         if self.managed:
@@ -303,34 +305,36 @@ class Checkpointer:
             self._prune_unmanaged()
         return reads, written
 
-    def save_to_memory(self, step: int, state_dict: dict, *, every: int = 1) -> bool:
-        """Every rank, every step, after should_checkpoint (and save_sharded, if due): every `every`
-        steps, keep `state_dict` (the same DCP state save_sharded takes) in this node's host memory
-        and a copy on a buddy node, so that a node that dies costs at most `every` steps instead of
-        everything since the last checkpoint. Asynchronous: the copy to CPU is the only part on
-        this thread; the previous snapshot is waited for first. Collective: every rank calls it at
-        the same steps. Under the supervisor on two or more nodes only (alone it returns False).
-        Host memory it takes per node: 4 x the node's share of the state (two snapshots, own and
-        buddy's) plus 1 x for the CPU copy. See memory_tier.py."""
-        if every < 1 or (step + 1) % every:
-            return False
-        if not self.managed or self.world_size <= 1:
-            return False
+    def state_of(self, model: Any, optimizer: Any) -> dict:
+        """{"model": ..., "optim": ...}: torch's get_state_dict(model, optimizer), the state that
+        save_sharded and save_to_memory take, without torch naming every parameter each call."""
+        self._state_of = self._state_of or StateOf()
+        return self._state_of(model, optimizer)
+
+    def save_to_memory(self, step: int, state_dict: Optional[dict] = None, *, every: int = 1,
+                       model: Any = None, optimizer: Any = None) -> bool:
+        """Every rank, after should_checkpoint (and save_sharded, if due): every `every` steps, keep
+        `state_dict` (DCP state, as save_sharded takes; or state_of(model, optimizer), made only
+        on the steps kept) in this node's host memory and a copy on a buddy node: a node that dies
+        costs at most `every` steps. Asynchronous but for the copy to CPU; collective (every rank,
+        the same steps). On two or more nodes under the supervisor only (else False). Host memory
+        per node: 4 x its share of the state, plus 1 x for the CPU copy. See memory_tier.py."""
+        if (state_dict is None) == (model is None or optimizer is None):
+            raise TypeError("save_to_memory takes a state_dict, or a model and an optimizer")
+        local = _env_int("LOCAL_WORLD_SIZE", 1)
+        if every < 1 or (step + 1) % every or not self.managed or self.world_size % local or self.world_size <= local:
+            return False  # not a kept step, or one node: no buddy to hold a copy
         if self._memory is None:
             from .memory_tier import MemoryTier
 
-            local = _env_int("LOCAL_WORLD_SIZE", 1)
-            if self.world_size % local or self.world_size == local:
-                return False  # one node: no buddy to hold a copy
             self._memory = MemoryTier(root=contract.memory_dir(), generation=str(self.generation), rank=self.rank,
                                       world_size=self.world_size, local_world_size=local,
                                       node_rank=_env_int("GROUP_RANK", _env_int("NODE_RANK", 0)),
                                       finish=self._finish_sharded)
             atexit.register(self._release_memory)
             if self._keeper is not None:  # a peer's death ends this process: let a settling snapshot finish
-                tier = self._memory
-                self._keeper.before_exit.append(lambda: tier.wait(timeout=EXIT_WAIT))
-        return self._memory.snapshot(step, state_dict)
+                self._keeper.before_exit.append(lambda tier=self._memory: tier.wait(timeout=EXIT_WAIT))
+        return self._memory.snapshot(step, state_dict if state_dict is not None else self.state_of(model, optimizer))
 
     def _release_memory(self) -> None:
         memory, self._memory = self._memory, None

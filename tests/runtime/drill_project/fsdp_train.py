@@ -89,12 +89,10 @@ for step in range(start, a.steps):
     time.sleep(a.sleep)
     if ckpt.should_checkpoint(step, every=a.every) or step == a.steps - 1:
         reason = ckpt.reason or "last step"
-        msd, osd = get_state_dict(model, opt)
-        ckpt.save_sharded(step, {"model": msd, "optim": osd}, asynchronous=not a.sync)
+        ckpt.save_sharded(step, ckpt.state_of(model, opt), asynchronous=not a.sync)
         event("save", step=step, reason=reason)
     if a.memory and not ckpt.interrupted:
-        msd, osd = get_state_dict(model, opt)
-        ckpt.save_to_memory(step, {"model": msd, "optim": osd})
+        ckpt.save_to_memory(step, model=model, optimizer=opt)
     if ckpt.interrupted:
         event("stop", step=step)
         break
