@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
+import weakref
 from typing import Any, Callable, Optional
 
 CHECK_EVERY = 100  # every this many calls, torch's own answer, compared with the reused one
@@ -33,15 +34,17 @@ class StateOf:
         self.check_every = max(1, check_every)
         self.calls = 0
         self.off: Optional[str] = None  # why every call is torch's from now on
-        self._for: Optional[tuple[Any, Any]] = None  # the model and optimizer the names are for
+        # The model and optimizer the names are for, and the optimizer's parameters in its order:
+        # weak, so that a job that builds its model again (an in-process restart) frees the old one.
+        self._for: Optional[tuple[Any, Any]] = None
         self._keys: tuple[str, ...] = ()  # model.state_dict()'s own keys
         self._rename: dict[str, str] = {}  # those of them whose canonical name differs
-        self._params: tuple[Any, ...] = ()  # the optimizer's parameters, in its order (held: ids stay theirs)
+        self._params: tuple[Any, ...] = ()
         self._names: list[str] = []  # their canonical names, by the optimizer's index
 
     def __call__(self, model: Any, optimizer: Any) -> dict:
         self.calls += 1
-        learned = self.off is None and self._for is not None and self._for[0] is model and self._for[1] is optimizer
+        learned = self.off is None and self._for is not None and self._for[0]() is model and self._for[1]() is optimizer
         got = self._reuse(model, optimizer) if learned else None
         if got is not None and self.calls % self.check_every:
             return got
@@ -61,7 +64,7 @@ class StateOf:
         if not optimizer.state or len(optimizer.param_groups) == 0:
             return None
         params = [p for g in optimizer.param_groups for p in g["params"]]
-        if len(params) != len(self._params) or any(a is not b for a, b in zip(params, self._params)):
+        if len(params) != len(self._params) or any(a is not b() for a, b in zip(params, self._params)):
             return None
         raw = model.state_dict()
         if tuple(raw) != self._keys:
@@ -80,10 +83,10 @@ class StateOf:
         return {"model": msd, "optim": osd}
 
     def _learn(self, model: Any, optimizer: Any, torch_s: dict) -> None:
-        self._for = (model, optimizer)
         why = _unsupported(model, optimizer)
         if why is None:
             try:
+                self._for = (weakref.ref(model), weakref.ref(optimizer))
                 self._learn_names(model, optimizer)
                 got = self._reuse(model, optimizer)
             except Exception as e:  # noqa: BLE001 - whatever it is, torch's answer stands
@@ -111,9 +114,10 @@ class StateOf:
 
         self._keys = tuple(model.state_dict())
         self._rename = {k: f for k in self._keys if (f := canonical(k)) != k}
-        self._params = tuple(p for g in optimizer.param_groups for p in g["params"])
-        index = {id(p): i for i, p in enumerate(self._params)}
-        names: list[Optional[str]] = [None] * len(self._params)
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        self._params = tuple(weakref.ref(p) for p in params)
+        index = {id(p): i for i, p in enumerate(params)}
+        names: list[Optional[str]] = [None] * len(params)
         for key, p in model.named_parameters():  # as torch names the optimizer's parameters
             if id(p) in index:
                 names[index[id(p)]] = canonical(key)

@@ -197,6 +197,23 @@ def test_a_difference_found_at_a_check_turns_the_reuse_off_for_good(group, torch
     assert len(torch_calls) == 1 + 2 + 3 * 2  # every call torch's, beside the test's own
 
 
+def test_a_model_built_again_is_learned_again_and_the_old_one_is_freed(group, torch_calls):
+    import gc
+    import weakref
+
+    s = state_of.StateOf()
+    model, opt = _fsdp()
+    _step(model, opt, 0)
+    s(model, opt)
+    old = weakref.ref(model)
+    model, opt = _fsdp()  # what an in-process restart does: the old model must not stay in memory
+    gc.collect()
+    assert old() is None
+    _step(model, opt, 0)
+    _equal(s(model, opt), _torch(model, opt))
+    assert len(torch_calls) == 3 and s.off is None
+
+
 def test_save_to_memory_makes_the_state_only_on_the_steps_it_keeps(group, torch_calls):
     model, opt = _fsdp()
     ckpt = Checkpointer()
