@@ -27,6 +27,8 @@ import threading
 import time
 from typing import Any, Callable, Optional, Sequence
 
+from . import peer_sockets
+
 MAGIC = b"DLMT"
 _HEAD = struct.Struct("<4sIQ")
 MAX_HEADER = 64 << 20
@@ -41,13 +43,9 @@ class LinkError(RuntimeError):
 def node_address(node_rank: int, hostfile: Optional[str], master: str) -> str:
     """This node's address: its line of the generation's hostfile (the plan's order is the node
     ranks'), else the address this host reaches the master from (a job outside a node)."""
-    try:
-        with open(hostfile or "") as f:
-            lines = [ln.split()[0] for ln in f if ln.strip() and not ln.startswith("#")]
-        if 0 <= node_rank < len(lines):
-            return lines[node_rank]
-    except OSError:
-        pass
+    lines = peer_sockets.addresses(hostfile)
+    if 0 <= node_rank < len(lines):
+        return lines[node_rank]
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.connect((master, 9))  # no packet: the kernel only picks the route's source address
         return s.getsockname()[0]

@@ -95,8 +95,9 @@ def receive(held: str, step: int, attempt: str, header: list, data: memoryview) 
 
 
 def _safe(name: object) -> bool:
+    """A name a buddy's full-save part may carry: DCP's files, .metadata and markers (raw and layout
+    files are made on this node, from its own slots)."""
     return (isinstance(name, str) and (bool(memory_raw.DISTCP.match(name)) or name == shards.METADATA
-                                       or memory_raw.is_fast_file(name)
                                        or bool(re.match(rf"^{re.escape(shards.MARKERS)}/rank-\d{{1,7}}\.json\Z", name))))
 
 

@@ -64,13 +64,18 @@ def _own_sockets() -> dict[str, int]:
     return found
 
 
-def members(hostfile: Optional[str]) -> set[str]:
-    """The addresses in an MPI-style hostfile ("ADDR slots=N" per line); empty if it cannot be read."""
+def addresses(hostfile: Optional[str]) -> list[str]:
+    """The addresses in an MPI-style hostfile ("ADDR slots=N" per line, rendezvous.py writes it in
+    node-rank order), in order; empty if it cannot be read."""
     try:
         with open(hostfile or "") as f:
-            return {line.split()[0] for line in f if line.strip() and not line.startswith("#")}
+            return [line.split()[0] for line in f if line.strip() and not line.startswith("#")]
     except OSError:
-        return set()
+        return []
+
+
+def members(hostfile: Optional[str]) -> set[str]:
+    return set(addresses(hostfile))
 
 
 def cut(peers: set[str]) -> int:

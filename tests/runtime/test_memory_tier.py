@@ -116,7 +116,10 @@ def _held_part(root: Path, step: int, attempt: str, node: int = 1) -> Path:
     return held / f"step-{step:012d}"
 
 
-@pytest.mark.parametrize("name", ["../../etc/cron.d/x", "/abs", ".dl-shards/../x", "__1_0.distcp/../../y", 7])
+# A full save's part carries DCP files, markers and .metadata only; raw and layout files are made
+# on this node from its own slots, so a buddy that sends one is refused.
+@pytest.mark.parametrize("name", ["../../etc/cron.d/x", "/abs", ".dl-shards/../x", "__1_0.distcp/../../y", 7,
+                                  memory_raw.raw_name(1), memory_raw.layout_name(1)])
 def test_a_buddys_file_names_are_checked_before_anything_is_written(tmp_path, name):
     with pytest.raises(ValueError):
         memory_store.receive(str(tmp_path / "held"), 4, "g3-80000004", [[name, 1]], memoryview(b"x"))
