@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from . import peer_sockets
+from . import memory_raw, peer_sockets
 
 MAGIC = b"DLMT"
 _HEAD = struct.Struct("<4sIQ")
@@ -157,12 +157,7 @@ class Link:
         head = json.dumps(header).encode()
         out = [memoryview(_HEAD.pack(MAGIC, len(head), sum(v.nbytes for v in views))), memoryview(head), *views]
         while out:
-            n = sock.sendmsg(out[:512])
-            while out and n >= out[0].nbytes:
-                n -= out[0].nbytes
-                out.pop(0)
-            if out and n:
-                out[0] = out[0][n:]
+            memory_raw.written(out, sock.sendmsg(out[:512]))
 
     def close(self) -> None:
         """Both connections end: the reader and a buddy blocked on this rank get end-of-file."""

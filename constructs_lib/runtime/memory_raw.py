@@ -143,7 +143,7 @@ class Sources:
         if hit is None:
             return None
         value = _walk(staged, where)
-        if _plain(value) and _same(_frozen(value), hit[0]):
+        if _plain(value) and same_value(_frozen(value), hit[0]):
             return hit[1]
         del self.pickled[i]
         return None
@@ -156,18 +156,28 @@ class Sources:
         return self.planner.transform_object(wi, find_state_dict_object({wi.index.fqn: _walk(staged, path)}, wi.index))
 
 
+def written(views: list, n: int) -> None:
+    """Drop the first `n` bytes from `views` (byte memoryviews), in place: what is left to write
+    after a pwritev or sendmsg that wrote `n` of them."""
+    while views and n >= views[0].nbytes:
+        n -= views[0].nbytes
+        views.pop(0)
+    if views and n:
+        views[0] = views[0][n:]
+
+
 def _walk(staged: Any, path: tuple) -> Any:
     for key in path:
         staged = staged[key]
     return staged
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
     """Plain values that pickle to the same bytes (0.0 and -0.0 are equal, not the same)."""
     if type(a) is not type(b):
         return False
     if type(a) is tuple:
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
     return a == b and (type(a) is not float or math.copysign(1.0, a) == math.copysign(1.0, b))
 
 

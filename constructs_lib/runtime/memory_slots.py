@@ -99,11 +99,7 @@ class Slots:
         while views:
             n = os.pwritev(fd, views[:1024], at)  # IOV_MAX
             at += n
-            while views and n >= views[0].nbytes:
-                n -= views[0].nbytes
-                views.pop(0)
-            if views and n:
-                views[0] = views[0][n:]
+            memory_raw.written(views, n)
         text = json.dumps({"step": step, "attempt": attempt, "layout": layout, "size": size}).encode()
         os.pwrite(stamp, text.ljust(STAMP), 0)
 

@@ -114,9 +114,6 @@ class MemoryTier:
     def _connect(self) -> None:
         """The link to the buddies, agreed by every rank: a tier on only some ranks would leave the
         others waiting in its collective. Without it the tier is off for the run, never the job."""
-        import torch
-        import torch.distributed as dist
-
         os.makedirs(self.root, exist_ok=True)
         hostfile = contract.path("hostfile") if os.environ.get("DL_RUN_DIR") else None
         why = ""
@@ -129,9 +126,7 @@ class MemoryTier:
                                          addr=addr, room=self._frame_room, timeout=TIMEOUT.total_seconds())
         except (OSError, memory_link.LinkError, ValueError) as e:
             why = f"{type(e).__name__}: {e}"
-        ok = torch.tensor([int(self.link is not None)], dtype=torch.int64)
-        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.group)
-        if int(ok[0]):
+        if self._everyone(self.link is not None):
             self.link.start(self._receive)  # type: ignore[union-attr]
             return
         if self.link is not None:
@@ -173,17 +168,22 @@ class MemoryTier:
         """Whether the memory directory can hold this node's two snapshots, its own and its buddy's
         (4 x its share of the state), agreed by every rank: a tier on only some ranks would leave
         the others waiting in its collectives, and a full tmpfs takes the node's memory."""
-        import torch
-        import torch.distributed as dist
-
         os.makedirs(self.root, exist_ok=True)
         free, need = self._free(), 4 * _nbytes(staged) * self.local
-        ok = torch.tensor([int(need <= free)], dtype=torch.int64)
-        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.group)
-        if not int(ok[0]):
+        ok = self._everyone(need <= free)
+        if not ok:
             self.broken = f"{self.root} has {free / 2**30:.1f} GiB free, a node needs {need / 2**30:.1f} GiB"
             self.log(f"dl-launcher: the memory tier is off for this run: {self.broken} on some node (4 x its "
                      "share of the state: two snapshots, its own and its buddy's); the job goes on with its checkpoints")
+        return ok
+
+    def _everyone(self, mine: bool) -> bool:
+        """Whether every rank of the tier says yes: one all-reduce (MIN) on the tier's group."""
+        import torch
+        import torch.distributed as dist
+
+        ok = torch.tensor([int(mine)], dtype=torch.int64)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.group)
         return bool(int(ok[0]))
 
     def wait(self, timeout: Optional[float] = None) -> None:
@@ -237,7 +237,6 @@ class MemoryTier:
                      "the job resumes from its newest settled snapshot or checkpoint")
 
     def _write_send_settle(self, step: int, staged: dict, fresh: bool) -> None:
-        import torch
         import torch.distributed as dist
 
         attempt = memory_store.attempt_for(self.generation, step)
@@ -254,9 +253,7 @@ class MemoryTier:
             held = header.get("step") == step and got is True
         # The one collective of a raw snapshot: once any rank passes it, every rank wrote its slot
         # and holds its buddy's bytes of step N, so the step is whole across the cluster.
-        ok = torch.tensor([int(chunks is not None and held)], dtype=torch.int64)
-        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.group)
-        if not int(ok[0]):
+        if not self._everyone(chunks is not None and held):
             self.slots.drop(step)  # a full save of step N stands in its place: two copies a node, not three
             own = memory_store.own_root(self.root, self.generation)
             tmp = shards.tmp_dir(own, step, attempt)

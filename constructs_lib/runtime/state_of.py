@@ -14,16 +14,17 @@ the reused answer equals that one leaf by leaf (the same tensors' storage, shape
 and placements; the same plain values; the same key order). Every CHECK_EVERY-th call is torch's
 again and checked the same way, and a model whose keys changed or an optimizer holding other
 parameters learns again from torch. Where the reuse does not hold (FSDP1's wrapper, which
-rewrites the optimizer's state; an optimizer with no state yet, which torch initializes;
-several optimizers), or once any check finds a difference, every call is torch's, and the
-difference is said once.
+rewrites the optimizer's state; several optimizers), or once any check finds a difference, every
+call is torch's, and the difference is said once. An optimizer with no state (SGD without
+momentum) gets torch's call too, and is tried again at each call.
 """
 from __future__ import annotations
 
-import math
 import sys
 import weakref
 from typing import Any, Callable, Optional
+
+from . import memory_raw
 
 CHECK_EVERY = 100  # every this many calls, torch's own answer, compared with the reused one
 
@@ -83,7 +84,10 @@ class StateOf:
         return {"model": msd, "optim": osd}
 
     def _learn(self, model: Any, optimizer: Any, torch_s: dict) -> None:
+        self._for = None
         why = _unsupported(model, optimizer)
+        if why is None and not optimizer.state:
+            return  # a stateless optimizer (torch's call makes every other one's state): learn at the next call
         if why is None:
             try:
                 self._for = (weakref.ref(model), weakref.ref(optimizer))
@@ -93,10 +97,7 @@ class StateOf:
                 got, why = None, f"the names could not be learned ({type(e).__name__}: {e})"
             if why is None:
                 why = "the learned names do not fit the model" if got is None else differs(got, torch_s)
-        if why is not None and not _lasting(why):
-            self._for = None  # learn at the next call
-        else:
-            self._settle(why)
+        self._settle(why)
 
     def _settle(self, why: Optional[str]) -> None:
         if why is not None:
@@ -132,18 +133,11 @@ def _unsupported(model: Any, optimizer: Any) -> Optional[str]:
 
     if not isinstance(optimizer, torch.optim.Optimizer):
         return "one optimizer only (torch.optim.Optimizer)"
-    if not optimizer.state:
-        return "the optimizer has no state yet (torch's call initializes it)"
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
     if FSDP.fsdp_modules(model):
         return "FSDP1 (FullyShardedDataParallel) rewrites the optimizer's state"
     return None
-
-
-def _lasting(why: str) -> bool:
-    """An optimizer with no state yet will have one: learn at the next call instead."""
-    return "no state yet" not in why
 
 
 def differs(a: Any, b: Any, at: str = "") -> Optional[str]:
@@ -172,7 +166,7 @@ def differs(a: Any, b: Any, at: str = "") -> Optional[str]:
     if isinstance(a, torch.Tensor):
         return None if _same_tensor(a, b) else f"{at}: another tensor than torch's"
     try:
-        same = bool(a == b) and (type(a) is not float or math.copysign(1.0, a) == math.copysign(1.0, b))
+        same = bool(memory_raw.same_value(a, b))
     except Exception:  # noqa: BLE001 - a value that cannot say whether it is equal is not known to be
         same = False
     return None if same else f"{at}: {a!r:.80} against torch's {b!r:.80}"
