@@ -9,7 +9,9 @@ died: materialize(), called by the supervisor between runs.
     <part root>/layout-F/__R.layout.json   rank R's layout fixed by the full save of step F
     <part root>/layout-F/__R.mark.json     what R's shard marker says besides its step and attempt
     <part root>/layout-F/.metadata         DCP's .metadata of that save (global rank 0 only)
-    <part root>/slots/__R.sI.raw           R's raw bytes of the step in slot I = step % 2
+    <part root>/slots/__R.sI.raw           R's raw bytes of the step in slot I (0 or 1: each write
+                                           goes over the slot not holding R's newest step, so that
+                                           it stays whole while the next is written, every K)
     <part root>/slots/__R.sI.stamp         {"step", "attempt", "layout": F, "size"}: written after
                                            the bytes, blanked before they are overwritten (one
                                            write in place of STAMP bytes: never half of one)
@@ -34,10 +36,6 @@ STAMP = 256
 _BLANK = b" " * STAMP
 _LAYOUT_DIR = re.compile(r"^layout-(\d{1,12})\Z", re.ASCII)
 _MAX_JSON = 64 << 20  # a mark or layout over this is not one a full save wrote
-
-
-def slot_of(step: int) -> int:
-    return step % SLOTS
 
 
 def _slots_dir(part_root: str) -> str:
@@ -73,23 +71,35 @@ def write_template(part_root: str, rank: int, layout: int, *, layout_json: str, 
 
 
 class Slots:
-    """One rank's two slot files under a part root, kept open: a snapshot is a pwritev, not a file."""
+    """One rank's two slot files under a part root, kept open: a snapshot is a pwritev, not a file.
+    This object is the slots' only writer (the rank's tier thread, or the link's reader for a
+    buddy's copy); it knows which step each slot holds from the stamps it wrote."""
 
     def __init__(self, part_root: str, rank: int) -> None:
         self.root, self.rank = part_root, rank
         self.fds: dict[tuple[int, str], int] = {}
+        self.holds = [_stamp_or_none(_stamp_path(part_root, rank, s)) for s in range(SLOTS)]
+
+    def _next(self, step: int) -> int:
+        """The slot a snapshot of `step` goes into: the one holding `step` already, else the one not
+        holding the newest step (by its number, not `step % 2`: with every=2 every step kept is odd,
+        and one slot would hold the settled step and be overwritten by the next)."""
+        steps = [h["step"] if h else -1 for h in self.holds]
+        return steps.index(step) if step in steps else steps.index(min(steps))
 
     def drop(self, step: int) -> None:
         """The slot `step` would use holds nothing any more (a full save of `step` stands in it)."""
-        s = slot_of(step)
+        s = self._next(step)
         os.pwrite(self._fd(s, "stamp"), _BLANK, 0)
+        self.holds[s] = None
         os.ftruncate(self._fd(s, "raw"), 0)
 
     def write(self, step: int, attempt: str, layout: int, chunks: Sequence[Any]) -> None:
-        """`chunks` (buffers) back to back as `step`'s bytes, in the slot of `step`."""
-        s = slot_of(step)
+        """`chunks` (buffers) back to back as `step`'s bytes, over the older slot."""
+        s = self._next(step)
         stamp = self._fd(s, "stamp")
         os.pwrite(stamp, _BLANK, 0)  # from here until the new stamp, the slot holds no step
+        self.holds[s] = None
         fd = self._fd(s, "raw")
         views = [memoryview(c).cast("B") for c in chunks]
         size = sum(v.nbytes for v in views)
@@ -100,8 +110,9 @@ class Slots:
             n = os.pwritev(fd, views[:1024], at)  # IOV_MAX
             at += n
             memory_raw.written(views, n)
-        text = json.dumps({"step": step, "attempt": attempt, "layout": layout, "size": size}).encode()
-        os.pwrite(stamp, text.ljust(STAMP), 0)
+        held = {"step": step, "attempt": attempt, "layout": layout, "size": size}
+        os.pwrite(stamp, json.dumps(held).encode().ljust(STAMP), 0)
+        self.holds[s] = held
 
     def _fd(self, slot: int, kind: str) -> int:
         fd = self.fds.get((slot, kind))
@@ -138,6 +149,29 @@ def _names(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) and len(x) < 256 for x in v)
 
 
+def _stamp(path: str) -> Optional[dict]:
+    """A slot's stamp: None when blank or absent (the slot holds no step). Raises ValueError on one
+    that is not a whole step, layout and size (a held slot's came from the buddy)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(STAMP + 1)
+    except FileNotFoundError:
+        return None
+    if not text.strip():
+        return None
+    st = json.loads(text) if len(text) <= STAMP else None
+    if not isinstance(st, dict) or not all(whole(st.get(k)) for k in ("step", "layout", "size")):
+        raise ValueError(f"slot stamp {os.path.basename(path)}: not whole step, layout and size")
+    return st
+
+
+def _stamp_or_none(path: str) -> Optional[dict]:
+    try:
+        return _stamp(path)
+    except ValueError:  # a slot that holds no step worth keeping: the next write goes over it
+        return None
+
+
 def materialize(part_root: str, step: int, attempt: str) -> Optional[str]:
     """The node part of `step` under `part_root` in a sharded save's form (step-N): as it is when a
     full save left it there, else made from every rank's slot of `step` stamped with this attempt,
@@ -147,28 +181,20 @@ def materialize(part_root: str, step: int, attempt: str) -> Optional[str]:
     final = os.path.join(part_root, name_for(step))
     if os.path.isdir(final):
         return final
-    slot = slot_of(step)
     sd = _slots_dir(part_root)
-    stamps = {}
+    stamps: dict[int, tuple[int, dict]] = {}  # rank: (its slot of `step`, the stamp)
     for n in os.listdir(sd) if os.path.isdir(sd) else []:
-        m = re.match(rf"^__(\d{{1,7}})\.s{slot}\.stamp\Z", n, re.ASCII)
-        if m:
-            with open(os.path.join(sd, n), "rb") as f:
-                text = f.read(STAMP + 1)
-            if not text.strip():
-                continue  # blank: this slot was being written
-            st = json.loads(text) if len(text) <= STAMP else None
-            if not isinstance(st, dict) or not all(whole(st.get(k)) for k in ("step", "layout", "size")):
-                raise ValueError(f"slot stamp {n}: not whole step, layout and size")
-            if st["step"] == step and st.get("attempt") == attempt:
-                stamps[int(m.group(1))] = st
+        m = re.match(rf"^__(\d{{1,7}})\.s([0-{SLOTS - 1}])\.stamp\Z", n, re.ASCII)
+        st = _stamp(os.path.join(sd, n)) if m else None  # None: blank, this slot was being written
+        if m and st and st["step"] == step and st.get("attempt") == attempt:
+            stamps[int(m.group(1))] = (int(m.group(2)), st)
     if not stamps:
         return None
     tmp = shards.tmp_dir(part_root, step, attempt)
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.join(tmp, shards.MARKERS))
     done = None
-    for rank, st in sorted(stamps.items()):
+    for rank, (slot, st) in sorted(stamps.items()):
         tdir = layout_dir(part_root, st["layout"])
         mark_path = os.path.join(tdir, f"__{rank}.mark.json")
         raw = raw_path(part_root, rank, slot)

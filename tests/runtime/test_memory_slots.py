@@ -51,6 +51,15 @@ def test_two_slots_keep_the_step_before_the_one_in_flight(tmp_path):
     assert memory_slots.materialize(str(tmp_path), 5, memory_store.attempt_for(GEN, 5)) is not None
 
 
+def test_a_snapshot_every_two_steps_still_keeps_the_one_before_in_flight(tmp_path):
+    """save_to_memory(every=2) keeps odd steps only: the slot is the older one, not step % 2."""
+    _part(tmp_path, steps=(3, 5))
+    assert memory_slots.materialize(str(tmp_path), 3, memory_store.attempt_for(GEN, 3)) is not None
+    memory_slots.Slots(str(tmp_path), 3).drop(7)  # step 7 is being written on one rank
+    assert memory_slots.materialize(str(tmp_path), 5, memory_store.attempt_for(GEN, 5)) is not None
+    assert memory_slots.materialize(str(tmp_path), 7, memory_store.attempt_for(GEN, 7)) is None
+
+
 def test_a_slot_of_another_generation_or_a_rank_short_is_not_this_step(tmp_path):
     _part(tmp_path)
     assert memory_slots.materialize(str(tmp_path), 4, memory_store.attempt_for("9", 4)) is None
