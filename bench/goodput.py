@@ -239,7 +239,7 @@ def main() -> int:
                     help="with --overhead: each run turns the tier on and off in blocks of B steps (ratio within one run)")
     ap.add_argument("--memory-every", type=int, default=1, metavar="K",
                     help="with --overhead: the tier snapshots every K steps (save_to_memory(..., every=K))")
-    ap.add_argument("--stub", choices=("exchange", "thread", "snapshot"),
+    ap.add_argument("--stub", choices=("exchange", "thread", "snapshot", "vote"),
                     help="with --overhead: where the cost goes, a part of the tier left out (bench/memory_step.py --stub)")
     ap.add_argument("--against", metavar="DIR",
                     help="with --overhead: also the tier of the code in DIR (e.g. `git archive <commit> | tar -x -C DIR`)")

@@ -28,10 +28,10 @@ p.add_argument("--every", type=int, default=10)
 p.add_argument("--width", type=int, default=256)
 p.add_argument("--alternate", type=int, default=0, metavar="B")
 p.add_argument("--memory-every", type=int, default=1, metavar="K", help="save_to_memory(..., every=K)")
-p.add_argument("--stub", choices=("exchange", "thread", "snapshot"),
+p.add_argument("--stub", choices=("exchange", "thread", "snapshot", "vote"),
                help="where the cost goes (measurement only: the tier then keeps nothing whole): exchange = no "
                     "buddy exchange; thread = the tier's thread does nothing; snapshot = save_to_memory does "
-                    "nothing (the state dict alone)")
+                    "nothing (the state dict alone); vote = a raw snapshot takes no collective (each rank's own yes)")
 p.add_argument("--torch-state", action="store_true",
                help="the state from torch's get_state_dict (the default: Checkpointer.state_of, where the code has it)")
 p.add_argument("--root", required=True)
@@ -69,6 +69,9 @@ if a.stub == "exchange":  # the link is made (a collective) and then left unused
     memory_tier.MemoryTier.__init__ = _unlinked
 elif a.stub == "thread":
     memory_tier.MemoryTier._write_send_settle = lambda self, *args: snapshots.append((0.0, 0.0))
+elif a.stub == "vote":  # the first full save fixes the layout; after it, no all-reduce a snapshot
+    _everyone = memory_tier.MemoryTier._everyone
+    memory_tier.MemoryTier._everyone = lambda self, mine: mine if self.fast is not None else _everyone(self, mine)
 elif a.stub == "snapshot":
     memory_tier.MemoryTier.snapshot = lambda self, step, state_dict: bool(snapshots.append((0.0, 0.0))) or True
 dist.init_process_group("gloo")
