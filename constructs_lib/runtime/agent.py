@@ -130,18 +130,29 @@ class NodeAgent:
             if not pending:
                 return None
             step, path = self._choose(pending)
-            if self.store.has_step(step):
-                record_pushed(step)
+            if not self._deliver(step, path):
                 return None
-            started = time.monotonic()
-            if shards.is_sharded(path):
-                self._push_part(path, step, started)
-            else:
-                cp = self.store.push(path, step)
-                record_pushed(step)
-                self.log(f"uploaded step {step} ({cp.total_bytes:,} bytes) in {time.monotonic() - started:.1f} s")
             self._prune(step)
             return step
+
+    def push(self, step: int, path: str) -> bool:
+        """This local save now, newest or not (between runs: a step kept from memory before a newer
+        one, which upload_once takes next); False when S3 has the step already."""
+        with upload_lock():
+            return self._deliver(step, path)
+
+    def _deliver(self, step: int, path: str) -> bool:
+        if self.store.has_step(step):
+            record_pushed(step)
+            return False
+        started = time.monotonic()
+        if shards.is_sharded(path):
+            self._push_part(path, step, started)
+        else:
+            cp = self.store.push(path, step)
+            record_pushed(step)
+            self.log(f"uploaded step {step} ({cp.total_bytes:,} bytes) in {time.monotonic() - started:.1f} s")
+        return True
 
     def _choose(self, pending: list[tuple[int, str]]) -> tuple[int, str]:
         """The newest pending save, except that a sharded step another node has begun to send comes

@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Optional
 
 from . import contract, memory_store, sharded_store, survivor
+from .agent import NodeAgent
 from .cluster import Plan
 
 OWNER_WAIT = 2.0  # seconds a holder waits for a buddy's gone record (detection measured 0.2-1.5 s)
@@ -53,7 +54,11 @@ def promote(*, plan: Plan, node: str, local_dir: str, store: Any, cluster: Any, 
                 ride(lambda: sharded_store.push_part(store, path, step, part), f"sending node {part['node_rank']}'s part")
                 ride(lambda: sharded_store.commit(store, step, part["attempt"]), f"committing step {step}")
 
+            def push_older(path: str, step: int) -> None:
+                agent = NodeAgent(store, local_dir, log=log)
+                ride(lambda: agent.push(step, path), f"sending step {step}")
+
             memory_store.promote(contract.memory_dir(), str(g), local_dir, newest_remote=remote,
-                                 owner_gone=owner_gone, push_held=push_held, log=log)
+                                 owner_gone=owner_gone, push_held=push_held, push_older=push_older, log=log)
     except OSError as e:  # a full disk or a vanished directory: the newest checkpoint still stands
         log(f"could not keep the step saved from memory: {type(e).__name__}: {e}")

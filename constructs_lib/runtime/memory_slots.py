@@ -172,6 +172,13 @@ def _stamp_or_none(path: str) -> Optional[dict]:
         return None
 
 
+def stamped_steps(part_root: str) -> set[int]:
+    """The steps some rank's slot under `part_root` holds, by their stamps."""
+    sd = _slots_dir(part_root)
+    names = [n for n in os.listdir(sd) if n.endswith(".stamp")] if os.path.isdir(sd) else []
+    return {st["step"] for n in names if (st := _stamp_or_none(os.path.join(sd, n)))}
+
+
 def materialize(part_root: str, step: int, attempt: str) -> Optional[str]:
     """The node part of `step` under `part_root` in a sharded save's form (step-N): as it is when a
     full save left it there, else made from every rank's slot of `step` stamped with this attempt,

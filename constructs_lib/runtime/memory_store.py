@@ -169,46 +169,61 @@ def clear(root: str) -> None:
 
 def promote(root: str, generation: str, local_dir: str, *, newest_remote: Optional[int],
             owner_gone: Callable[[int], bool], push_held: Callable[[str, int, dict], None],
-            log: Callable[[str], None]) -> Optional[int]:
-    """Between runs, after generation `generation` ended: the newest settled snapshot becomes this
-    node's part of `step-N` (pushed next like any save), and each held part whose owner is gone is
-    sent to S3 in its owner's place (push_held(path, step, part)). Nothing when the snapshot is no
-    newer than a checkpoint here or in S3. Returns the step, or None."""
+            push_older: Callable[[str, int], None], log: Callable[[str], None]) -> Optional[int]:
+    """Between runs, after generation `generation` ended: the newest settled snapshot, and the
+    next where this node holds it whole, become this node's saves step-N in `local_dir`, and each
+    held part of them whose owner is gone is sent to S3 in its owner's place (push_held(path, step,
+    part)). The newest is pushed next like any save; one kept before it is pushed here and now
+    (push_older(path, step)), as the supervisor's flush takes the newest only. Nothing older than a
+    checkpoint here or in S3. Returns the newest step kept, or None.
+
+    Why the next one too: the vote that settles step N returns on the ranks at slightly different
+    times, so a node that dies in between leaves some nodes marked N and others N-1; each node
+    sending both means every node sends the newest step any rank marked, and S3 takes a step only
+    with every node's part of its attempt. The next one is whole in S3 as well when every rank
+    wrote it and the dead node's copy arrived before it died: one step fewer lost."""
     step = settled(root, generation)
     if step is None:
         return None
+    own = own_root(root, generation)
+    later = sorted(s for s in memory_slots.stamped_steps(own) | _full_steps(own) if s > step)
     local = newest_local(local_dir)
-    if (newest_remote is not None and step <= newest_remote) or (local is not None and step <= local[0]):
-        return None
+    looked: dict[int, bool] = {}  # owner_gone may wait seconds for a live owner: once a node
+
+    def gone(node: int) -> bool:
+        if node not in looked:
+            looked[node] = owner_gone(node)
+        return looked[node]
+
+    kept = None
+    for s in [step, *later[:1]]:
+        if (newest_remote is not None and s <= newest_remote) or (local is not None and s <= local[0]):
+            continue
+        if _promote_step(root, generation, s, local_dir, gone, push_held,
+                         log if s == step else lambda line: None):  # the next step need not be here
+            if kept is not None:
+                push_older(os.path.join(local_dir, name_for(kept)), kept)
+            kept = s
+    return kept
+
+
+def _full_steps(part_root: str) -> set[int]:
+    return {s for n in os.listdir(part_root) if (s := step_of(n)) is not None} if os.path.isdir(part_root) else set()
+
+
+def _promote_step(root: str, generation: str, step: int, local_dir: str, owner_gone: Callable[[int], bool],
+                  push_held: Callable[[str, int, dict], None], log: Callable[[str], None]) -> bool:
     g = gen_root(root, generation)
     attempt = attempt_for(generation, step)
-    sent = []
-    for held in _held_dirs(g):
-        node = int(_HELD.match(os.path.basename(held)).group(1))  # type: ignore[union-attr]
-        try:
-            part_dir = memory_slots.materialize(held, step, attempt) or os.path.join(held, name_for(step))
-        except (ValueError, OSError) as e:  # a buddy's slot or template that does not hold together
-            log(f"node {node}'s copy of snapshot {step} cannot be read back: {e}")
-            continue
-        part = shards.node_part(part_dir) if os.path.isdir(part_dir) else None
-        if (part is not None and part["node_rank"] == node and part["attempt"] == attempt
-                and owner_gone(node)):
-            try:
-                dcp = memory_raw.dcp_copy(part_dir)
-            except ValueError as e:  # a buddy's raw part that does not hold together: S3's newest stands for it
-                log(f"node {node}'s part of snapshot {step} cannot be turned into its checkpoint files: {e}")
-                continue
-            push_held(dcp, step, part)
-            sent.append(node)
     try:
         own = memory_slots.materialize(own_root(root, generation), step, attempt) or os.path.join(g, "own", name_for(step))
     except (ValueError, OSError) as e:
         log(f"this node's part of snapshot {step} cannot be read back ({e}): resuming from S3's newest")
-        return None
+        return False
     mine = shards.node_part(own) if os.path.isdir(own) else None
     if mine is None or mine["attempt"] != attempt:
         log(f"snapshot {step} settled but this node's part of it is not whole here: resuming from S3's newest")
-        return None
+        return False
     tmp = os.path.join(local_dir, f".tmp-{name_for(step)}-memory")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -216,9 +231,31 @@ def promote(root: str, generation: str, local_dir: str, *, newest_remote: Option
     except ValueError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         log(f"this node's part of snapshot {step} cannot be turned into its checkpoint files ({e}): resuming from S3's newest")
-        return None
+        return False
+    sent = [node for held in _held_dirs(g) if (node := _push_held(held, step, attempt, owner_gone, push_held, log)) is not None]
     make_final(tmp, os.path.join(local_dir, name_for(step)), guard_uploads=True)
     log(f"step {step} kept in memory: sending this node's part" +
         (f" and node {', '.join(map(str, sent))}'s from the buddy copy" if sent else "") +
         "; the next generation resumes there once every node's part is in S3")
-    return step
+    return True
+
+
+def _push_held(held: str, step: int, attempt: str, owner_gone: Callable[[int], bool],
+               push_held: Callable[[str, int, dict], None], log: Callable[[str], None]) -> Optional[int]:
+    """The copy of a buddy's part of `step` sent in its owner's place, if the owner is gone: its node."""
+    node = int(_HELD.match(os.path.basename(held)).group(1))  # type: ignore[union-attr]
+    try:
+        part_dir = memory_slots.materialize(held, step, attempt) or os.path.join(held, name_for(step))
+    except (ValueError, OSError) as e:  # a buddy's slot or template that does not hold together
+        log(f"node {node}'s copy of snapshot {step} cannot be read back: {e}")
+        return None
+    part = shards.node_part(part_dir) if os.path.isdir(part_dir) else None
+    if part is None or part["node_rank"] != node or part["attempt"] != attempt or not owner_gone(node):
+        return None
+    try:
+        dcp = memory_raw.dcp_copy(part_dir)
+    except ValueError as e:  # a buddy's raw part that does not hold together: S3's newest stands for it
+        log(f"node {node}'s part of snapshot {step} cannot be turned into its checkpoint files: {e}")
+        return None
+    push_held(dcp, step, part)
+    return node

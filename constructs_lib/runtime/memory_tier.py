@@ -19,9 +19,10 @@ Per raw snapshot that is no directory, marker, rename or listing, and one collec
 point-to-point calls (bench/goodput.py --overhead).
 
 When a node dies, each survivor holds its own part of the newest settled step and a copy of its
-buddy's; between runs the supervisor makes node parts of them (memory_slots.materialize), sends
-them to S3 (memory_store.promote), and the next generation resumes there through the ordinary
-sharded restore. Steps lost: the one in flight and at most the one whose snapshot had not settled.
+buddy's; between runs the supervisor makes node parts of them (memory_slots.materialize), and of
+the next step where they are whole here, sends them to S3 (memory_store.promote), and the next
+generation resumes from the newer one whole there through the ordinary sharded restore. Steps
+lost: the one in flight and at most the one whose snapshot had not reached S3 from every node.
 A snapshot's attempt is fixed by its generation and step (memory_store.attempt_for) and differs
 from every periodic save's: S3 merges parts of one attempt only, and a slot's stamp names its
 step and attempt, so a stale copy from another generation or step is never mixed in.

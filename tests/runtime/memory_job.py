@@ -1,7 +1,9 @@
 """One rank of a tiny FSDP2 job with the memory tier on (tests/runtime/test_memory_tier.py runs
 2 nodes x 2 ranks of it). Rank 0 records the whole model after every step, as the reference a
 snapshot must equal. With --die-at K, the second node's ranks wait for their snapshot of K-1 and
-then kill themselves mid-step K: a node that dies without a word. With --uneven N, rank 3 alone
+then kill themselves mid-step K: a node that dies without a word. With --die-in-vote K, they die
+in the tier's vote of step K instead, after writing, sending and receiving it: the other node holds
+K whole but never marks it settled. With --uneven N, rank 3 alone
 finds its state changed at step N (as if its items had changed size): the other ranks have
 written and finished their raw parts by then, node 0's part complete, and every rank must drop
 them for a full save. With --no-listen-on R, rank R cannot open the tier's port: every rank must
@@ -21,6 +23,7 @@ from constructs_lib.runtime import Checkpointer
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=8)
 p.add_argument("--die-at", type=int, default=-1)
+p.add_argument("--die-in-vote", type=int, default=-1)
 p.add_argument("--uneven", type=int, default=-1)
 p.add_argument("--no-listen-on", type=int, default=-1, help="this rank cannot open the tier's port")
 p.add_argument("--reference", required=True)
@@ -33,6 +36,17 @@ if int(os.environ["RANK"]) == a.no_listen_on:
 
     memory_link.socket.create_server = _refused
 now = [0]
+if a.die_in_vote >= 0 and os.environ["GROUP_RANK"] == "1":
+    from constructs_lib.runtime import memory_tier
+
+    _settle = memory_tier.MemoryTier._write_send_settle
+
+    def _dies_in_vote(self, step, staged, fresh):
+        if step == a.die_in_vote:
+            self._everyone = lambda mine: os.kill(os.getpid(), signal.SIGKILL)
+        return _settle(self, step, staged, fresh)
+
+    memory_tier.MemoryTier._write_send_settle = _dies_in_vote
 if a.uneven >= 0 and os.environ["RANK"] == "3":
     from constructs_lib.runtime import memory_tier
 
@@ -73,5 +87,7 @@ for step in range(a.steps):
     # "note" grows at steps 3 and 6: its pickled size changes, so those snapshots are full DCP
     # saves (a new layout) and the others raw in the layout of the last full one.
     ckpt.save_to_memory(step, {"model": msd, "optim": osd, "meta": {"note": str(step % 10) + "x" * (step // 3)}})
+    if step == a.die_in_vote and int(os.environ["GROUP_RANK"]) == 1:
+        ckpt.wait()  # the tier's thread kills this process in the vote
 ckpt.wait()
 dist.destroy_process_group()

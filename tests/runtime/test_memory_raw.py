@@ -95,7 +95,8 @@ def test_promote_sends_no_held_part_that_cannot_be_turned_into_files(tmp_path):
     memory_store.settle(str(mem), gen, step)
     sent, lines = [], []
     got = memory_store.promote(str(mem), gen, str(tmp_path / "ckpt"), newest_remote=None, owner_gone=lambda n: True,
-                               push_held=lambda p, s, part: sent.append(part), log=lines.append)
+                               push_held=lambda p, s, part: sent.append(part), push_older=lambda *a: None,
+                               log=lines.append)
     assert got == step and sent == [], lines
     assert any("node 1's part of snapshot 4 cannot be turned" in line for line in lines)
     mine = tmp_path / "ckpt" / f"step-{step:012d}"

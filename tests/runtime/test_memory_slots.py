@@ -102,7 +102,7 @@ def test_promote_leaves_a_held_copy_that_does_not_hold_together_and_sends_its_ow
     lines: list[str] = []
     step = memory_store.promote(str(mem), GEN, str(tmp_path / "ckpt"), newest_remote=None, owner_gone=lambda n: True,
                                 push_held=lambda *a: pytest.fail("a copy that does not hold together was sent"),
-                                log=lines.append)
+                                push_older=lambda *a: None, log=lines.append)
     assert any("node 1's copy of snapshot 4 cannot be read back" in ln for ln in lines), lines
     assert step == 4 and (tmp_path / "ckpt" / "step-000000000004").is_dir(), "its own part goes on"
 

@@ -68,7 +68,8 @@ def test_a_dead_nodes_shards_come_back_from_its_buddy_equal_to_the_step(store, t
         assert commit(store, step, part["attempt"]) is None, "node 0's own part is not there yet"
 
     step = memory_store.promote(str(mem), "3", str(local), newest_remote=None, owner_gone=lambda n: n == 1,
-                                push_held=push_held, log=lambda m: None)
+                                push_held=push_held, push_older=lambda *a: pytest.fail("no step after 4"),
+                                log=lambda m: None)
     assert step == 4 and sent == [1]
     # Step 4 was written raw in the layout of step 3's full save (its note grew there): promote made
     # node 0's part and its copy of node 1's from their slots, and to_dcp turned them into DCP's files.
@@ -92,6 +93,38 @@ def test_a_dead_nodes_shards_come_back_from_its_buddy_equal_to_the_step(store, t
     assert restored.keys() == want.keys()
     for k in want:
         assert torch.equal(restored[k], want[k]), f"{k} is not step 4's"
+
+
+def test_a_node_that_dies_in_the_vote_leaves_the_step_it_sent_whole_and_it_is_kept(store, tmp_path, monkeypatch):
+    """Node 1 wrote, sent and received step 5, then died in its vote: node 0 never marks 5 settled,
+    but holds it whole (its own part and node 1's copy), so it sends 5 as well as the settled 4."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    codes = _run_job(tmp_path, die_at=-1, extra=("--die-in-vote", "5"))
+    assert codes[2:] == [-9, -9] and codes[:2] == [1, 1], codes
+    mem = tmp_path / "node-0" / "mem"
+    assert memory_store.settled(str(mem), "3") == 4, "the vote on 5 never passed"
+    local = tmp_path / "node-0" / "ckpt"
+    monkeypatch.setenv("DL_RUN_DIR", str(tmp_path / "node-0" / "run"))
+    sent: list[int] = []
+    asked: list[int] = []
+
+    def push_held(path: str, step: int, part: dict) -> None:
+        push_part(store, path, step, part)
+        sent.append(step)
+
+    agent = NodeAgent(store, str(local), log=lambda m: None)
+    step = memory_store.promote(str(mem), "3", str(local), newest_remote=None, owner_gone=lambda n: asked.append(n) or True,
+                                push_held=push_held, push_older=lambda path, s: agent.push(s, path), log=lambda m: None)
+    assert step == 5 and sent == [4, 5] and asked == [1], (step, sent, asked)
+    assert store.has_step(4), "step 4 went before the supervisor's flush: a node marked 4 only sends 4"
+    assert agent.upload_once() == 5 and store.has_step(5)
+    got = store.pull(str(tmp_path / "restored"), 5)
+    assert got is not None
+    dcp_to_torch_save(got[1], str(tmp_path / "whole.pt"))
+    restored = torch.load(tmp_path / "whole.pt", weights_only=False)["model"]
+    want = torch.load(tmp_path / "ref" / "step-5.pt")
+    assert all(torch.equal(restored[k], want[k]) for k in want), "step 5 exactly: no step lost"
 
 
 def test_a_rank_that_cannot_open_the_tiers_port_turns_the_tier_off_everywhere_and_training_goes_on(tmp_path):
@@ -140,7 +173,7 @@ def test_a_copy_of_another_attempt_is_never_sent_for_this_step(tmp_path):
     memory_store.settle(str(mem), "3", 4)
     pushed: list = []
     memory_store.promote(str(mem), "3", str(tmp_path / "ckpt"), newest_remote=None, owner_gone=lambda n: True,
-                         push_held=lambda *a: pushed.append(a), log=lambda m: None)
+                         push_held=lambda *a: pushed.append(a), push_older=lambda *a: None, log=lambda m: None)
     assert pushed == [], "fenced by generation and step: never mixed into generation 3's step 4"
 
 
@@ -149,7 +182,7 @@ def test_a_snapshot_no_newer_than_s3_is_left_and_a_live_owners_copy_is_not_sent(
     _held_part(mem, 4, memory_store.attempt_for("3", 4))
     memory_store.settle(str(mem), "3", 4)
     pushed: list = []
-    args = dict(owner_gone=lambda n: False, push_held=lambda *a: pushed.append(a), log=lambda m: None)
+    args = dict(owner_gone=lambda n: False, push_held=lambda *a: pushed.append(a), push_older=lambda *a: None, log=lambda m: None)
     assert memory_store.promote(str(mem), "3", str(tmp_path / "ckpt"), newest_remote=4, **args) is None
     memory_store.promote(str(mem), "3", str(tmp_path / "ckpt"), newest_remote=3, **args)
     assert pushed == [], "the owner is alive: it sends its own part"
