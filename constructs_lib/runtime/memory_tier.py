@@ -88,7 +88,10 @@ class MemoryTier:
         by_node = dict(domains)
         self.order = ring([by_node[n] for n in range(self.nodes)])
         self.send_node, self.recv_node = neighbours(self.order, node_rank)
-        self.planner = DefaultSavePlanner(dedup_save_to_lowest_rank=True, enable_plan_caching=True)
+        # No plan caching: DCP keeps it per process, so after an in-process restart a survivor sent
+        # a plan "unchanged" to a coordinator new to the job, whose save then failed. Full saves are
+        # rare here (the first snapshot, a changed layout); raw snapshots plan nothing.
+        self.planner = DefaultSavePlanner(dedup_save_to_lowest_rank=True)
         self.staged: Optional[dict] = None
         # From the last full save (of step layout_step): this rank's layout (memory_raw), where its
         # items come from, and the template its raw snapshots need to become a node part.

@@ -127,6 +127,33 @@ def test_a_node_that_dies_in_the_vote_leaves_the_step_it_sent_whole_and_it_is_ke
     assert all(torch.equal(restored[k], want[k]) for k in want), "step 5 exactly: no step lost"
 
 
+def test_after_an_in_process_restart_the_tier_saves_with_a_coordinator_new_to_the_job(tmp_path):
+    """torch's DCP caches save plans per process; a survivor whose cache is warm from generation 1
+    sent an empty plan to generation 2's new coordinator, whose save then failed (and the tier
+    stopped for the run) before the tier stopped asking DCP to cache."""
+    ports = [str(free_port()), str(free_port())]
+    job = Path(__file__).with_name("tier_restart_job.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DL_")} | {"PYTHONPATH": str(ROOT)}
+
+    def start(role: str) -> subprocess.Popen:
+        err = open(tmp_path / f"{role}.err", "wb")
+        return subprocess.Popen([sys.executable, str(job), role, "--ports", *ports, "--root", str(tmp_path)],
+                                env=env, stdout=subprocess.DEVNULL, stderr=err)
+
+    procs = [start("survivor"), start("gone")]
+    try:
+        assert procs[1].wait(timeout=120) == 0, (tmp_path / "gone.err").read_text()[-3000:]
+        procs.append(start("new"))
+        codes = [p.wait(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    logs = {r: (tmp_path / f"{r}.err").read_text() for r in ("survivor", "gone", "new")}
+    assert codes == [0, 0, 0] and not any("memory tier" in t for t in logs.values()), logs
+    for node, role in ((0, "new"), (1, "survivor")):
+        assert memory_store.settled(str(tmp_path / f"node-{node}-{role}" / "mem"), "2") == 21, logs
+
+
 def test_a_rank_that_cannot_open_the_tiers_port_turns_the_tier_off_everywhere_and_training_goes_on(tmp_path):
     codes = _run_job(tmp_path, die_at=-1, extra=("--no-listen-on", "3"))
     assert codes == [0, 0, 0, 0], codes
