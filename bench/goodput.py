@@ -182,6 +182,7 @@ def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None
     runs: dict[str, list[dict]] = {k: [] for k in kinds}
     extra = (["--alternate", str(alternate), "--steps", str(12 * alternate)] if alternate else []) + [
         "--memory-every", str(every)] + (["--stub", stub] if stub else [])
+    left_out = 0
     for i in range(pairs):
         for kind in kinds:
             root = Path(tempfile.mkdtemp(prefix="dl-overhead-"))
@@ -196,9 +197,19 @@ def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None
             if out.returncode or not lines:
                 print(out.stderr[-3000:], file=sys.stderr)
                 return 1
-            runs[kind].append(json.loads(lines[-1]))
-            print(f"round {i + 1} {kind}: {json.dumps(runs[kind][-1])}", flush=True)
+            got = json.loads(lines[-1])
+            if kind != "without" and "snapshot_cpu" not in got:  # the tier was off: this round measures nothing
+                why = [ln for ln in out.stderr.splitlines() if "memory tier" in ln] or out.stderr.splitlines()[-3:]
+                print(f"round {i + 1}: left out, the tier of the {kind!r} run took no snapshot: {' | '.join(why)}", flush=True)
+                left_out += 1
+                for k in kinds:
+                    del runs[k][i - left_out + 1:]
+                break
+            runs[kind].append(got)
+            print(f"round {i + 1} {kind}: {json.dumps(got)}", flush=True)
     print()
+    if left_out:
+        print(f"{left_out} of {pairs} rounds left out (the tier off in one of their runs)")
     for kind in [k for k in kinds if k != "without"]:
         rs = runs[kind]
         if alternate:
@@ -208,7 +219,7 @@ def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None
             off = statistics.median(r["step"] for r in runs["without"])
             ratios = [b["step"] / a["step"] for a, b in zip(runs["without"], rs)]
         on = statistics.median(r["step_on" if alternate else "step"] for r in rs)
-        ms = {k: statistics.median(r[k] for r in rs) * 1000 for k in ("snapshot_cpu", "snapshot_wall", "state_dict", "save_call")}
+        ms = {k: statistics.median(r.get(k, 0.0) for r in rs) * 1000 for k in ("snapshot_cpu", "snapshot_wall", "state_dict", "save_call")}
         label = "the tier of " + against if kind == "against" else "the memory tier" + (f" (stub: {stub})" if stub else "")
         how = ("every step" if every == 1 else f"every {every} steps") + (
             f", in alternating blocks of {alternate} steps" if alternate else "")
