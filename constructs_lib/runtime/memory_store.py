@@ -199,12 +199,31 @@ def promote(root: str, generation: str, local_dir: str, *, newest_remote: Option
     for s in [step, *later[:1]]:
         if (newest_remote is not None and s <= newest_remote) or (local is not None and s <= local[0]):
             continue
+        if s != step and not _held_whole(root, generation, s, gone):
+            break  # a gone owner's only copy lacks it: no node can make it whole in S3, so send nothing of it
         if _promote_step(root, generation, s, local_dir, gone, push_held,
                          log if s == step else lambda line: None):  # the next step need not be here
             if kept is not None:
                 push_older(os.path.join(local_dir, name_for(kept)), kept)
             kept = s
     return kept
+
+
+def _held_whole(root: str, generation: str, step: int, owner_gone: Callable[[int], bool]) -> bool:
+    """Whether each copy this node holds for an owner that is gone has `step` whole."""
+    attempt = attempt_for(generation, step)
+    for held in _held_dirs(gen_root(root, generation)):
+        node = int(_HELD.match(os.path.basename(held)).group(1))  # type: ignore[union-attr]
+        if not owner_gone(node):
+            continue
+        try:
+            part_dir = memory_slots.materialize(held, step, attempt) or os.path.join(held, name_for(step))
+        except (ValueError, OSError):
+            return False
+        part = shards.node_part(part_dir) if os.path.isdir(part_dir) else None
+        if part is None or part["node_rank"] != node or part["attempt"] != attempt:
+            return False
+    return True
 
 
 def _full_steps(part_root: str) -> set[int]:

@@ -3,7 +3,8 @@
 snapshot must equal. With --die-at K, the second node's ranks wait for their snapshot of K-1 and
 then kill themselves mid-step K: a node that dies without a word. With --die-in-vote K, they die
 in the tier's vote of step K instead, after writing, sending and receiving it: the other node holds
-K whole but never marks it settled. With --uneven N, rank 3 alone
+K whole but never marks it settled. With --die-before-send K, they die as their snapshot of K
+begins: the other node writes its own part of K, but its copy of theirs never comes. With --uneven N, rank 3 alone
 finds its state changed at step N (as if its items had changed size): the other ranks have
 written and finished their raw parts by then, node 0's part complete, and every rank must drop
 them for a full save. With --no-listen-on R, rank R cannot open the tier's port: every rank must
@@ -24,6 +25,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=8)
 p.add_argument("--die-at", type=int, default=-1)
 p.add_argument("--die-in-vote", type=int, default=-1)
+p.add_argument("--die-before-send", type=int, default=-1)
 p.add_argument("--uneven", type=int, default=-1)
 p.add_argument("--no-listen-on", type=int, default=-1, help="this rank cannot open the tier's port")
 p.add_argument("--reference", required=True)
@@ -36,17 +38,19 @@ if int(os.environ["RANK"]) == a.no_listen_on:
 
     memory_link.socket.create_server = _refused
 now = [0]
-if a.die_in_vote >= 0 and os.environ["GROUP_RANK"] == "1":
+if max(a.die_in_vote, a.die_before_send) >= 0 and os.environ["GROUP_RANK"] == "1":
     from constructs_lib.runtime import memory_tier
 
     _settle = memory_tier.MemoryTier._write_send_settle
 
-    def _dies_in_vote(self, step, staged, fresh):
+    def _dies_in_snapshot(self, step, staged, fresh):
+        if step == a.die_before_send:
+            os.kill(os.getpid(), signal.SIGKILL)
         if step == a.die_in_vote:
             self._everyone = lambda mine: os.kill(os.getpid(), signal.SIGKILL)
         return _settle(self, step, staged, fresh)
 
-    memory_tier.MemoryTier._write_send_settle = _dies_in_vote
+    memory_tier.MemoryTier._write_send_settle = _dies_in_snapshot
 if a.uneven >= 0 and os.environ["RANK"] == "3":
     from constructs_lib.runtime import memory_tier
 
@@ -87,7 +91,7 @@ for step in range(a.steps):
     # "note" grows at steps 3 and 6: its pickled size changes, so those snapshots are full DCP
     # saves (a new layout) and the others raw in the layout of the last full one.
     ckpt.save_to_memory(step, {"model": msd, "optim": osd, "meta": {"note": str(step % 10) + "x" * (step // 3)}})
-    if step == a.die_in_vote and int(os.environ["GROUP_RANK"]) == 1:
-        ckpt.wait()  # the tier's thread kills this process in the vote
+    if step in (a.die_in_vote, a.die_before_send) and int(os.environ["GROUP_RANK"]) == 1:
+        ckpt.wait()  # the tier's thread kills this process
 ckpt.wait()
 dist.destroy_process_group()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from constructs_lib.runtime import contract, memory_raw, memory_store, shards
+from constructs_lib.runtime import contract, memory_raw, memory_slots, memory_store, shards
 from constructs_lib.runtime.agent import NodeAgent
 from constructs_lib.runtime.memory_tier import neighbours, ring
 from constructs_lib.runtime.sharded_store import commit, push_part
@@ -125,6 +125,21 @@ def test_a_node_that_dies_in_the_vote_leaves_the_step_it_sent_whole_and_it_is_ke
     restored = torch.load(tmp_path / "whole.pt", weights_only=False)["model"]
     want = torch.load(tmp_path / "ref" / "step-5.pt")
     assert all(torch.equal(restored[k], want[k]) for k in want), "step 5 exactly: no step lost"
+
+
+def test_the_step_after_the_settled_one_is_not_sent_when_the_dead_nodes_copy_of_it_never_came(tmp_path):
+    """Node 1 died as its snapshot of 5 began: node 0 wrote its own part of 5, but no copy of node
+    1's came, so no node can make 5 whole in S3; node 0 sends 4 only (not twice the state)."""
+    codes = _run_job(tmp_path, die_at=-1, extra=("--die-before-send", "5"))
+    assert codes[2:] == [-9, -9] and codes[:2] == [1, 1], codes
+    mem = tmp_path / "node-0" / "mem"
+    assert memory_store.settled(str(mem), "3") == 4
+    assert 5 in memory_slots.stamped_steps(memory_store.own_root(str(mem), "3")), "node 0's own part of 5 is here"
+    sent: list[int] = []
+    step = memory_store.promote(str(mem), "3", str(tmp_path / "ckpt"), newest_remote=None, owner_gone=lambda n: True,
+                                push_held=lambda path, s, part: sent.append(s),
+                                push_older=lambda *a: pytest.fail("nothing kept after 4"), log=lambda m: None)
+    assert step == 4 and sent == [4] and sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step-000000000004"]
 
 
 def test_after_an_in_process_restart_the_tier_saves_with_a_coordinator_new_to_the_job(tmp_path):
