@@ -213,17 +213,30 @@ def _held_whole(root: str, generation: str, step: int, owner_gone: Callable[[int
     """Whether each copy this node holds for an owner that is gone has `step` whole."""
     attempt = attempt_for(generation, step)
     for held in _held_dirs(gen_root(root, generation)):
-        node = int(_HELD.match(os.path.basename(held)).group(1))  # type: ignore[union-attr]
+        node = _held_node(held)
         if not owner_gone(node):
             continue
         try:
-            part_dir = memory_slots.materialize(held, step, attempt) or os.path.join(held, name_for(step))
+            if _held_copy(held, node, step, attempt) is None:
+                return False
         except (ValueError, OSError):
             return False
-        part = shards.node_part(part_dir) if os.path.isdir(part_dir) else None
-        if part is None or part["node_rank"] != node or part["attempt"] != attempt:
-            return False
     return True
+
+
+def _held_node(held: str) -> int:
+    return int(_HELD.match(os.path.basename(held)).group(1))  # type: ignore[union-attr]
+
+
+def _held_copy(held: str, node: int, step: int, attempt: str) -> Optional[tuple[str, dict]]:
+    """Node `node`'s part of `step` in its copy here, made from the slots if need be: (its path, its
+    part), or None when it is not whole here. Raises ValueError or OSError on a buddy's slot or
+    template that does not hold together."""
+    part_dir = memory_slots.materialize(held, step, attempt) or os.path.join(held, name_for(step))
+    part = shards.node_part(part_dir) if os.path.isdir(part_dir) else None
+    if part is None or part["node_rank"] != node or part["attempt"] != attempt:
+        return None
+    return part_dir, part
 
 
 def _full_steps(part_root: str) -> set[int]:
@@ -262,15 +275,15 @@ def _promote_step(root: str, generation: str, step: int, local_dir: str, owner_g
 def _push_held(held: str, step: int, attempt: str, owner_gone: Callable[[int], bool],
                push_held: Callable[[str, int, dict], None], log: Callable[[str], None]) -> Optional[int]:
     """The copy of a buddy's part of `step` sent in its owner's place, if the owner is gone: its node."""
-    node = int(_HELD.match(os.path.basename(held)).group(1))  # type: ignore[union-attr]
+    node = _held_node(held)
     try:
-        part_dir = memory_slots.materialize(held, step, attempt) or os.path.join(held, name_for(step))
+        copy = _held_copy(held, node, step, attempt)
     except (ValueError, OSError) as e:  # a buddy's slot or template that does not hold together
         log(f"node {node}'s copy of snapshot {step} cannot be read back: {e}")
         return None
-    part = shards.node_part(part_dir) if os.path.isdir(part_dir) else None
-    if part is None or part["node_rank"] != node or part["attempt"] != attempt or not owner_gone(node):
+    if copy is None or not owner_gone(node):
         return None
+    part_dir, part = copy
     try:
         dcp = memory_raw.dcp_copy(part_dir)
     except ValueError as e:  # a buddy's raw part that does not hold together: S3's newest stands for it

@@ -64,7 +64,7 @@ class StateOf:
         """The state from the names learned, or None where they no longer fit (learn again)."""
         if not optimizer.state or len(optimizer.param_groups) == 0:
             return None
-        params = [p for g in optimizer.param_groups for p in g["params"]]
+        params = _params_of(optimizer)
         if len(params) != len(self._params) or any(a is not b() for a, b in zip(params, self._params)):
             return None
         raw = model.state_dict()
@@ -115,7 +115,7 @@ class StateOf:
 
         self._keys = tuple(model.state_dict())
         self._rename = {k: f for k in self._keys if (f := canonical(k)) != k}
-        params = [p for g in optimizer.param_groups for p in g["params"]]
+        params = _params_of(optimizer)
         self._params = tuple(weakref.ref(p) for p in params)
         index = {id(p): i for i, p in enumerate(params)}
         names: list[Optional[str]] = [None] * len(params)
@@ -125,6 +125,11 @@ class StateOf:
         if any(n is None for n in names):
             raise ValueError("the optimizer holds a parameter the model does not name")
         self._names = names  # type: ignore[assignment]
+
+
+def _params_of(optimizer: Any) -> list:
+    """The optimizer's parameters in its own order, the order its state_dict() indexes them in."""
+    return [p for g in optimizer.param_groups for p in g["params"]]
 
 
 def _unsupported(model: Any, optimizer: Any) -> Optional[str]:
