@@ -32,7 +32,8 @@ notice costs no step either way: bench/drill_recovery.py.) Reported:
         4 ranks only, no drill around them) without and with the tier, interleaved, 5 rounds;
         --against DIR also runs the tier of the code in DIR each round (before against after);
         --alternate B: each run turns the tier on and off in blocks of B steps, the ratio within it;
-        --memory-every K: a snapshot every K steps; --stub PART: that part of the tier left out
+        --memory-every K: a snapshot every K steps; --stub PART: that part of the tier left out;
+        --ranks-per-node 1: 2 nodes x 1 rank (no more ranks than a 2-core machine's cores)
 """
 from __future__ import annotations
 
@@ -170,11 +171,12 @@ def run(keep: bool, kills: int, interval: float, every: int, node_periods: bool 
 
 
 def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None, alternate: int = 0,
-             every: int = 1, stub: Optional[str] = None) -> int:
+             every: int = 1, stub: Optional[str] = None, local: int = 2) -> int:
     """Interleaved runs of bench/memory_step.py without and with the memory tier; ratios of medians.
     With `against` (a copy of another commit's tree), each round also runs the tier of that code.
     With `alternate` B, each run turns the tier on and off in blocks of B steps and the ratio is
-    its own on blocks against its off blocks (no separate run without the tier)."""
+    its own on blocks against its off blocks (no separate run without the tier). `local`: ranks per
+    node of the job's 2 nodes (2: 4 ranks on this machine's cores)."""
     import shutil
     import subprocess
 
@@ -186,8 +188,9 @@ def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None
     for i in range(pairs):
         for kind in kinds:
             root = Path(tempfile.mkdtemp(prefix="dl-overhead-"))
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-                   str(ROOT / "bench" / "memory_step.py"), "--sleep", str(sleep), "--width", str(width), "--root", str(root)]
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(2 * local),
+                   str(ROOT / "bench" / "memory_step.py"), "--per-node", str(local), "--sleep", str(sleep),
+                   "--width", str(width), "--root", str(root)]
             code = against if kind == "against" else str(ROOT)
             out = subprocess.run(cmd + (["--memory"] + extra if kind != "without" else []), capture_output=True,
                                  text=True, timeout=900, cwd=ROOT, env={**os.environ, "PYTHONPATH": code})
@@ -220,13 +223,16 @@ def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None
             ratios = [b["step"] / a["step"] for a, b in zip(runs["without"], rs)]
         on = statistics.median(r["step_on" if alternate else "step"] for r in rs)
         ms = {k: statistics.median(r.get(k, 0.0) for r in rs) * 1000 for k in ("snapshot_cpu", "snapshot_wall", "state_dict", "save_call")}
+        parts = "; ".join(f"{p} +{statistics.median(r[p + '_on'] - r[p] for r in rs) * 1000:.2f} ms"
+                          for p in ("compute", "saves") if alternate and all(p in r for r in rs))
         label = "the tier of " + against if kind == "against" else "the memory tier" + (f" (stub: {stub})" if stub else "")
         how = ("every step" if every == 1 else f"every {every} steps") + (
             f", in alternating blocks of {alternate} steps" if alternate else "")
         print(f"median step: {off * 1000:.1f} ms without, {on * 1000:.1f} ms with {label} ({how}): "
               f"median ratio {statistics.median(ratios):.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f}x); "
               f"the tier's thread {ms['snapshot_cpu']:.1f} ms CPU, {ms['snapshot_wall']:.0f} ms wall per snapshot; "
-              f"on the training thread the state dict {ms['state_dict']:.2f} ms, save_to_memory {ms['save_call']:.1f} ms")
+              f"on the training thread the state dict {ms['state_dict']:.2f} ms, save_to_memory {ms['save_call']:.1f} ms"
+              + (f"; the step's parts, on blocks against off (median of rounds): {parts}" if parts else ""))
     return 0
 
 
@@ -250,6 +256,8 @@ def main() -> int:
                     help="with --overhead: each run turns the tier on and off in blocks of B steps (ratio within one run)")
     ap.add_argument("--memory-every", type=int, default=1, metavar="K",
                     help="with --overhead: the tier snapshots every K steps (save_to_memory(..., every=K))")
+    ap.add_argument("--ranks-per-node", type=int, default=2, choices=(1, 2),
+                    help="with --overhead: ranks per node of the 2 (2: 4 ranks share this machine's cores; 1: a core each)")
     ap.add_argument("--stub", choices=("exchange", "thread", "snapshot", "vote"),
                     help="with --overhead: where the cost goes, a part of the tier left out (bench/memory_step.py --stub)")
     ap.add_argument("--against", metavar="DIR",
@@ -260,7 +268,7 @@ def main() -> int:
     if a.alternate and a.alternate < 5:
         ap.error(f"--alternate {a.alternate}: blocks of at least 5 steps (the first two of each are not counted)")
     if a.overhead:
-        return overhead(a.overhead, a.sleep, a.fsdp or 256, a.against, a.alternate, a.memory_every, a.stub)
+        return overhead(a.overhead, a.sleep, a.fsdp or 256, a.against, a.alternate, a.memory_every, a.stub, a.ranks_per_node)
     results = {}
     for keep in (False, True):  # --inprocess: keep_on_failure both times, in-process the second
         results[keep] = run(keep or a.inprocess, a.kills, a.interval, a.every, a.node_periods, a.fsdp, a.sleep,

@@ -1,10 +1,13 @@
 """One rank of the step-time harness of `bench/goodput.py --overhead`: the sharded drill's FSDP2
-model (gloo on CPU), 4 ranks standing for 2 nodes x 2 (run by torchrun --nproc-per-node 4), an
-async sharded save every --every steps (the S3-only baseline: the node agent's upload is not part
-of a step), and with --memory the memory tier every step. Each step is --sleep seconds of idle
+model (gloo on CPU), 4 ranks standing for 2 nodes x 2 (run by torchrun --nproc-per-node 4; with
+--per-node 1, 2 ranks for 2 x 1), an async sharded save every --every steps (the S3-only
+baseline: the node agent's upload is not part of a step), and with --memory the memory tier
+every step. Each step is --sleep seconds of idle
 CPU (the accelerator's work) after its CPU work, then the saves. Rank 0 prints one JSON line: the
 median step time, the process's CPU per step (every thread) and, with --memory, the tier thread's
-median CPU and wall time per snapshot.
+median CPU and wall time per snapshot. With --alternate, also each block kind's median time in the
+step's parts: "compute" (forward, backward, the optimizer), "sleep", "saves" (the state dict and
+both saves): the tier's thread runs while the next step computes, so its cost shows there.
 
 --alternate B (with --memory): the tier is on in every other block of B steps, off in the rest,
 in the same processes; "step" is then the off blocks' median and "step_on" the on blocks'. Two
@@ -19,8 +22,8 @@ import statistics
 import time
 
 rank = int(os.environ["RANK"])
-node = rank // 2
 p = argparse.ArgumentParser()
+p.add_argument("--per-node", type=int, default=2, help="ranks per node (the job's world is 2 nodes of these)")
 p.add_argument("--memory", action="store_true")
 p.add_argument("--sleep", type=float, default=0.04)
 p.add_argument("--steps", type=int, default=40)
@@ -36,7 +39,8 @@ p.add_argument("--torch-state", action="store_true",
                help="the state from torch's get_state_dict (the default: Checkpointer.state_of, where the code has it)")
 p.add_argument("--root", required=True)
 a = p.parse_args()
-os.environ.update(DL_GENERATION="1", LOCAL_WORLD_SIZE="2", GROUP_RANK=str(node), DL_RUN_DIR=f"{a.root}/run-{node}",
+node = rank // a.per_node
+os.environ.update(DL_GENERATION="1", LOCAL_WORLD_SIZE=str(a.per_node), GROUP_RANK=str(node), DL_RUN_DIR=f"{a.root}/run-{node}",
                   DL_CHECKPOINT_DIR=f"{a.root}/ckpt-{node}", DL_MEMORY_DIR=f"/dev/shm/{os.path.basename(a.root)}-{node}")
 
 import torch  # noqa: E402
@@ -84,6 +88,7 @@ fully_shard(model)
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 ckpt = Checkpointer()
 times = []
+phases = []
 cpu = []  # the process's CPU per step, every thread (gloo's own included)
 kinds = []  # whether the tier was on in each step
 calls: list[tuple[float, float]] = []  # on the training thread: the state dict, save_to_memory
@@ -103,7 +108,9 @@ for step in range(a.steps):
     opt.zero_grad()
     loss.backward()
     opt.step()
+    tc = time.perf_counter()
     time.sleep(a.sleep)
+    ts = time.perf_counter()
     if ckpt.should_checkpoint(step, every=a.every):
         ckpt.save_sharded(step, state(), asynchronous=True)
     on = a.memory and (not a.alternate or (step // a.alternate) % 2 == 1)
@@ -114,6 +121,7 @@ for step in range(a.steps):
         ckpt.save_to_memory(step, s, every=a.memory_every)
         calls.append((t2 - t1, time.perf_counter() - t2))
     times.append(time.perf_counter() - t0)
+    phases.append((tc - t0, ts - tc, time.perf_counter() - ts))  # compute, sleep, saves
     cpu.append(time.process_time() - c0)
     kinds.append(on)
 ckpt.wait()
@@ -124,6 +132,9 @@ if rank == 0:
         on_ = [i for i in counted if kinds[i]]
         out = {"step": statistics.median(times[i] for i in off), "cpu": statistics.median(cpu[i] for i in off),
                "step_on": statistics.median(times[i] for i in on_), "cpu_on": statistics.median(cpu[i] for i in on_)}
+        for j, nm in enumerate(("compute", "sleep", "saves")):
+            out[nm] = statistics.median(phases[i][j] for i in off)
+            out[nm + "_on"] = statistics.median(phases[i][j] for i in on_)
     else:
         out = {"step": statistics.median(times[5:]), "cpu": statistics.median(cpu[5:])}
     if snapshots:

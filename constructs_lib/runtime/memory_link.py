@@ -57,10 +57,10 @@ class Link:
     kept this rank from finding its address: the others learn of it through the same gather."""
 
     def __init__(self, group: Any, *, rank: int, to: int, frm: int, addr: "str | OSError",
-                 room: Callable[[], int], timeout: float) -> None:
+                 fits: Callable[[dict, int], bool], timeout: float) -> None:
         import torch.distributed as dist
 
-        self.rank, self.to, self.frm, self.timeout, self.room = rank, to, frm, timeout, room
+        self.rank, self.to, self.frm, self.timeout, self.fits = rank, to, frm, timeout, fits
         token = secrets.token_hex(16)
         listener: Optional[socket.socket] = None
         try:
@@ -110,7 +110,7 @@ class Link:
             # a connection that says nothing holds the door only this long
             conn.settimeout(min(HELLO_TIMEOUT, max(0.1, until - time.monotonic())))
             try:
-                hello, _ = _read_frame(conn, lambda: 0, max_header=4096)
+                hello, _ = _read_frame(conn, lambda header, plen: False, max_header=4096)
             except (OSError, LinkError, ValueError):
                 conn.close()
                 continue
@@ -130,7 +130,7 @@ class Link:
         buf = bytearray()  # reused: the handler is done with a frame's payload before the next is read
         while not self.closed:
             try:
-                header, payload = _read_frame(self.inb, self.room, buf=buf)
+                header, payload = _read_frame(self.inb, self.fits, buf=buf)
                 got = self.handler(header, payload)
                 payload = None  # no view of buf left: the next frame may grow it
                 self.frames.put((header, got))
@@ -170,7 +170,7 @@ class Link:
             s.close()
 
 
-def _read_frame(sock: socket.socket, room: Callable[[], int], max_header: int = MAX_HEADER,
+def _read_frame(sock: socket.socket, fits: Callable[[dict, int], bool], max_header: int = MAX_HEADER,
                 buf: Optional[bytearray] = None) -> tuple[dict, memoryview]:
     magic, hlen, plen = _HEAD.unpack(_recv(sock, _HEAD.size))
     if magic != MAGIC or hlen > max_header:
@@ -178,7 +178,7 @@ def _read_frame(sock: socket.socket, room: Callable[[], int], max_header: int = 
     header = json.loads(bytes(_recv(sock, hlen)))
     if not isinstance(header, dict):
         raise LinkError("a frame whose header is not an object")
-    if plen and plen > room():
+    if plen and not fits(header, plen):
         raise LinkError(f"a frame of {plen} bytes: more than the memory directory can hold")
     return header, _recv(sock, plen, buf)
 

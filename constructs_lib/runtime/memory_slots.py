@@ -78,6 +78,7 @@ class Slots:
     def __init__(self, part_root: str, rank: int) -> None:
         self.root, self.rank = part_root, rank
         self.fds: dict[tuple[int, str], int] = {}
+        self.sizes: list[Optional[int]] = [None] * SLOTS  # each raw file's, once looked at: no fstat a write
         self.holds = [_stamp_or_none(_stamp_path(part_root, rank, s)) for s in range(SLOTS)]
 
     def _next(self, step: int) -> int:
@@ -93,6 +94,7 @@ class Slots:
         os.pwrite(self._fd(s, "stamp"), _BLANK, 0)
         self.holds[s] = None
         os.ftruncate(self._fd(s, "raw"), 0)
+        self.sizes[s] = 0
 
     def write(self, step: int, attempt: str, layout: int, chunks: Sequence[Any]) -> None:
         """`chunks` (buffers) back to back as `step`'s bytes, over the older slot."""
@@ -103,8 +105,11 @@ class Slots:
         fd = self._fd(s, "raw")
         views = [memoryview(c).cast("B") for c in chunks]
         size = sum(v.nbytes for v in views)
-        if os.fstat(fd).st_size != size:
+        if self.sizes[s] is None:
+            self.sizes[s] = os.fstat(fd).st_size
+        if self.sizes[s] != size:
             os.ftruncate(fd, size)
+            self.sizes[s] = size
         at = 0
         while views:
             n = os.pwritev(fd, views[:1024], at)  # IOV_MAX
@@ -121,6 +126,16 @@ class Slots:
             path = raw_path(self.root, self.rank, slot) if kind == "raw" else _stamp_path(self.root, self.rank, slot)
             fd = self.fds[(slot, kind)] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         return fd
+
+    def size_of(self, step: int) -> int:
+        """Bytes the slot a write of `step` would go over holds now."""
+        s = self._next(step)
+        if self.sizes[s] is None:
+            try:
+                self.sizes[s] = os.path.getsize(raw_path(self.root, self.rank, s))
+            except OSError:
+                return 0
+        return self.sizes[s]
 
     def size(self) -> int:
         """Bytes its slots hold now: what a new snapshot in them replaces rather than adds."""

@@ -105,19 +105,36 @@ def settle(root: str, generation: str, step: int, *, rank: int = 0, prune: bool 
     """Mark `step` whole across the cluster (as rank `rank` knows it: one small file a rank, written
     in place) and, with `prune`, drop every older snapshot directory of this generation (there are
     some only after a full save: raw snapshots live in their slots)."""
-    g = gen_root(root, generation)
-    d = os.path.join(g, "settled")
+    s = Settled(root, generation, rank)
     try:
-        fd = os.open(os.path.join(d, f"rank-{rank}"), os.O_WRONLY | os.O_CREAT, 0o600)
-    except FileNotFoundError:
-        os.makedirs(d, exist_ok=True)
-        fd = os.open(os.path.join(d, f"rank-{rank}"), os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        os.pwrite(fd, b"%20d" % step, 0)  # one write of a fixed width: never half of one
+        s.mark(step, prune=prune)
     finally:
-        os.close(fd)
-    if not prune:
-        return
+        s.close()
+
+
+class Settled:
+    """A rank's settled mark, its file kept open: one write a snapshot, not an open and a close."""
+
+    def __init__(self, root: str, generation: str, rank: int) -> None:
+        self.gen, self.rank = gen_root(root, generation), rank
+        self.fd: Optional[int] = None
+
+    def mark(self, step: int, *, prune: bool) -> None:
+        if self.fd is None:
+            d = os.path.join(self.gen, "settled")
+            os.makedirs(d, exist_ok=True)
+            self.fd = os.open(os.path.join(d, f"rank-{self.rank}"), os.O_WRONLY | os.O_CREAT, 0o600)
+        os.pwrite(self.fd, b"%20d" % step, 0)  # one write of a fixed width: never half of one
+        if prune:
+            _prune(self.gen, step)
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def _prune(g: str, step: int) -> None:
     for d in [os.path.join(g, "own"), *_held_dirs(g)]:
         for n in os.listdir(d) if os.path.isdir(d) else []:
             s = _step_in(n)

@@ -118,5 +118,10 @@ def test_a_buddys_frame_may_hold_what_the_held_slots_it_replaces_hold(tmp_path, 
     tier.held_slots.write(4, memory_store.attempt_for(GEN, 4), 2, [b"x" * 1000])
     tier.held_slots.write(5, memory_store.attempt_for(GEN, 5), 2, [b"y" * 700])
     monkeypatch.setattr(MemoryTier, "_free", lambda self: 10)
-    assert tier.held_slots.size() == 1700 and tier._frame_room() == 1710
+    assert tier.held_slots.size() == 1700
+    for kind in ("raw", "part"):
+        assert tier._fits({"kind": kind, "step": 6}, 1710) and not tier._fits({"kind": kind, "step": 6}, 1711), kind
+    # a raw frame no larger than the slot it goes over (step 4's, the older) needs no look at the free space
+    monkeypatch.setattr(MemoryTier, "_free", lambda self: pytest.fail("statvfs for a frame that replaces its like"))
+    assert tier._fits({"kind": "raw", "step": 6}, 1000)
     tier.held_slots.close()
