@@ -224,7 +224,7 @@ def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None
         on = statistics.median(r["step_on" if alternate else "step"] for r in rs)
         ms = {k: statistics.median(r.get(k, 0.0) for r in rs) * 1000 for k in ("snapshot_cpu", "snapshot_wall", "state_dict", "save_call")}
         parts = "; ".join(f"{p} +{statistics.median(r[p + '_on'] - r[p] for r in rs) * 1000:.2f} ms"
-                          for p in ("compute", "saves") if alternate and all(p in r for r in rs))
+                          for p in ("compute", "core_wait", "saves") if alternate and all(p in r for r in rs))
         label = "the tier of " + against if kind == "against" else "the memory tier" + (f" (stub: {stub})" if stub else "")
         how = ("every step" if every == 1 else f"every {every} steps") + (
             f", in alternating blocks of {alternate} steps" if alternate else "")

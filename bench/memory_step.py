@@ -7,7 +7,8 @@ CPU (the accelerator's work) after its CPU work, then the saves. Rank 0 prints o
 median step time, the process's CPU per step (every thread) and, with --memory, the tier thread's
 median CPU and wall time per snapshot. With --alternate, also each block kind's median time in the
 step's parts: "compute" (forward, backward, the optimizer), "sleep", "saves" (the state dict and
-both saves): the tier's thread runs while the next step computes, so its cost shows there.
+both saves): the tier's thread runs while the next step computes, so its cost shows there; and the
+training thread's time in "compute" on a core, waiting for a core ("core_wait"), and blocked.
 
 --alternate B (with --memory): the tier is on in every other block of B steps, off in the rest,
 in the same processes; "step" is then the off blocks' median and "step_on" the on blocks'. Two
@@ -101,7 +102,16 @@ def state() -> dict:
     return {"model": msd, "optim": osd}
 
 
+def _sched() -> tuple[float, float]:
+    """This thread's seconds on a core and waiting for one, so far (Linux's schedstat)."""
+    with open("/proc/thread-self/schedstat") as f:
+        on_core, waiting, _ = f.read().split()
+    return int(on_core) / 1e9, int(waiting) / 1e9
+
+
+sched = []  # the compute part's seconds on a core, waiting for a core, and neither (blocked: collectives, the GIL)
 for step in range(a.steps):
+    r0, w0 = _sched()
     t0, c0 = time.perf_counter(), time.process_time()
     x = torch.randn(16, 8, generator=torch.Generator().manual_seed(step * 1000 + rank))
     loss = ((model(x) - torch.sin(x.sum(dim=1, keepdim=True))) ** 2).mean()
@@ -109,6 +119,8 @@ for step in range(a.steps):
     loss.backward()
     opt.step()
     tc = time.perf_counter()
+    r1, w1 = _sched()
+    sched.append((r1 - r0, w1 - w0, tc - t0 - (r1 - r0) - (w1 - w0)))
     time.sleep(a.sleep)
     ts = time.perf_counter()
     if ckpt.should_checkpoint(step, every=a.every):
@@ -132,6 +144,9 @@ if rank == 0:
         on_ = [i for i in counted if kinds[i]]
         out = {"step": statistics.median(times[i] for i in off), "cpu": statistics.median(cpu[i] for i in off),
                "step_on": statistics.median(times[i] for i in on_), "cpu_on": statistics.median(cpu[i] for i in on_)}
+        for j, nm in enumerate(("on_core", "core_wait", "blocked")):
+            out[nm] = statistics.median(sched[i][j] for i in off)
+            out[nm + "_on"] = statistics.median(sched[i][j] for i in on_)
         for j, nm in enumerate(("compute", "sleep", "saves")):
             out[nm] = statistics.median(phases[i][j] for i in off)
             out[nm + "_on"] = statistics.median(phases[i][j] for i in on_)
