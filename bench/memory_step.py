@@ -2,11 +2,10 @@
 model (gloo on CPU), 4 ranks standing for 2 nodes x 2 (run by torchrun --nproc-per-node 4; with
 --per-node 1, 2 ranks for 2 x 1), an async sharded save every --every steps (the S3-only
 baseline: the node agent's upload is not part of a step), and with --memory the memory tier
-every step. Each step is --sleep seconds of idle
-CPU (the accelerator's work) after its CPU work, then the saves. Rank 0 prints one JSON line: the
-median step time, the process's CPU per step (every thread) and, with --memory, the tier thread's
-median CPU and wall time per snapshot. With --alternate, also each block kind's median time in the
-step's parts: "compute" (forward, backward, the optimizer), "sleep", "saves" (the state dict and
+every step. Each step is --sleep seconds of idle CPU (the accelerator's work) after its CPU work,
+then the saves. Rank 0 prints one JSON line: the median step time, the process's CPU per step
+(every thread) and, with --memory, the tier thread's median CPU and wall time per snapshot. With
+--alternate, also each block kind's median time in the step's parts: "compute" (forward, backward, the optimizer), "sleep", "saves" (the state dict and
 both saves): the tier's thread runs while the next step computes, so its cost shows there; and the
 training thread's time in "compute" on a core, waiting for a core ("core_wait"), and blocked.
 

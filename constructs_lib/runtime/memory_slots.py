@@ -78,7 +78,7 @@ class Slots:
     def __init__(self, part_root: str, rank: int) -> None:
         self.root, self.rank = part_root, rank
         self.fds: dict[tuple[int, str], int] = {}
-        self.sizes: list[Optional[int]] = [None] * SLOTS  # each raw file's, once looked at: no fstat a write
+        self.sizes: list[Optional[int]] = [None] * SLOTS  # each raw file's, once looked at (_size)
         self.holds = [_stamp_or_none(_stamp_path(part_root, rank, s)) for s in range(SLOTS)]
 
     def _next(self, step: int) -> int:
@@ -105,9 +105,7 @@ class Slots:
         fd = self._fd(s, "raw")
         views = [memoryview(c).cast("B") for c in chunks]
         size = sum(v.nbytes for v in views)
-        if self.sizes[s] is None:
-            self.sizes[s] = os.fstat(fd).st_size
-        if self.sizes[s] != size:
+        if self._size(s) != size:
             os.ftruncate(fd, size)
             self.sizes[s] = size
         at = 0
@@ -127,25 +125,24 @@ class Slots:
             fd = self.fds[(slot, kind)] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         return fd
 
-    def size_of(self, step: int) -> int:
-        """Bytes the slot a write of `step` would go over holds now."""
-        s = self._next(step)
-        if self.sizes[s] is None:
+    def _size(self, slot: int) -> int:
+        """Bytes slot `slot`'s raw file holds: looked at once, then known (this object is its only
+        writer); 0 while there is no file."""
+        known = self.sizes[slot]
+        if known is None:
             try:
-                self.sizes[s] = os.path.getsize(raw_path(self.root, self.rank, s))
+                known = self.sizes[slot] = os.path.getsize(raw_path(self.root, self.rank, slot))
             except OSError:
                 return 0
-        return self.sizes[s]
+        return known
+
+    def size_of(self, step: int) -> int:
+        """Bytes the slot a write of `step` would go over holds now."""
+        return self._size(self._next(step))
 
     def size(self) -> int:
         """Bytes its slots hold now: what a new snapshot in them replaces rather than adds."""
-        total = 0
-        for s in range(SLOTS):
-            try:
-                total += os.path.getsize(raw_path(self.root, self.rank, s))
-            except OSError:
-                pass
-        return total
+        return sum(self._size(s) for s in range(SLOTS))
 
     def close(self) -> None:
         fds, self.fds = self.fds, {}
