@@ -37,7 +37,7 @@ import sys
 import threading
 from typing import Any, Callable, Optional
 
-from . import contract, memory_link, memory_raw, memory_slots, memory_store, shards
+from . import contract, memory_link, memory_raw, memory_slots, memory_store, memory_threads, shards
 from .layout import name_for
 from .memory_staging import stage as _stage  # by this name: a test stands in for it here
 from .records import whole
@@ -83,7 +83,11 @@ class MemoryTier:
         self.world_size, self.local = world_size, local_world_size
         self.node_rank, self.nodes = node_rank, world_size // local_world_size
         self.finish = finish  # Checkpointer._finish_sharded: this rank's marker, the node's part complete
+        before = memory_threads.threads()
         self.group = dist.new_group(backend="gloo", timeout=TIMEOUT)
+        # The group's own threads (gloo's socket loop, its run loops): made by now, named maybe
+        # not yet (each names itself once it runs), so they are the threads new_group made.
+        memory_threads.yield_cores(memory_threads.threads() - before)
         domains: list[Any] = [None] * world_size
         dist.all_gather_object(domains, (node_rank, os.environ.get("DL_FAILURE_DOMAIN", "")), group=self.group)
         by_node = dict(domains)
@@ -138,6 +142,7 @@ class MemoryTier:
             why = f"{type(e).__name__}: {e}"
         if self._everyone(self.link is not None):
             self.link.start(self._receive)  # type: ignore[union-attr]
+            memory_threads.yield_cores({self.link.reader.native_id})  # type: ignore[union-attr]
             return
         if self.link is not None:
             self.link.close()
@@ -234,9 +239,7 @@ class MemoryTier:
         self._settled.close()
 
     def _worker(self) -> None:
-        # This thread only (Linux: a thread is a task): where CPUs are short the training
-        # threads go first (1.05x a 1 s step here, against 1.07x at the same priority).
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        memory_threads.yield_cores({threading.get_native_id()})
         while True:
             job = self._jobs.get()
             if job is None:

@@ -12,6 +12,7 @@ turn the tier off and train on."""
 import argparse
 import os
 import signal
+import sys
 
 import torch
 import torch.distributed as dist
@@ -93,5 +94,11 @@ for step in range(a.steps):
     ckpt.save_to_memory(step, {"model": msd, "optim": osd, "meta": {"note": str(step % 10) + "x" * (step // 3)}})
     if step in (a.die_in_vote, a.die_before_send) and int(os.environ["GROUP_RANK"]) == 1:
         ckpt.wait()  # the tier's thread kills this process
+    tier = ckpt._memory
+    if step == 2 and rank == 0 and tier.link is not None:  # the tier's own threads' priorities (a test reads them)
+        ckpt.wait()
+        names = {"worker": tier.thread.native_id, "link": tier.link.reader.native_id}
+        names = {k: os.getpriority(os.PRIO_PROCESS, tid) for k, tid in names.items()}
+        print(f"tier threads: {sorted(names.items())}", file=sys.stderr, flush=True)
 ckpt.wait()
 dist.destroy_process_group()

@@ -51,6 +51,7 @@ def test_a_dead_nodes_shards_come_back_from_its_buddy_equal_to_the_step(store, t
 
     codes = _run_job(tmp_path, die_at=5, uneven=uneven)
     assert codes[2:] == [-9, -9] and codes[:2] == [1, 1], codes
+    assert "tier threads: [('link', 19), ('worker', 19)]" in (tmp_path / "rank-0.err").read_text()
     mem = tmp_path / "node-0" / "mem"
     assert memory_store.settled(str(mem), "3") == 4, "step 5 completed; its snapshot never began: one step lost"
     g = Path(memory_store.gen_root(str(mem), "3"))
@@ -396,3 +397,49 @@ def test_one_worker_thread_takes_every_snapshot_in_turn_and_ends_when_stopped(tm
     worker.join(30)
     assert not worker.is_alive(), "the worker ended after its last snapshot"
     assert tier.broken and "stopped at step 2" in said[-1]
+
+
+def test_every_thread_of_the_tier_yields_its_core_to_training_and_no_thread_of_trainings_own(tmp_path, monkeypatch):
+    """Real torch: the tier's gloo group's threads (made when the group is, named by gloo) and its
+    worker run at nice 19; the job's own group's threads and the training thread keep theirs."""
+    import threading
+    import time
+
+    import torch.distributed as dist
+    from torch.distributed.tensor import DeviceMesh, distribute_tensor
+    from constructs_lib.runtime.memory_threads import threads as _threads
+    from constructs_lib.runtime.memory_tier import MemoryTier
+
+    def nice(tid: int) -> int:
+        return os.getpriority(os.PRIO_PROCESS, tid)
+
+    def names(tids: set[int]) -> list[str]:
+        until = time.monotonic() + 10  # each thread names itself once it runs
+        while True:
+            got = sorted(Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in tids)
+            if all("gloo" in n for n in got) or time.monotonic() > until:
+                return got
+            time.sleep(0.01)
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    before = _threads()  # an earlier test's groups' threads may outlive their groups
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    tier = None
+    try:
+        job_group = _threads() - before
+        tier = MemoryTier(root=str(tmp_path / "mem"), generation="3", rank=0, world_size=1, local_world_size=1,
+                          node_rank=0, finish=lambda *a, **k: None, log=lambda line: None)
+        tiers = _threads() - job_group - before
+        assert names(tiers) == ["gloo_tcp_loop", "pt_gloo_runloop", "pt_gloo_runloop"], "the tier's group's, by gloo's names"
+        assert {nice(t) for t in tiers} == {19}
+        assert len(job_group) >= 3 and {nice(t) for t in job_group} == {0}, "the job's group's (and its store's) keep theirs"
+        assert nice(threading.get_native_id()) == 0
+        w = distribute_tensor(torch.zeros(4), DeviceMesh("cpu", [0]))
+        tier.snapshot(0, {"w": w})
+        tier.wait()
+        assert nice(tier.thread.native_id) == 19
+    finally:
+        if tier is not None:
+            tier.close()
+        dist.destroy_process_group()
