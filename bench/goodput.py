@@ -258,7 +258,7 @@ def main() -> int:
                     help="with --overhead: the tier snapshots every K steps (save_to_memory(..., every=K))")
     ap.add_argument("--ranks-per-node", type=int, default=2, choices=(1, 2),
                     help="with --overhead: ranks per node of the 2 (2: 4 ranks share this machine's cores; 1: a core each)")
-    ap.add_argument("--stub", choices=("exchange", "thread", "snapshot", "vote"),
+    ap.add_argument("--stub", choices=("exchange", "thread", "snapshot", "vote", "slots"),
                     help="with --overhead: where the cost goes, a part of the tier left out (bench/memory_step.py --stub)")
     ap.add_argument("--against", metavar="DIR",
                     help="with --overhead: also the tier of the code in DIR (e.g. `git archive <commit> | tar -x -C DIR`)")
