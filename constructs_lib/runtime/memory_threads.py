@@ -12,10 +12,10 @@ import os
 def yield_cores(tids: "set[int | None]") -> None:
     """Every thread of the tier (its worker, its link's reader, its gloo group's own threads) at
     the lowest priority: where cores are short, a training thread waking in its collectives goes
-    first. Its time waiting for a core is the tier's cost (bench/goodput.py --overhead): the
-    worker alone at nice 19 gave 1.05x a 1 s step, against 1.07x; every thread of the tier at
-    nice 19, 1.020x a 0.1 s step against 1.029x with the worker alone (means of 24 rounds side by
-    side; the difference is 1.5 of its standard errors, and the rounds' spread narrowed).
+    first (bench/goodput.py --overhead): the worker alone at nice 19 gave 1.05x a 1 s step,
+    against 1.07x. Every thread of the tier at nice 19 showed no gain a 2-core machine can
+    measure (1.020x a 0.1 s step against 1.029x side by side, 1.5 standard errors apart; 1.029x
+    from a fresh clone); on a GPU node it keeps these threads behind NCCL's and gloo's own.
     Linux: a thread is a task, so PRIO_PROCESS with its id sets that thread only."""
     for tid in tids:
         try:
