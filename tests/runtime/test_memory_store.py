@@ -1,0 +1,129 @@
+"""The memory tier's files on a node (memory_store.py, kept.py): a buddy's copy is hostile input
+(its file names, its sizes), a copy of another attempt or generation is never sent for a step,
+settling drops older snapshots, snapshots' attempts never meet periodic saves', and a holder sends
+the dead node's part only once the owner is recorded gone."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from constructs_lib.runtime import memory_raw, memory_store, shards
+
+
+def _held_part(root: Path, step: int, attempt: str, node: int = 1) -> Path:
+    held = Path(memory_store.held_root(str(root), "3", node))
+    for lr in range(2):
+        rank = node * 2 + lr
+        body = os.urandom(64)
+        mark = shards.json.dumps({"rank": rank, "node_rank": node, "local_world_size": 2, "world_size": 4,
+                                  "attempt": attempt, "step": step, "reads": [f"__{rank}_0.distcp"]}).encode()
+        header = [[f"__{rank}_0.distcp", len(body)], [f".dl-shards/rank-{rank}.json", len(mark)]]
+        memory_store.receive(str(held), step, attempt, header, memoryview(body + mark))
+    return held / f"step-{step:012d}"
+
+
+# A full save's part carries DCP files, markers and .metadata only; raw and layout files are made
+# on this node from its own slots, so a buddy that sends one is refused.
+@pytest.mark.parametrize("name", ["../../etc/cron.d/x", "/abs", ".dl-shards/../x", "__1_0.distcp/../../y", 7,
+                                  memory_raw.raw_name(1), memory_raw.layout_name(1)])
+def test_a_buddys_file_names_are_checked_before_anything_is_written(tmp_path, name):
+    with pytest.raises(ValueError):
+        memory_store.receive(str(tmp_path / "held"), 4, "g3-80000004", [[name, 1]], memoryview(b"x"))
+    assert not list(tmp_path.rglob("x")) and not list(tmp_path.rglob("y"))
+
+
+def test_sizes_that_overrun_what_was_sent_are_refused(tmp_path):
+    with pytest.raises(ValueError):
+        memory_store.receive(str(tmp_path / "held"), 4, "g3-80000004", [["__1_0.distcp", 10]], memoryview(b"x"))
+
+
+def test_a_copy_of_another_attempt_is_never_sent_for_this_step(tmp_path):
+    mem = tmp_path / "mem"
+    stale = _held_part(mem, 4, "g2-80000004")  # generation 2's copy of step 4
+    assert stale.is_dir() and shards.node_part(str(stale)) is not None
+    own = Path(memory_store.own_root(str(mem), "3")) / "step-000000000004"
+    own.mkdir(parents=True)
+    memory_store.settle(str(mem), "3", 4)
+    pushed: list = []
+    memory_store.promote(str(mem), "3", str(tmp_path / "ckpt"), newest_remote=None, owner_gone=lambda n: True,
+                         push_held=lambda *a: pushed.append(a), push_older=lambda *a: None, log=lambda m: None)
+    assert pushed == [], "fenced by generation and step: never mixed into generation 3's step 4"
+
+
+def test_a_snapshot_no_newer_than_s3_is_left_and_a_live_owners_copy_is_not_sent(tmp_path):
+    mem = tmp_path / "mem"
+    _held_part(mem, 4, memory_store.attempt_for("3", 4))
+    memory_store.settle(str(mem), "3", 4)
+    pushed: list = []
+    args = dict(owner_gone=lambda n: False, push_held=lambda *a: pushed.append(a), push_older=lambda *a: None, log=lambda m: None)
+    assert memory_store.promote(str(mem), "3", str(tmp_path / "ckpt"), newest_remote=4, **args) is None
+    memory_store.promote(str(mem), "3", str(tmp_path / "ckpt"), newest_remote=3, **args)
+    assert pushed == [], "the owner is alive: it sends its own part"
+
+
+def test_settling_a_step_drops_older_snapshots_and_ones_cut_short(tmp_path):
+    mem = tmp_path / "mem"
+    for step in (3, 4, 5):
+        _held_part(mem, step, memory_store.attempt_for("3", step))
+    cut = Path(shards.tmp_dir(memory_store.held_root(str(mem), "3", 1), 4, memory_store.attempt_for("3", 4)))
+    cut.mkdir()
+    memory_store.settle(str(mem), "3", 3)
+    memory_store.settle(str(mem), "3", 5)
+    held = Path(memory_store.held_root(str(mem), "3", 1))
+    assert sorted(p.name for p in held.iterdir() if p.name != ".commit.lock") == ["step-000000000005"]
+    assert memory_store.settled(str(mem), "3") == 5
+
+
+def test_attempts_of_snapshots_and_of_periodic_saves_never_meet():
+    snap = {memory_store.attempt_for("7", s) for s in (0, 1, 2**31 - 1, 2**31 + 5)}
+    assert all(int(a.split("-")[1], 16) >= 2**31 for a in snap) and len(snap) == 4
+    assert all(int(shards.new_attempt("7").split("-")[1], 16) < 2**31 for _ in range(200))
+    assert memory_store.attempt_for("7", 4) != memory_store.attempt_for("8", 4)
+
+
+def _own_part(mem: Path, step: int) -> None:
+    own = Path(memory_store.own_root(str(mem), "3"))
+    for lr in range(2):
+        (own / f".tmp-step-{step:012d}-{memory_store.attempt_for('3', step)}").mkdir(parents=True, exist_ok=True)
+        (own / f".tmp-step-{step:012d}-{memory_store.attempt_for('3', step)}" / f"__{lr}_0.distcp").write_bytes(b"x")
+        shards.finish_rank(str(own), step, memory_store.attempt_for("3", step), rank=lr, node_rank=0,
+                           local_world_size=2, world_size=4, reads=[f"__{lr}_0.distcp"], sync=False,
+                           expect=["__0_0.distcp"] if lr == 0 else None)
+
+
+@pytest.mark.parametrize("recorded_after,sent", [(0.0, True), (1.0, True), (None, False)])
+def test_a_holder_sends_its_copy_once_the_owner_is_recorded_gone_and_not_for_a_live_owner(
+        tmp_path, monkeypatch, recorded_after, sent):
+    """recorded_after: seconds after the run's end at which the failed run's askers record the
+    owner gone (None: never, it is alive and sends its own part)."""
+    import time as clock
+
+    from constructs_lib.runtime import kept
+    from constructs_lib.runtime.cluster import Member, Plan
+
+    mem = tmp_path / "mem"
+    monkeypatch.setenv("DL_MEMORY_DIR", str(mem))
+    _held_part(mem, 4, memory_store.attempt_for("3", 4))
+    _own_part(mem, 4)
+    memory_store.settle(str(mem), "3", 4)
+    start = clock.monotonic()
+
+    class Records:  # the cluster's gone records, and the node's cached liveness look (never newer)
+        def gone_nodes(self):
+            late = recorded_after is not None and clock.monotonic() - start >= recorded_after
+            return {"i-b"} if late else set()
+
+    class Look:
+        def gone(self, nodes, **_kw):
+            return {"i-b"} & set(nodes) if recorded_after == 0.0 else set()
+
+    pushed: list = []
+    monkeypatch.setattr(kept.sharded_store, "push_part", lambda store, path, step, part: pushed.append(part["node_rank"]))
+    monkeypatch.setattr(kept.sharded_store, "commit", lambda *a: None)
+    plan = Plan(generation=3, members=(Member("i-a", "10.0.0.1"), Member("i-b", "10.0.0.2")), resume_step=None)
+    kept.promote(plan=plan, node="i-a", local_dir=str(tmp_path / "ckpt"), store=None, cluster=Records(),
+                 membership=Look(), newest=lambda: None, ride=lambda fn, what: fn(), log=lambda m: None)
+    assert pushed == ([1] if sent else [])
+    assert (tmp_path / "ckpt" / "step-000000000004").is_dir(), "its own part is the node's newest save either way"
