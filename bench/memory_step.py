@@ -5,9 +5,10 @@ baseline: the node agent's upload is not part of a step), and with --memory the 
 every step. Each step is --sleep seconds of idle CPU (the accelerator's work) after its CPU work,
 then the saves. Rank 0 prints one JSON line: the median step time, the process's CPU per step
 (every thread) and, with --memory, the tier thread's median CPU and wall time per snapshot. With
---alternate, also each block kind's median time in the step's parts: "compute" (forward, backward, the optimizer), "sleep", "saves" (the state dict and
-both saves): the tier's thread runs while the next step computes, so its cost shows there; and the
-training thread's time in "compute" on a core, waiting for a core ("core_wait"), and blocked.
+--alternate, also each block kind's median time in the step's parts: "compute" (forward, backward,
+the optimizer), "sleep", "saves" (the state dict and both saves): the tier's thread runs while the
+next step computes, so its cost shows there; and the training thread's time in "compute" on a
+core, waiting for a core ("core_wait"), and blocked.
 
 --alternate B (with --memory): the tier is on in every other block of B steps, off in the rest,
 in the same processes; "step" is then the off blocks' median and "step_on" the on blocks'. Two
