@@ -225,6 +225,8 @@ def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None
         ms = {k: statistics.median(r.get(k, 0.0) for r in rs) * 1000 for k in ("snapshot_cpu", "snapshot_wall", "state_dict", "save_call")}
         parts = "; ".join(f"{p} +{statistics.median(r[p + '_on'] - r[p] for r in rs) * 1000:.2f} ms"
                           for p in ("compute", "core_wait", "saves") if alternate and all(p in r for r in rs))
+        if alternate:  # every thread's: the training thread's, the tier's, the link's reader's, gloo's
+            parts += f"; the process's CPU a step +{statistics.median(r['cpu_on'] - r['cpu'] for r in rs) * 1000:.2f} ms"
         label = "the tier of " + against if kind == "against" else "the memory tier" + (f" (stub: {stub})" if stub else "")
         how = ("every step" if every == 1 else f"every {every} steps") + (
             f", in alternating blocks of {alternate} steps" if alternate else "")
@@ -258,7 +260,7 @@ def main() -> int:
                     help="with --overhead: the tier snapshots every K steps (save_to_memory(..., every=K))")
     ap.add_argument("--ranks-per-node", type=int, default=2, choices=(1, 2),
                     help="with --overhead: ranks per node of the 2 (2: 4 ranks share this machine's cores; 1: a core each)")
-    ap.add_argument("--stub", choices=("exchange", "thread", "snapshot", "vote", "slots"),
+    ap.add_argument("--stub", choices=("exchange", "thread", "snapshot", "vote"),
                     help="with --overhead: where the cost goes, a part of the tier left out (bench/memory_step.py --stub)")
     ap.add_argument("--against", metavar="DIR",
                     help="with --overhead: also the tier of the code in DIR (e.g. `git archive <commit> | tar -x -C DIR`)")

@@ -32,7 +32,7 @@ p.add_argument("--every", type=int, default=10)
 p.add_argument("--width", type=int, default=256)
 p.add_argument("--alternate", type=int, default=0, metavar="B")
 p.add_argument("--memory-every", type=int, default=1, metavar="K", help="save_to_memory(..., every=K)")
-p.add_argument("--stub", choices=("exchange", "thread", "snapshot", "vote", "slots"),
+p.add_argument("--stub", choices=("exchange", "thread", "snapshot", "vote"),
                help="where the cost goes (measurement only: the tier then keeps nothing whole): exchange = no "
                     "buddy exchange; thread = the tier's thread does nothing; snapshot = save_to_memory does "
                     "nothing (the state dict alone); vote = a raw snapshot takes no collective (each rank's own yes); "
@@ -78,14 +78,6 @@ elif a.stub == "thread":
 elif a.stub == "vote":  # the first full save fixes the layout; after it, no all-reduce a snapshot
     _everyone = memory_tier.MemoryTier._everyone
     memory_tier.MemoryTier._everyone = lambda self, mine: mine if self.fast is not None else _everyone(self, mine)
-elif a.stub == "slots":  # what a raw write would hold, without writing it
-    from constructs_lib.runtime import memory_slots
-
-    def _unwritten(self, step, attempt, layout, chunks):
-        self.holds[self._next(step)] = {"step": step, "attempt": attempt, "layout": layout,
-                                        "size": sum(memoryview(c).nbytes for c in chunks)}
-
-    memory_slots.Slots.write = _unwritten
 elif a.stub == "snapshot":
     memory_tier.MemoryTier.snapshot = lambda self, step, state_dict: bool(snapshots.append((0.0, 0.0))) or True
 dist.init_process_group("gloo")

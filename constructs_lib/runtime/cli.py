@@ -222,7 +222,7 @@ def _job(store, local_dir: str) -> int:
     from .supervisor import Supervisor, SupervisorConfig
 
     me = node_identity()
-    os.environ.setdefault("DL_FAILURE_DOMAIN", me.failure_domain)  # the runs inherit it: memory_tier.ring
+    os.environ.setdefault("DL_FAILURE_DOMAIN", me.failure_domain)  # the runs inherit it: memory_ring.ring
     cfg = SupervisorConfig.from_env(cluster=me.cluster, nodes=me.nodes, nproc_per_node=me.nproc_per_node,
                                     node=me.node, addr=me.addr)
     from .jobdef import NodeJob

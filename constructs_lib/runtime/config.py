@@ -70,7 +70,7 @@ class NodeIdentity:
     node: str
     addr: str
     region: Optional[str]
-    # The memory tier's buddies are kept apart by it (memory_tier.ring): the zone, and the
+    # The memory tier's buddies are kept apart by it (memory_ring.ring): the zone, and the
     # partition of a partition placement group where there is one.
     failure_domain: str = ""
 

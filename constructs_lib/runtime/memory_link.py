@@ -19,8 +19,10 @@ and its contents are checked by whoever takes them.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import secrets
+import select
 import socket
 import struct
 import threading
@@ -92,6 +94,9 @@ class Link:
         self.out.settimeout(timeout)
         self.frames: "queue.SimpleQueue[tuple[Optional[dict], Any]]" = queue.SimpleQueue()
         self.handler: Callable[[dict, memoryview], Any] = lambda header, payload: None
+        self.into: Optional[Callable[[dict, int], Optional[memoryview]]] = None
+        self._writable = select.poll()
+        self._writable.register(self.out, select.POLLOUT)
         self.closed = False
         self.reader = threading.Thread(target=self._read, daemon=True, name="dl-memory-link")
 
@@ -120,17 +125,19 @@ class Link:
                 return conn
             conn.close()
 
-    def start(self, handler: Callable[[dict, memoryview], Any]) -> None:
+    def start(self, handler: Callable[[dict, memoryview], Any],
+              into: Optional[Callable[[dict, int], Optional[memoryview]]] = None) -> None:
         """Read frames on a thread of their own: handler(header, payload) for each; what it returns
-        (or the error it raised) is what take() gives next."""
-        self.handler = handler
+        (or the error it raised) is what take() gives next. into(header, size), when given, may
+        name where a frame's payload is read to (a slot's mapping), else it goes to a buffer."""
+        self.handler, self.into = handler, into
         self.reader.start()
 
     def _read(self) -> None:
         buf = bytearray()  # reused: the handler is done with a frame's payload before the next is read
         while not self.closed:
             try:
-                header, payload = _read_frame(self.inb, self.fits, buf=buf)
+                header, payload = _read_frame(self.inb, self.fits, buf=buf, into=self.into)
                 got = self.handler(header, payload)
                 payload = None  # no view of buf left: the next frame may grow it
                 self.frames.put((header, got))
@@ -140,6 +147,31 @@ class Link:
 
     def send(self, header: dict, buffers: Sequence[Any] = ()) -> None:
         self._send(self.out, header, buffers)
+
+    def send_file(self, header: dict, fd: int, size: int) -> None:
+        """A frame whose payload is the first `size` bytes of open file `fd` (a raw slot), sent by
+        sendfile: the kernel sends the file's pages as they are, with no copy into the socket's
+        buffers first (one copy of a snapshot's bytes fewer than send's). The pages are read as the
+        connection drains, so the file must not change until the buddy has the frame: a slot is
+        written again two snapshots later, after a vote every rank passes only once it has its
+        buddy's frame whole."""
+        head = json.dumps(header).encode()
+        out = [memoryview(_HEAD.pack(MAGIC, len(head), size)), memoryview(head)]
+        while out:  # held back (MSG_MORE) to go out with the payload's first bytes
+            memory_raw.written(out, self.out.sendmsg(out, [], socket.MSG_MORE if size else 0))
+        at = 0
+        while at < size:
+            try:
+                n = os.sendfile(self.out.fileno(), fd, at, min(size - at, 1 << 30))
+            except BlockingIOError:  # the socket's timeout makes it non-blocking underneath
+                n = None
+            if n is None:
+                if not self._writable.poll(self.timeout * 1000):  # poll: a process may have fds past select's 1024
+                    raise LinkError(f"rank {self.to} took nothing for {self.timeout:.0f} s")
+                continue
+            if n == 0:
+                raise LinkError(f"{size - at} bytes of the slot short of its size")
+            at += n
 
     def take(self) -> tuple[dict, Any]:
         """The next frame's header and what the handler made of it; raises on a lost buddy."""
@@ -171,7 +203,8 @@ class Link:
 
 
 def _read_frame(sock: socket.socket, fits: Callable[[dict, int], bool], max_header: int = MAX_HEADER,
-                buf: Optional[bytearray] = None) -> tuple[dict, memoryview]:
+                buf: Optional[bytearray] = None,
+                into: Optional[Callable[[dict, int], Optional[memoryview]]] = None) -> tuple[dict, memoryview]:
     magic, hlen, plen = _HEAD.unpack(_recv(sock, _HEAD.size))
     if magic != MAGIC or hlen > max_header:
         raise LinkError("not a memory tier frame")
@@ -180,6 +213,11 @@ def _read_frame(sock: socket.socket, fits: Callable[[dict, int], bool], max_head
         raise LinkError("a frame whose header is not an object")
     if plen and not fits(header, plen):
         raise LinkError(f"a frame of {plen} bytes: more than the memory directory can hold")
+    dest = into(header, plen) if into is not None else None
+    if dest is not None:
+        if dest.nbytes != plen:
+            raise LinkError(f"a frame of {plen} bytes into {dest.nbytes}")
+        return header, _fill(sock, dest)
     return header, _recv(sock, plen, buf)
 
 
@@ -188,7 +226,11 @@ def _recv(sock: socket.socket, n: int, buf: Optional[bytearray] = None) -> memor
         buf = bytearray(n)
     elif len(buf) < n:
         buf.extend(bytes(n - len(buf)))
-    view = memoryview(buf)[:n]
+    return _fill(sock, memoryview(buf)[:n])
+
+
+def _fill(sock: socket.socket, view: memoryview) -> memoryview:
+    n = view.nbytes
     got = 0
     while got < n:
         k = sock.recv_into(view[got:], min(n - got, 1 << 24))

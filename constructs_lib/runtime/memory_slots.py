@@ -22,6 +22,7 @@ under a held root came from the buddy: every name and number is checked before i
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import re
 import shutil
@@ -71,7 +72,8 @@ def write_template(part_root: str, rank: int, layout: int, *, layout_json: str, 
 
 
 class Slots:
-    """One rank's two slot files under a part root, kept open: a snapshot is a pwritev, not a file.
+    """One rank's two slot files under a part root, kept open: a snapshot is a pwritev (its own) or
+    bytes read from the buddy's connection straight into the slot's mapping (a buddy's), not a file.
     This object is the slots' only writer (the rank's tier thread, or the link's reader for a
     buddy's copy); it knows which step each slot holds from the stamps it wrote."""
 
@@ -80,6 +82,8 @@ class Slots:
         self.fds: dict[tuple[int, str], int] = {}
         self.sizes: list[Optional[int]] = [None] * SLOTS  # each raw file's, once looked at (_size)
         self.holds = [_stamp_or_none(_stamp_path(part_root, rank, s)) for s in range(SLOTS)]
+        self.maps: dict[int, mmap.mmap] = {}  # a raw file mapped whole, kept while its size stays
+        self._open: Optional[tuple[int, int]] = None  # (step, slot) between receive_into and received
 
     def _next(self, step: int) -> int:
         """The slot a snapshot of `step` goes into: the one holding `step` already, else the one not
@@ -93,29 +97,81 @@ class Slots:
         s = self._next(step)
         os.pwrite(self._fd(s, "stamp"), _BLANK, 0)
         self.holds[s] = None
+        self._unmap(s)
         os.ftruncate(self._fd(s, "raw"), 0)
         self.sizes[s] = 0
 
     def write(self, step: int, attempt: str, layout: int, chunks: Sequence[Any]) -> None:
         """`chunks` (buffers) back to back as `step`'s bytes, over the older slot."""
-        s = self._next(step)
-        stamp = self._fd(s, "stamp")
-        os.pwrite(stamp, _BLANK, 0)  # from here until the new stamp, the slot holds no step
-        self.holds[s] = None
-        fd = self._fd(s, "raw")
         views = [memoryview(c).cast("B") for c in chunks]
         size = sum(v.nbytes for v in views)
-        if self._size(s) != size:
-            os.ftruncate(fd, size)
-            self.sizes[s] = size
+        s = self._blank(step)
+        fd = self._fd(s, "raw")
+        self._resize(s, size)
         at = 0
         while views:
             n = os.pwritev(fd, views[:1024], at)  # IOV_MAX
             at += n
             memory_raw.written(views, n)
+        self._stamped(s, step, attempt, layout, size)
+
+    def receive_into(self, step: int, size: int) -> memoryview:
+        """Where `size` bytes of `step` read from the buddy's connection go: the older slot's file,
+        mapped, its stamp blanked until received(). No buffer between the socket and the slot: one
+        copy of the buddy's bytes, not two. The file's blocks are allocated first, so that a full
+        memory directory is an error here (ENOSPC), never a SIGBUS on a write into the mapping."""
+        s = self._blank(step)
+        self._open = (step, s)
+        if not size:
+            self._resize(s, 0)
+            return memoryview(b"")
+        mm = self.maps.get(s)
+        if mm is None or len(mm) != size:
+            self._resize(s, size)
+            os.posix_fallocate(self._fd(s, "raw"), 0, size)
+            # MAP_POPULATE: the page tables filled now, not one fault a page while the bytes arrive
+            mm = self.maps[s] = mmap.mmap(self._fd(s, "raw"), size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
+        return memoryview(mm)
+
+    def received(self, step: int, attempt: str, layout: int, size: int) -> None:
+        """receive_into's bytes of `step` are all in the slot: stamped, so the slot holds the step."""
+        if self._open is None or self._open[0] != step:
+            raise ValueError(f"step {step} was not being received into a slot")
+        s, self._open = self._open[1], None
+        if self._size(s) != size:
+            raise ValueError(f"{size} bytes of step {step} for a slot of {self._size(s)}")
+        self._stamped(s, step, attempt, layout, size)
+
+    def raw_of(self, step: int) -> tuple[int, int]:
+        """(the open raw file holding `step`, its size): what sendfile sends from."""
+        s = [h["step"] if h else None for h in self.holds].index(step)
+        return self._fd(s, "raw"), self.holds[s]["size"]  # type: ignore[index]
+
+    def _blank(self, step: int) -> int:
+        """The slot `step` goes into, its stamp blanked: from here until the new stamp it holds no step."""
+        s = self._next(step)
+        os.pwrite(self._fd(s, "stamp"), _BLANK, 0)
+        self.holds[s] = None
+        return s
+
+    def _stamped(self, s: int, step: int, attempt: str, layout: int, size: int) -> None:
         held = {"step": step, "attempt": attempt, "layout": layout, "size": size}
-        os.pwrite(stamp, json.dumps(held).encode().ljust(STAMP), 0)
+        os.pwrite(self._fd(s, "stamp"), json.dumps(held).encode().ljust(STAMP), 0)
         self.holds[s] = held
+
+    def _resize(self, s: int, size: int) -> None:
+        if self._size(s) != size:
+            self._unmap(s)
+            os.ftruncate(self._fd(s, "raw"), size)
+            self.sizes[s] = size
+
+    def _unmap(self, s: int) -> None:
+        mm = self.maps.pop(s, None)
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:  # a view of it held by an error's traceback: unmapped when that goes
+                pass
 
     def _fd(self, slot: int, kind: str) -> int:
         fd = self.fds.get((slot, kind))
@@ -145,6 +201,8 @@ class Slots:
         return sum(self._size(s) for s in range(SLOTS))
 
     def close(self) -> None:
+        for s in list(self.maps):
+            self._unmap(s)
         fds, self.fds = self.fds, {}
         for fd in fds.values():
             os.close(fd)

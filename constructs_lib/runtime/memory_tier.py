@@ -4,10 +4,11 @@ Every K steps (Checkpointer.save_to_memory) each rank copies its shard of the st
 (the only part on the training thread), then, on a thread of its own:
 1. writes its bytes into host memory (tmpfs: memory_store.own_root), raw, over the older of its two
    slots (memory_slots.py) in the layout the last full save fixed (memory_raw.py);
-2. sends them to the same local rank on its buddy node (the next node in a ring ordered so that
-   neighbours differ in failure domain where the cluster allows) over a connection of its own
-   (memory_link.py), and takes the previous node's, which the link's reader wrote into this
-   node's copy of that node's slots (memory_store.held_root);
+2. sends them from that slot (sendfile) to the same local rank on its buddy node (the next node
+   in a ring ordered so that neighbours differ in failure domain where the cluster allows:
+   memory_ring.py) over a connection of its own (memory_link.py), and takes the previous node's,
+   which the link's reader read straight into this node's copy of that node's slots
+   (memory_store.held_root);
 3. takes part in one all-reduce on the tier's own gloo group: once it returns anywhere, every rank
    wrote, sent and received step N, so the step is whole across the cluster and the rank marks it
    settled. The same all-reduce is the vote: a rank that could not write raw (its items changed
@@ -38,6 +39,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from . import contract, memory_link, memory_raw, memory_slots, memory_store, memory_threads, shards
+from .memory_ring import neighbours, ring
 from .layout import name_for
 from .memory_staging import stage as _stage  # by this name: a test stands in for it here
 from .records import whole
@@ -45,27 +47,6 @@ from .records import whole
 # A peer that vanishes without closing its sockets fails the tier's collectives after this long;
 # the run's own watch stops the run well before on a lost peer.
 TIMEOUT = dt.timedelta(seconds=120)
-
-
-def ring(domains: list[str]) -> list[int]:
-    """Node ranks in ring order, each node's buddy the next: neighbours in different failure
-    domains wherever the counts allow (round robin over the domains, the largest first)."""
-    groups: dict[str, list[int]] = {}
-    for node, d in enumerate(domains):
-        groups.setdefault(d, []).append(node)
-    queues = sorted(groups.values(), key=lambda g: (-len(g), g[0]))
-    order: list[int] = []
-    while any(queues):
-        for q in queues:
-            if q:
-                order.append(q.pop(0))
-    return order
-
-
-def neighbours(order: list[int], node: int) -> tuple[int, int]:
-    """(the node this node sends to, the node it receives from)."""
-    i = order.index(node)
-    return order[(i + 1) % len(order)], order[(i - 1) % len(order)]
 
 
 class MemoryTier:
@@ -141,7 +122,7 @@ class MemoryTier:
         except (OSError, memory_link.LinkError, ValueError) as e:
             why = f"{type(e).__name__}: {e}"
         if self._everyone(self.link is not None):
-            self.link.start(self._receive)  # type: ignore[union-attr]
+            self.link.start(self._receive, self._receive_into)  # type: ignore[union-attr]
             memory_threads.yield_cores({self.link.reader.native_id})  # type: ignore[union-attr]
             return
         if self.link is not None:
@@ -269,8 +250,12 @@ class MemoryTier:
             self.slots.write(step, attempt, self.layout_step, chunks)
         held = True
         if self.link is not None:  # every rank sends one frame a snapshot, raw or none: the streams stay in step
-            self.link.send({"kind": "raw" if chunks is not None else "none", "step": step, "rank": self.rank,
-                            "attempt": attempt, "layout": self.layout_step}, chunks or ())
+            header = {"kind": "raw" if chunks is not None else "none", "step": step, "rank": self.rank,
+                      "attempt": attempt, "layout": self.layout_step}
+            if chunks is not None:  # from the slot just written: sendfile, no copy into the socket first
+                self.link.send_file(header, *self.slots.raw_of(step))
+            else:
+                self.link.send(header)
             header, got = self.link.take()
             held = header.get("step") == step and got is True
         # The one collective of a raw snapshot: once any rank passes it, every rank wrote its slot
@@ -334,21 +319,35 @@ class MemoryTier:
         if header.get("kind") != "part" or header.get("step") != step or got is not True:
             raise ValueError(f"the buddy sent {header.get('kind')!r} of step {header.get('step')!r} for step {step}'s full save")
 
-    def _receive(self, header: dict, payload: memoryview) -> bool:
-        """On the link's reader thread: a frame from the buddy (hostile input until checked). True
-        when it holds a copy of the step here, False for a rank that had nothing raw to send."""
+    def _checked(self, header: dict) -> tuple[Any, str]:
+        """A buddy's frame header's step and attempt, or ValueError (hostile input until checked)."""
         step, kind = header.get("step"), header.get("kind")
         if header.get("rank") != self.recv_rank or not whole(step):
             raise ValueError(f"a frame from rank {header.get('rank')!r} of step {step!r} on rank {self.recv_rank}'s connection")
         attempt = memory_store.attempt_for(self.generation, step)
+        if kind != "none" and header.get("attempt") != attempt:
+            raise ValueError(f"a frame of step {step} with attempt {header.get('attempt')!r}, not {attempt}")
+        if kind == "raw" and not whole(header.get("layout")):
+            raise ValueError("a raw frame without its layout's step")
+        return step, attempt
+
+    def _receive_into(self, header: dict, size: int) -> Optional[memoryview]:
+        """On the link's reader thread, before a frame's payload is read: a raw snapshot's bytes go
+        straight into the held slot (checked first: nothing of a bad frame is written there)."""
+        if header.get("kind") != "raw":
+            return None
+        step, _ = self._checked(header)
+        return self.held_slots.receive_into(step, size)
+
+    def _receive(self, header: dict, payload: memoryview) -> bool:
+        """On the link's reader thread: a frame from the buddy (hostile input until checked). True
+        when it holds a copy of the step here, False for a rank that had nothing raw to send."""
+        step, attempt = self._checked(header)
+        kind = header.get("kind")
         if kind == "none":
             return False
-        if header.get("attempt") != attempt:
-            raise ValueError(f"a frame of step {step} with attempt {header.get('attempt')!r}, not {attempt}")
-        if kind == "raw":
-            if not whole(header.get("layout")):
-                raise ValueError("a raw frame without its layout's step")
-            self.held_slots.write(step, attempt, header["layout"], [payload])
+        if kind == "raw":  # its bytes are in the held slot already (_receive_into)
+            self.held_slots.received(step, attempt, header["layout"], payload.nbytes)
             return True
         if kind != "part" or not isinstance(header.get("files"), list):
             raise ValueError(f"a frame of kind {kind!r}")

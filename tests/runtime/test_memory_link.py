@@ -104,3 +104,80 @@ def test_this_nodes_address_is_its_hostfile_line_else_the_route_to_the_master(tm
     hostfile.write_text("10.0.0.5 slots=8\n10.0.0.9 slots=8\n")
     assert memory_link.node_address(1, str(hostfile), "10.0.0.5") == "10.0.0.9"
     assert memory_link.node_address(0, str(tmp_path / "none"), "127.0.0.1") == "127.0.0.1"
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        a = socket.create_connection(listener.getsockname(), timeout=5)
+        b, _ = listener.accept()
+    return a, b
+
+
+def _sender(sock: socket.socket, timeout: float) -> Link:
+    """A Link's sending half on `sock`, as Link.__init__ leaves it (its timeout: non-blocking underneath)."""
+    import select
+
+    link = object.__new__(Link)
+    link.out, link.to, link.timeout = sock, 1, timeout
+    sock.settimeout(timeout)
+    link._writable = select.poll()
+    link._writable.register(sock, select.POLLOUT)
+    return link
+
+
+def test_a_slot_sent_by_sendfile_arrives_whole_in_the_buddys_slot_and_a_stalled_buddy_is_an_error(tmp_path):
+    """A slot's bytes go by sendfile and are read straight into the held slot's mapping (no buffer
+    on either side); 24 MB is many times a loopback socket's buffer, so the sender waits on a full
+    socket again and again. A buddy that stops reading fails the send within its timeout."""
+    from constructs_lib.runtime import memory_slots
+
+    data = bytes(range(256)) * (24 << 12)  # 24 MiB
+    own = memory_slots.Slots(str(tmp_path / "own"), 2)
+    own.write(7, "a7", 3, [data[:5], data[5:]])
+    held = memory_slots.Slots(str(tmp_path / "held"), 2)
+    a, b = _tcp_pair()
+    try:
+        sender = threading.Thread(target=lambda: _sender(a, 10.0).send_file({"step": 7}, *own.raw_of(7)))
+        sender.start()
+        b.settimeout(10)
+        header, payload = memory_link._read_frame(b, lambda h, n: True,
+                                                  into=lambda h, n: held.receive_into(h["step"], n))
+        held.received(7, "a7", 3, payload.nbytes)
+        payload = None
+        sender.join(timeout=20)
+        assert header == {"step": 7}
+        assert memory_slots.stamped_steps(str(tmp_path / "held")) == {7}
+        assert (tmp_path / "held" / "slots" / "__2.s0.raw").read_bytes() == data
+
+        stalled = _sender(a, 0.5)  # b reads nothing more
+        with pytest.raises(LinkError, match="took nothing"):
+            for _ in range(20):
+                stalled.send_file({"step": 8}, *own.raw_of(7))
+    finally:
+        own.close()
+        held.close()
+        a.close()
+        b.close()
+
+
+def test_a_frame_cut_short_leaves_its_slot_unstamped_and_the_step_before_whole(tmp_path):
+    """The buddy dies while step 5's bytes arrive: the slot they went into holds no step, and step
+    4's slot, the one the survivors fall back to, is untouched."""
+    from constructs_lib.runtime import memory_slots
+
+    held = memory_slots.Slots(str(tmp_path), 3)
+    held.write(4, "a4", 2, [b"4" * 3000])
+    a, b = _tcp_pair()
+    try:
+        a.sendall(_frame(b"{}", 3000) + b"5" * 1000)
+        a.close()
+        b.settimeout(5)
+        with pytest.raises(LinkError, match="closed"):
+            memory_link._read_frame(b, lambda h, n: True, into=lambda h, n: held.receive_into(5, n))
+        assert memory_slots.stamped_steps(str(tmp_path)) == {4}
+        assert (tmp_path / "slots" / "__3.s0.raw").read_bytes() == b"4" * 3000
+        with pytest.raises(ValueError, match="not being received"):
+            held.received(6, "a6", 2, 3000)
+    finally:
+        held.close()
+        b.close()

@@ -125,3 +125,32 @@ def test_a_buddys_frame_may_hold_what_the_held_slots_it_replaces_hold(tmp_path, 
     monkeypatch.setattr(MemoryTier, "_free", lambda self: pytest.fail("statvfs for a frame that replaces its like"))
     assert tier._fits({"kind": "raw", "step": 6}, 1000)
     tier.held_slots.close()
+
+
+@pytest.mark.parametrize("header, why", [
+    ({"kind": "raw", "step": 6, "rank": 2, "layout": 2}, "from rank 2"),            # another rank's stream
+    ({"kind": "raw", "step": -6, "rank": 3, "layout": 2}, "of step -6"),
+    ({"kind": "raw", "step": 6, "rank": 3, "layout": 2, "attempt": "g9-s6"}, "with attempt"),
+    ({"kind": "raw", "step": 6, "rank": 3}, "without its layout"),
+])
+def test_a_buddys_raw_frame_is_checked_before_a_byte_of_it_goes_into_a_slot(tmp_path, header, why):
+    """The link reads a raw frame straight into the held slot: the header is checked first, so a
+    bad frame blanks no stamp and overwrites nothing (steps 4 and 5 stay as they were)."""
+    from constructs_lib.runtime.memory_tier import MemoryTier
+
+    tier = object.__new__(MemoryTier)
+    tier.recv_rank, tier.generation = 3, GEN
+    tier.held_slots = memory_slots.Slots(str(tmp_path), 3)
+    tier.held_slots.write(4, memory_store.attempt_for(GEN, 4), 2, [b"x" * 100])
+    tier.held_slots.write(5, memory_store.attempt_for(GEN, 5), 2, [b"y" * 100])
+    header = {"attempt": memory_store.attempt_for(GEN, 6), **header}
+    try:
+        with pytest.raises(ValueError, match=why):
+            tier._receive_into(header, 100)
+        assert memory_slots.stamped_steps(str(tmp_path)) == {4, 5}
+        good = {"kind": "raw", "step": 6, "rank": 3, "layout": 2, "attempt": memory_store.attempt_for(GEN, 6)}
+        tier._receive_into(good, 3)[:] = b"zzz"
+        assert tier._receive(good, memoryview(b"zzz")) is True
+        assert memory_slots.stamped_steps(str(tmp_path)) == {5, 6}, "step 6 over the older slot, step 4's"
+    finally:
+        tier.held_slots.close()

@@ -16,7 +16,7 @@ import torch
 
 from constructs_lib.runtime import contract, memory_raw, memory_slots, memory_store
 from constructs_lib.runtime.agent import NodeAgent
-from constructs_lib.runtime.memory_tier import neighbours, ring
+from constructs_lib.runtime.memory_ring import neighbours, ring
 from constructs_lib.runtime.sharded_store import commit, push_part
 from tests.runtime.free_port import free_port
 
