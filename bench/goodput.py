@@ -170,6 +170,14 @@ def run(keep: bool, kills: int, interval: float, every: int, node_periods: bool 
     return out
 
 
+def _standard_error(ratios: list[float]) -> str:
+    """The mean's standard error, for reading one run against a goal: runs of 10-30 rounds on a
+    shared 2-core machine scatter by about 2 points (BENCHMARKS.md)."""
+    if len(ratios) < 2:
+        return ""
+    return f", standard error {statistics.stdev(ratios) / len(ratios) ** 0.5:.3f}"
+
+
 def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None, alternate: int = 0,
              every: int = 1, stub: Optional[str] = None, local: int = 2) -> int:
     """Interleaved runs of bench/memory_step.py without and with the memory tier; ratios of medians.
@@ -231,7 +239,8 @@ def overhead(pairs: int, sleep: float, width: int, against: Optional[str] = None
         how = ("every step" if every == 1 else f"every {every} steps") + (
             f", in alternating blocks of {alternate} steps" if alternate else "")
         print(f"median step: {off * 1000:.1f} ms without, {on * 1000:.1f} ms with {label} ({how}): "
-              f"median ratio {statistics.median(ratios):.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f}x); "
+              f"median ratio {statistics.median(ratios):.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f}x; mean "
+              f"{statistics.mean(ratios):.3f}x{_standard_error(ratios)}); "
               f"the tier's thread {ms['snapshot_cpu']:.1f} ms CPU, {ms['snapshot_wall']:.0f} ms wall per snapshot; "
               f"on the training thread the state dict {ms['state_dict']:.2f} ms, save_to_memory {ms['save_call']:.1f} ms"
               + (f"; the step's parts, on blocks against off (median of rounds): {parts}" if parts else ""))

@@ -192,7 +192,8 @@ def promote(root: str, generation: str, local_dir: str, *, newest_remote: Option
     held part of them whose owner is gone is sent to S3 in its owner's place (push_held(path, step,
     part)). The newest is pushed next like any save; one kept before it is pushed here and now
     (push_older(path, step)), as the supervisor's flush takes the newest only. Nothing older than a
-    checkpoint here or in S3. Returns the newest step kept, or None.
+    checkpoint in S3, or than a newer one here; a snapshot of the same step as a save here takes
+    its place. Returns the newest step kept, or None.
 
     Why the next one too: the vote that settles step N returns on the ranks at slightly different
     times, so a node that dies in between leaves some nodes marked N and others N-1; each node
@@ -214,7 +215,11 @@ def promote(root: str, generation: str, local_dir: str, *, newest_remote: Option
 
     kept = None
     for s in [step, *later[:1]]:
-        if (newest_remote is not None and s <= newest_remote) or (local is not None and s <= local[0]):
+        # A local save of the same step does not stand in for the snapshot: a dead node's part of
+        # an async periodic save of step N never reaches S3, while its buddy holds its snapshot of
+        # N (a kill in the step after a periodic save lost the 10 steps back to the one before).
+        # One newer does: a notice's save, which every node sends (the run takes no snapshot of it).
+        if (newest_remote is not None and s <= newest_remote) or (local is not None and s < local[0]):
             continue
         if s != step and not _held_whole(root, generation, s, gone):
             break  # a gone owner's only copy lacks it: no node can make it whole in S3, so send nothing of it

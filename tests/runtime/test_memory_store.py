@@ -127,3 +127,27 @@ def test_a_holder_sends_its_copy_once_the_owner_is_recorded_gone_and_not_for_a_l
                  membership=Look(), newest=lambda: None, ride=lambda fn, what: fn(), log=lambda m: None)
     assert pushed == ([1] if sent else [])
     assert (tmp_path / "ckpt" / "step-000000000004").is_dir(), "its own part is the node's newest save either way"
+
+
+def test_a_snapshot_takes_the_place_of_a_local_save_of_its_step_and_leaves_a_newer_one(tmp_path):
+    """A kill in the step after an async periodic save of step 4: the survivors hold their own
+    save of 4, but the dead node's part of it never reaches S3; its buddy's snapshot of 4 does.
+    A save here newer than the snapshot (a notice's: every node sends it) is left to stand."""
+    mem, ckpt = tmp_path / "mem", tmp_path / "ckpt"
+    _held_part(mem, 4, memory_store.attempt_for("3", 4))
+    _own_part(mem, 4)
+    memory_store.settle(str(mem), "3", 4)
+    periodic = ckpt / "step-000000000004"
+    periodic.mkdir(parents=True)
+    (periodic / "__0_0.distcp").write_bytes(b"periodic")
+    pushed: list = []
+    args = dict(owner_gone=lambda n: True, push_held=lambda path, step, part: pushed.append((step, part["node_rank"])),
+                push_older=lambda *a: None, log=lambda m: None)
+    (ckpt / "step-000000000005").mkdir()
+    assert memory_store.promote(str(mem), "3", str(ckpt), newest_remote=3, **args) is None
+    assert pushed == [] and (periodic / "__0_0.distcp").read_bytes() == b"periodic"
+    (ckpt / "step-000000000005").rmdir()
+    assert memory_store.promote(str(mem), "3", str(ckpt), newest_remote=3, **args) == 4
+    assert pushed == [(4, 1)], "the dead node's part of step 4, from its buddy's copy"
+    part = shards.node_part(str(periodic))
+    assert part and part["attempt"] == memory_store.attempt_for("3", 4), "the snapshot's attempt, whole in S3 with the held part"
