@@ -19,7 +19,8 @@ OWNER_WAIT = 2.0  # seconds a holder waits for a buddy's gone record (detection 
 
 
 def promote(*, plan: Plan, node: str, local_dir: str, store: Any, cluster: Any, membership: Any,
-            newest: Callable[[], Optional[int]], ride: Callable, log: Callable[[str], None]) -> None:
+            newest: Callable[[], Optional[int]], ride: Callable, log: Callable[[str], None],
+            outcome: str = "") -> None:
     g = plan.generation
     has_memory = memory_store.settled(contract.memory_dir(), str(g)) is not None
     has_survivor = bool(survivor.survivor_saves(local_dir))
@@ -59,6 +60,7 @@ def promote(*, plan: Plan, node: str, local_dir: str, store: Any, cluster: Any, 
                 ride(lambda: agent.push(step, path), f"sending step {step}")
 
             memory_store.promote(contract.memory_dir(), str(g), local_dir, newest_remote=remote,
-                                 owner_gone=owner_gone, push_held=push_held, push_older=push_older, log=log)
+                                 owner_gone=owner_gone, push_held=push_held, push_older=push_older, log=log,
+                                 outcome=outcome)
     except OSError as e:  # a full disk or a vanished directory: the newest checkpoint still stands
         log(f"could not keep the step saved from memory: {type(e).__name__}: {e}")

@@ -186,14 +186,15 @@ def clear(root: str) -> None:
 
 def promote(root: str, generation: str, local_dir: str, *, newest_remote: Optional[int],
             owner_gone: Callable[[int], bool], push_held: Callable[[str, int, dict], None],
-            push_older: Callable[[str, int], None], log: Callable[[str], None]) -> Optional[int]:
+            push_older: Callable[[str, int], None], log: Callable[[str], None],
+            outcome: str = "") -> Optional[int]:
     """Between runs, after generation `generation` ended: the newest settled snapshot, and the
     next where this node holds it whole, become this node's saves step-N in `local_dir`, and each
     held part of them whose owner is gone is sent to S3 in its owner's place (push_held(path, step,
     part)). The newest is pushed next like any save; one kept before it is pushed here and now
     (push_older(path, step)), as the supervisor's flush takes the newest only. Nothing older than a
-    checkpoint in S3, or than a newer one here; a snapshot of the same step as a save here takes
-    its place. Returns the newest step kept, or None.
+    checkpoint in S3, nor than one here that will be whole there (_stands: by how the generation
+    ended, its `outcome`). Returns the newest step kept, or None.
 
     Why the next one too: the vote that settles step N returns on the ranks at slightly different
     times, so a node that dies in between leaves some nodes marked N and others N-1; each node
@@ -215,11 +216,7 @@ def promote(root: str, generation: str, local_dir: str, *, newest_remote: Option
 
     kept = None
     for s in [step, *later[:1]]:
-        # A local save of the same step does not stand in for the snapshot: a dead node's part of
-        # an async periodic save of step N never reaches S3, while its buddy holds its snapshot of
-        # N (a kill in the step after a periodic save lost the 10 steps back to the one before).
-        # One newer does: a notice's save, which every node sends (the run takes no snapshot of it).
-        if (newest_remote is not None and s <= newest_remote) or (local is not None and s < local[0]):
+        if (newest_remote is not None and s <= newest_remote) or (local is not None and _stands(local[0], s, outcome)):
             continue
         if s != step and not _held_whole(root, generation, s, gone):
             break  # a gone owner's only copy lacks it: no node can make it whole in S3, so send nothing of it
@@ -228,7 +225,25 @@ def promote(root: str, generation: str, local_dir: str, *, newest_remote: Option
             if kept is not None:
                 push_older(os.path.join(local_dir, name_for(kept)), kept)
             kept = s
+    newest = newest_local(local_dir)
+    if kept is not None and newest is not None and newest[0] > kept:  # a periodic save the dead node never sent
+        push_older(os.path.join(local_dir, name_for(kept)), kept)
     return kept
+
+
+def _stands(local: int, snapshot: int, outcome: str) -> bool:
+    """Whether this node's newest local save, of step `local`, will be whole in S3 and at least as
+    new as the snapshot of step `snapshot`, which is then not sent. A save of the same step stands
+    only when the job finished (sending the step again would double its last upload): after a
+    hard kill the dead node's part of an async periodic save never reaches S3, while its buddy
+    holds its snapshot of that step (a kill in the step after a periodic save went back 10 steps).
+    A newer one stands unless a member was lost ("peer-lost"): a notice's save, which every node
+    sends (the run takes no snapshot at it), but not a periodic save the dead node never sent."""
+    if snapshot > local:
+        return False
+    if snapshot == local:
+        return outcome == "finished"
+    return outcome != "peer-lost"
 
 
 def _held_whole(root: str, generation: str, step: int, owner_gone: Callable[[int], bool]) -> bool:

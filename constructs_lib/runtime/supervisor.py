@@ -160,7 +160,7 @@ class Supervisor:
         self.state.last_resume = plan.resume_step
         self.state.save()
         kept.promote(plan=plan, node=self.me.node, local_dir=self.local_dir, store=self.store, cluster=self.cluster,
-                     membership=self.membership, newest=self._newest_step, ride=self.ride, log=self.log)
+                     membership=self.membership, newest=self._newest_step, ride=self.ride, log=self.log, outcome=outcome)
         self.flush()
         if outcome == "finished":
             step = self.ride(self._newest_step, "reading the final step")  # whichever node pushed it

@@ -132,7 +132,8 @@ def test_a_holder_sends_its_copy_once_the_owner_is_recorded_gone_and_not_for_a_l
 def test_a_snapshot_takes_the_place_of_a_local_save_of_its_step_and_leaves_a_newer_one(tmp_path):
     """A kill in the step after an async periodic save of step 4: the survivors hold their own
     save of 4, but the dead node's part of it never reaches S3; its buddy's snapshot of 4 does.
-    A save here newer than the snapshot (a notice's: every node sends it) is left to stand."""
+    A save here newer than the snapshot (a notice's: every node sends it) is left to stand, and so is
+    one of the same step when the job finished."""
     mem, ckpt = tmp_path / "mem", tmp_path / "ckpt"
     _held_part(mem, 4, memory_store.attempt_for("3", 4))
     _own_part(mem, 4)
@@ -145,9 +146,31 @@ def test_a_snapshot_takes_the_place_of_a_local_save_of_its_step_and_leaves_a_new
                 push_older=lambda *a: None, log=lambda m: None)
     (ckpt / "step-000000000005").mkdir()
     assert memory_store.promote(str(mem), "3", str(ckpt), newest_remote=3, **args) is None
-    assert pushed == [] and (periodic / "__0_0.distcp").read_bytes() == b"periodic"
     (ckpt / "step-000000000005").rmdir()
+    assert memory_store.promote(str(mem), "3", str(ckpt), newest_remote=3, outcome="finished", **args) is None, (
+        "the job finished: its last save stands, not sent twice")
+    assert pushed == [] and (periodic / "__0_0.distcp").read_bytes() == b"periodic"
     assert memory_store.promote(str(mem), "3", str(ckpt), newest_remote=3, **args) == 4
     assert pushed == [(4, 1)], "the dead node's part of step 4, from its buddy's copy"
     part = shards.node_part(str(periodic))
     assert part and part["attempt"] == memory_store.attempt_for("3", 4), "the snapshot's attempt, whole in S3 with the held part"
+
+
+@pytest.mark.parametrize("outcome, kept", [("peer-lost", 4), ("interrupted", None)])
+def test_a_snapshot_older_than_a_local_save_is_sent_only_when_a_member_was_lost(tmp_path, outcome, kept):
+    """A kill right after a survivor's async periodic save of step 5 completed on its disk, before
+    the snapshot of 5: the dead node's part of 5 never comes, so the snapshot of 4 is sent, ahead
+    of the supervisor's flush (which takes the newest save here). After a notice every node sends
+    its save of the notice's step: the older snapshot is left."""
+    mem, ckpt = tmp_path / "mem", tmp_path / "ckpt"
+    _held_part(mem, 4, memory_store.attempt_for("3", 4))
+    _own_part(mem, 4)
+    memory_store.settle(str(mem), "3", 4)
+    (ckpt / "step-000000000005").mkdir(parents=True)
+    pushed: list = []
+    got = memory_store.promote(str(mem), "3", str(ckpt), newest_remote=3, owner_gone=lambda n: True,
+                               push_held=lambda path, step, part: pushed.append(("held", step)),
+                               push_older=lambda path, step: pushed.append(("own", step)), log=lambda m: None,
+                               outcome=outcome)
+    assert got == kept
+    assert pushed == ([("held", 4), ("own", 4)] if kept else [])
