@@ -35,8 +35,7 @@ p.add_argument("--memory-every", type=int, default=1, metavar="K", help="save_to
 p.add_argument("--stub", choices=("exchange", "thread", "snapshot", "vote"),
                help="where the cost goes (measurement only: the tier then keeps nothing whole): exchange = no "
                     "buddy exchange; thread = the tier's thread does nothing; snapshot = save_to_memory does "
-                    "nothing (the state dict alone); vote = a raw snapshot takes no collective (each rank's own yes); "
-                    "slots = no raw slot is written, its own or its buddy's (the copies into host memory)")
+                    "nothing (the state dict alone); vote = a raw snapshot takes no collective (each rank's own yes)")
 p.add_argument("--torch-state", action="store_true",
                help="the state from torch's get_state_dict (the default: Checkpointer.state_of, where the code has it)")
 p.add_argument("--root", required=True)

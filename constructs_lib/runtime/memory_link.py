@@ -155,8 +155,7 @@ class Link:
         connection drains, so the file must not change until the buddy has the frame: a slot is
         written again two snapshots later, after a vote every rank passes only once it has its
         buddy's frame whole."""
-        head = json.dumps(header).encode()
-        out = [memoryview(_HEAD.pack(MAGIC, len(head), size)), memoryview(head)]
+        out = _head(header, size)
         while out:  # held back (MSG_MORE) to go out with the payload's first bytes
             memory_raw.written(out, self.out.sendmsg(out, [], socket.MSG_MORE if size else 0))
         at = 0
@@ -186,8 +185,7 @@ class Link:
     @staticmethod
     def _send(sock: socket.socket, header: dict, buffers: Sequence[Any]) -> None:
         views = [memoryview(b).cast("B") for b in buffers]
-        head = json.dumps(header).encode()
-        out = [memoryview(_HEAD.pack(MAGIC, len(head), sum(v.nbytes for v in views))), memoryview(head), *views]
+        out = _head(header, sum(v.nbytes for v in views)) + views
         while out:
             memory_raw.written(out, sock.sendmsg(out[:512]))
 
@@ -200,6 +198,12 @@ class Link:
             except OSError:
                 pass
             s.close()
+
+
+def _head(header: dict, plen: int) -> list[memoryview]:
+    """A frame's fixed part and header, for a payload of `plen` bytes."""
+    head = json.dumps(header).encode()
+    return [memoryview(_HEAD.pack(MAGIC, len(head), plen)), memoryview(head)]
 
 
 def _read_frame(sock: socket.socket, fits: Callable[[dict, int], bool], max_header: int = MAX_HEADER,

@@ -94,12 +94,7 @@ class Slots:
 
     def drop(self, step: int) -> None:
         """The slot `step` would use holds nothing any more (a full save of `step` stands in it)."""
-        s = self._next(step)
-        os.pwrite(self._fd(s, "stamp"), _BLANK, 0)
-        self.holds[s] = None
-        self._unmap(s)
-        os.ftruncate(self._fd(s, "raw"), 0)
-        self.sizes[s] = 0
+        self._resize(self._blank(step), 0)
 
     def write(self, step: int, attempt: str, layout: int, chunks: Sequence[Any]) -> None:
         """`chunks` (buffers) back to back as `step`'s bytes, over the older slot."""

@@ -225,8 +225,7 @@ def promote(root: str, generation: str, local_dir: str, *, newest_remote: Option
             if kept is not None:
                 push_older(os.path.join(local_dir, name_for(kept)), kept)
             kept = s
-    newest = newest_local(local_dir)
-    if kept is not None and newest is not None and newest[0] > kept:  # a periodic save the dead node never sent
+    if kept is not None and local is not None and local[0] > kept:  # a periodic save the dead node never sent
         push_older(os.path.join(local_dir, name_for(kept)), kept)
     return kept
 
