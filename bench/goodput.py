@@ -27,6 +27,8 @@ notice costs no step either way: bench/drill_recovery.py.) Reported:
                                                  before their plan)
     python bench/goodput.py --fsdp [--width 256]   the FSDP2 job: the memory tier (save_to_memory
                                                    every step) against S3-only async saves
+    python bench/goodput.py --fsdp --inprocess     the FSDP2 job with the memory tier both times:
+                                                   torchrun's restart against -c restart=in-process
     python bench/goodput.py --overhead 5 [--sleep 1.0] [--against DIR]
         the memory tier's step-time overhead alone: bench/memory_step.py (the same FSDP2 job, its
         4 ranks only, no drill around them) without and with the tier, interleaved, 5 rounds;
@@ -120,6 +122,10 @@ NODE_PERIODS = {"DL_POLL_SECONDS": "2", "DL_LIVENESS_POLL_SECONDS": "10", "DL_AG
 
 def _drill(root: Path, endpoint: str, keep: bool, every: int, fsdp: Optional[int], sleep: float,
            inprocess: bool = False) -> Drill:
+    if inprocess and fsdp is not None:  # the FSDP2 job with the memory tier, deployed with the key
+        command = (f"python fsdp_train.py --steps 100000 --every {every} --sleep {sleep} --width {fsdp} --memory "
+                   f"--events {root / 'events.jsonl'} --final {root / 'final.pt'}")
+        return Drill(root, endpoint, steps=100_000, every=every, job_command=command, context={"restart": "in-process"})
     if inprocess:  # the same DDP job as a train() per generation (Checkpointer.run_generations), deployed with the key
         command = (f"python inproc_train.py --steps 100000 --every {every} --sleep {sleep} "
                    f"--events {root / 'events.jsonl'} --final {root / 'final.pt'}")
@@ -260,7 +266,7 @@ def main() -> int:
     ap.add_argument("--sleep", type=float, default=SLEEP,
                     help="seconds each step stands for the accelerator's work (the CPU is idle meanwhile)")
     ap.add_argument("--inprocess", action="store_true",
-                    help="DDP with keep_on_failure under torchrun's restart, then under -c restart=in-process")
+                    help="keep_on_failure (--fsdp: the memory tier) under torchrun's restart, then under -c restart=in-process")
     ap.add_argument("--overhead", type=int, metavar="PAIRS", default=0,
                     help="only the memory tier's step-time overhead: this many interleaved pairs of 4-rank runs")
     ap.add_argument("--alternate", type=int, default=0, metavar="B",
@@ -287,7 +293,8 @@ def main() -> int:
     phases = ("detection", "kept+sent", "rendezvous", "restart", "total")
     phases += ("newcomer imported",) if a.inprocess else ()
     what = "keep_on_failure" if a.fsdp is None else "the memory tier"
-    what = "restart=in-process (keep_on_failure both times)" if a.inprocess else what
+    if a.inprocess:
+        what = f"restart=in-process ({what} both times)"
     for keep, r in results.items():
         print(f"\n{'with' if keep else 'without'} {what}: goodput {r['goodput']:.1%}, "
               f"steps done again {r['redone']}, median step {r['step'] * 1000:.0f} ms")

@@ -223,6 +223,21 @@ def _teardown(ckpt: Any, dist: Any) -> None:
     gc.collect()
     if dist.is_initialized():
         dist.destroy_process_group()
+    forget_meshes()
+
+
+def forget_meshes() -> None:
+    """Drop torch's memo of DTensor ops' output specs. It is keyed by specs whose DeviceMesh
+    compares equal by ranks and layout alone, not by this process's rank in it nor its groups, so
+    after the group is made again a new mesh over the same ranks hits the old generation's entries:
+    FSDP2's parameters then came out on the old mesh, with the old rank's coordinate, so a survivor
+    whose rank changed loaded and trained another rank's shard (torch 2.13, measured:
+    tests/runtime/test_inprocess_fsdp.py; Megatron-LM#7029 met the same memo naming dead groups)."""
+    try:
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+        _clear_sharding_prop_cache()
+    except (ImportError, AttributeError) as e:  # a torch without the memo or its clear: nothing to drop
+        _log(f"DTensor's sharding memo not cleared ({type(e).__name__}: {e})")
 
 
 def rebind(ckpt: Any) -> None:

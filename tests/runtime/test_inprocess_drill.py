@@ -1,7 +1,9 @@
 """The multi-node drill with -c restart=in-process (ranks.py, inprocess.py): 2 nodes x 2 ranks, the
 rank-0 node SIGKILLed mid-training. The survivor's ranks keep their processes (the same process
 ids train the next generation, now as ranks 0-1), at most the step in flight is lost, the job
-finishes, and the final model equals an uninterrupted torchrun run rebuilt at the same step."""
+finishes, and the final model equals an uninterrupted torchrun run (rebuilt at the same step).
+Two jobs: DDP with keep_on_failure, and FSDP2 with the memory tier every step, whose survivor
+must shard its model for its new rank (torch's sharding memo: inprocess.forget_meshes)."""
 from __future__ import annotations
 
 import pytest
@@ -12,13 +14,15 @@ from tests.runtime.drill import PROJECT, Drill, generations, reference_run
 pytestmark = pytest.mark.drill
 
 STEPS, EVERY = 60, 10
-SCRIPT = PROJECT / "inproc_train.py"
+JOBS = {"ddp": ("inproc_train.py", ""), "fsdp": ("fsdp_train.py", "--width 64 --memory")}
 
 
-def test_survivors_keep_their_processes_across_a_hard_kill(tmp_path, moto_process):
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_survivors_keep_their_processes_across_a_hard_kill(tmp_path, moto_process, job):
+    script, args = JOBS[job]
     root = tmp_path / "run"
     root.mkdir()
-    command = (f"python {SCRIPT.name} --steps {STEPS} --every {EVERY} --sleep 0.1 "
+    command = (f"python {script} --steps {STEPS} --every {EVERY} --sleep 0.1 {args} "
                f"--events {root / 'events.jsonl'} --final {root / 'final.pt'}")
     d = Drill(root, moto_process, steps=STEPS, every=EVERY, job_command=command, context={"restart": "in-process"})
     try:
@@ -49,7 +53,10 @@ def test_survivors_keep_their_processes_across_a_hard_kill(tmp_path, moto_proces
     assert set(gens["1"]["steps"]) | set(gens[g2]["steps"]) == set(range(STEPS))
     assert all(n.units["dl-job.service"].exits == [0] for n in d.live()), d.dump()
 
-    ref = reference_run(tmp_path / "ref", steps=STEPS, every=EVERY, rebuild_at=[start], world=4, script=SCRIPT)
+    if job == "fsdp":  # the survivor's snapshot was kept: every rank of generation 1 held it in memory
+        assert "kept in memory" in b.log_text(), b.log_text()[-3000:]
+    ref = reference_run(tmp_path / "ref", steps=STEPS, every=EVERY, rebuild_at=[start], world=4,
+                        script=PROJECT / script, args=args.split() if args else None)
     got, want = torch.load(d.final), torch.load(ref)
     assert got.keys() == want.keys()
     for k in want:
