@@ -99,7 +99,7 @@ def _goodput(d: Drill) -> tuple[float, int, float]:
     """(kept step time / wall time, steps done again, median step seconds) from rank 0's events."""
     events = [e for e in d.read_events() if e["event"] == "step" and e["rank"] == 0]
     gens = generations(d.read_events())
-    order = sorted(gens, key=int)
+    order = sorted((g for g in gens if gens[g]["starts"]), key=int)  # a generation that failed before training: none
     starts = {g: min(gens[g]["starts"].values()) for g in order}
     kept_s, times, done = 0.0, [], 0
     for i, g in enumerate(order):

@@ -14,7 +14,7 @@ import time
 from typing import Callable, Optional
 
 from dl_core.aws import Said, brief, jittered, transient
-from . import contract, framework_checkpoints, notice
+from . import contract, framework_checkpoints, memory_store, notice
 from .cluster import Plan
 from .decisions import Outcome, exit_outcome, settle_seconds, settled_outcome, stop_reason
 from .joblog import JobLog
@@ -73,6 +73,7 @@ class Run:
                 pass
             stamp = self._pass_notice(stamp)
             self.collect()
+            memory_store.warm(contract.memory_dir(), str(g))  # a recovery's promote needs torch: import it now
             stalled = self.stall.look() if self.stall is not None else None
             if stalled:  # a hang, or a straggler that persists (stall.py): what follows is the supervisor's
                 self.log(f"generation {g}: {stalled[1]}; stopping the run")

@@ -5,11 +5,15 @@ the dead node's part only once the owner is recorded gone."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from constructs_lib.runtime import memory_raw, memory_store, shards
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _held_part(root: Path, step: int, attempt: str, node: int = 1) -> Path:
@@ -174,3 +178,23 @@ def test_a_snapshot_older_than_a_local_save_is_sent_only_when_a_member_was_lost(
                                outcome=outcome)
     assert got == kept
     assert pushed == ([("held", 4), ("own", 4)] if kept else [])
+
+
+def test_the_supervisor_imports_torch_ahead_only_once_its_ranks_keep_snapshots(tmp_path):
+    """A recovery's promote rebuilds DCP files with torch: once a snapshot settled on this node,
+    the supervisor (a process without torch until then) imports it on a thread while the run trains."""
+    code = """
+import sys
+from constructs_lib.runtime import memory_store
+root, gen = sys.argv[1], "3"
+assert memory_store.warm(root, gen) is None and "torch" not in sys.modules, "no snapshot here: torch stays out"
+memory_store.Settled(root, gen, 0).mark(7, prune=False)
+t = memory_store.warm(root, gen)
+assert t is not None and t.daemon
+assert memory_store.warm(root, gen) is None, "one thread at a time"
+t.join(timeout=120)
+assert "torch" in sys.modules and memory_store.warm(root, gen) is None
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
