@@ -238,8 +238,7 @@ class Checkpointer:
                                "them): without them no node's part of a save can ever count as complete")
         self.wait()  # one save in flight at a time
         attempt = self._agree_attempt()
-        tmp = shards.tmp_dir(self.directory, step, attempt)
-        os.makedirs(tmp, exist_ok=True)
+        os.makedirs(tmp := shards.tmp_dir(self.directory, step, attempt), exist_ok=True)
         # Replicated state (optimizer param groups, step counters) goes to global rank 0's file, not
         # scattered over every rank's: a node's restore then pulls its own ranks' shards and that one.
         planner = planner or DefaultSavePlanner(dedup_save_to_lowest_rank=True)
@@ -252,17 +251,18 @@ class Checkpointer:
             # with its own collectives while the writer thread runs DCP's.
             self._save_group = dist.new_group(backend="gloo")
             atexit.register(self._release_group)
-        started = async_save(state_dict, checkpoint_id=tmp, process_group=self._save_group, planner=planner)
+        group, gen = self._save_group, self.generation  # this save's: an in-process restart makes new ones
+        started = async_save(state_dict, checkpoint_id=tmp, process_group=group, planner=planner)
         future: Any = getattr(started, "upload_completion", started)  # an AsyncSaveResponse with an async stager
-        # Future.result() returns before its callbacks run: wait() waits for this event instead.
-        finished = threading.Event()
+        finished = threading.Event()  # Future.result() returns before its callbacks run: wait() waits for this
         self._pending = finished
 
         def done(f) -> None:
             try:
-                self._finish_sharded(step, attempt, state_dict, f.result(), self._save_group)
+                self._finish_sharded(step, attempt, state_dict, f.result(), group)
             except BaseException as e:  # DCP's CheckpointException is a BaseException
-                self._failed = e
+                if self.generation == gen:  # a failed generation's save is never the next one's error
+                    self._failed = e
             finally:
                 finished.set()
         future.add_done_callback(done)

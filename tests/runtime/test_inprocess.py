@@ -217,3 +217,66 @@ def test_a_parked_rank_whose_assignment_never_comes_exits(tmp_path):
     p = _rank(tmp_path, "peer", DL_INPROCESS_WAIT_SECONDS="1")
     out, err = p.communicate(timeout=120)
     assert p.returncode != 0 and "TimeoutError: no assignment of a generation after 1 within 1 s" in err
+
+
+SAVE_TRAIN = """
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
+from constructs_lib.runtime import Checkpointer, inprocess
+late = sys.argv[1] == "late"
+inprocess.SAVE_WAIT = 0.5
+ckpt = Checkpointer()
+real = FileSystemWriter.write_data
+
+def peer_gone(self, plan, planner):  # what the save's own collective says once the peer is gone
+    time.sleep(2.0 if late else 0.0)  # late: past the leaving rank's wait for it
+    raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1")
+
+calls = []
+def train():
+    calls.append(ckpt.generation)
+    state = {"w": torch.arange(4.0) * len(calls)}
+    if len(calls) == 1:
+        FileSystemWriter.write_data = peer_gone
+        ckpt.save_sharded(9, state, asynchronous=True)
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:1: Connection reset by peer")
+    FileSystemWriter.write_data = real
+    ckpt.save_sharded(19, state, asynchronous=True)  # the next generation's first save
+    time.sleep(3.0)  # the failed generation's save has ended by now, however late
+    ckpt.wait()
+    return sorted(os.listdir(ckpt.directory))
+print(json.dumps({"result": ckpt.run_generations(train, backend="gloo"), "calls": calls}), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "late"])
+def test_a_failed_generations_async_save_is_not_the_next_generations_error(tmp_path, when):
+    """A peer's death fails the async save in flight too (its collectives). That error surfaced at
+    the next generation's first save and failed it (seen once in the drill): now the leaving rank
+    waits for its save a little and drops it, and a save that ends later still is its own
+    generation's, whichever comes first."""
+    d = tmp_path / "inprocess"
+    d.mkdir()
+    env = _env(tmp_path, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), DL_GENERATION="1", DL_INPROCESS_DIR=str(d),
+               DL_INPROCESS_WAIT_SECONDS="60")
+    p = subprocess.Popen([sys.executable, "-c", SAVE_TRAIN, when], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        parked = d / inprocess.parked_name(1, 0)
+        until = time.monotonic() + 120
+        while not parked.exists() and p.poll() is None and time.monotonic() < until:
+            time.sleep(0.05)
+        assert parked.exists(), p.communicate(timeout=30)[1][-3000:]
+        (d / inprocess.ASSIGNMENT).write_text(assignment_text(
+            generation=2, node_rank=0, nnodes=1, nproc_per_node=1, master_addr="127.0.0.1", master_port=free_port(),
+            resume_from=None, resume_step=None))
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err[-3000:]
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["calls"] == ["1", "2"] and "step-000000000019" in got["result"], got
