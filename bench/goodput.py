@@ -122,12 +122,10 @@ NODE_PERIODS = {"DL_POLL_SECONDS": "2", "DL_LIVENESS_POLL_SECONDS": "10", "DL_AG
 
 def _drill(root: Path, endpoint: str, keep: bool, every: int, fsdp: Optional[int], sleep: float,
            inprocess: bool = False) -> Drill:
-    if inprocess and fsdp is not None:  # the FSDP2 job with the memory tier, deployed with the key
-        command = (f"python fsdp_train.py --steps 100000 --every {every} --sleep {sleep} --width {fsdp} --memory "
-                   f"--events {root / 'events.jsonl'} --final {root / 'final.pt'}")
-        return Drill(root, endpoint, steps=100_000, every=every, job_command=command, context={"restart": "in-process"})
-    if inprocess:  # the same DDP job as a train() per generation (Checkpointer.run_generations), deployed with the key
-        command = (f"python inproc_train.py --steps 100000 --every {every} --sleep {sleep} "
+    if inprocess:  # a train() per generation (Checkpointer.run_generations), deployed with the key: the same
+        # DDP job, or (fsdp) the FSDP2 job with the memory tier
+        job = "inproc_train.py" if fsdp is None else f"fsdp_train.py --width {fsdp} --memory"
+        command = (f"python {job} --steps 100000 --every {every} --sleep {sleep} "
                    f"--events {root / 'events.jsonl'} --final {root / 'final.pt'}")
         return Drill(root, endpoint, steps=100_000, every=every, job_command=command, context={"restart": "in-process"})
     if fsdp is None:

@@ -29,6 +29,7 @@ import sys
 import time
 from typing import Any, Callable, Mapping, Optional
 
+from dl_core.aws import brief
 from .layout import write_atomic
 
 ENV_DIR = "DL_INPROCESS_DIR"            # the supervisor's directory for this node's parked ranks
@@ -178,7 +179,7 @@ def run_generations(ckpt: Any, train: Callable[[], Any], *, backend: Optional[st
         except BaseException as e:  # noqa: BLE001 - anything but a peer's failure goes on up
             if not _peer_failure(e):
                 raise
-            _log(f"generation {generation}: a collective failed ({type(e).__name__}: {_first_line(e)})")
+            _log(f"generation {generation}: a collective failed ({brief(e)})")
             _keep(ckpt, e)
         # Out of the except block: the failed generation's frames (its model, its DDP and the
         # group DDP holds) are released before the group is torn down.
@@ -190,11 +191,6 @@ def run_generations(ckpt: Any, train: Callable[[], Any], *, backend: Optional[st
         rebind(ckpt)
         _log(f"generation {a['generation']}: rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}, in process "
              f"{os.getpid()}")
-
-
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0][:300] if lines else ""
 
 
 def _peer_failure(e: BaseException) -> bool:

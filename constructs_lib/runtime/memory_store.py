@@ -183,17 +183,18 @@ def warm(root: str, generation: str) -> Optional[threading.Thread]:
     imports torch on a thread of its own, while the run trains: after a node's death promote
     rebuilds DCP's files with torch.save (memory_raw.to_dcp), and importing torch there, in the
     supervisor's first recovery, took 1.9 s of a 4.4 s in-process recovery (bench/goodput.py
-    --fsdp --inprocess). Cheap to call every poll: the thread that imports, once, or None."""
-    if "torch" in sys.modules or any(t.name == WARM_THREAD for t in threading.enumerate()):
+    --fsdp --inprocess). Cheap to call every poll: the thread that imports, once a process (where
+    torch is not installed, its one try), or None."""
+    global _warmed
+    if _warmed or "torch" in sys.modules or not os.path.isdir(os.path.join(gen_root(root, generation), "settled")):
         return None
-    if not os.path.isdir(os.path.join(gen_root(root, generation), "settled")):
-        return None
-    t = threading.Thread(target=_import_torch, daemon=True, name=WARM_THREAD)
+    _warmed = True
+    t = threading.Thread(target=_import_torch, daemon=True, name="dl-warm-torch")
     t.start()
     return t
 
 
-WARM_THREAD = "dl-warm-torch"
+_warmed = False  # memory_store.warm started its thread in this process
 
 
 def _import_torch() -> None:

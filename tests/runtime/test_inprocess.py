@@ -173,22 +173,28 @@ dist.destroy_process_group()
 """
 
 
-def _rank(tmp_path: Path, how: str, **extra: str) -> subprocess.Popen:
+def _rank(tmp_path: Path, how: str, program: str = "", **extra: str) -> subprocess.Popen:
+    """One rank of a one-rank job under run_generations: `program` [TRAIN] with the argument `how`."""
     d = tmp_path / "inprocess"
     d.mkdir()
     env = _env(tmp_path, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port()), DL_GENERATION="1", DL_INPROCESS_DIR=str(d), **extra)
-    return subprocess.Popen([sys.executable, "-c", TRAIN, how], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", program or TRAIN, how], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
-def test_a_rank_keeps_the_step_parks_and_trains_the_next_generation_in_the_same_process(tmp_path):
-    p = _rank(tmp_path, "peer")
+def _wait_parked(tmp_path: Path, p: subprocess.Popen) -> None:
+    """Until the rank says it parked after generation 1 (or it exited, or 120 s passed)."""
     parked = tmp_path / "inprocess" / inprocess.parked_name(1, 0)
     until = time.monotonic() + 120
     while not parked.exists() and p.poll() is None and time.monotonic() < until:
         time.sleep(0.05)
-    assert parked.exists(), p.communicate()[1][-3000:]
+    assert parked.exists(), p.communicate(timeout=30)[1][-3000:]
+
+
+def test_a_rank_keeps_the_step_parks_and_trains_the_next_generation_in_the_same_process(tmp_path):
+    p = _rank(tmp_path, "peer")
+    _wait_parked(tmp_path, p)
     kept = tmp_path / "ckpt" / ".survivor-step-000000000004"
     assert (kept / "model.pt").exists(), "the completed step was kept, as on torchrun's path"
     record = json.loads((tmp_path / "run" / "outcome" / "gen-1-rank-0").read_text())
@@ -258,20 +264,10 @@ def test_a_failed_generations_async_save_is_not_the_next_generations_error(tmp_p
     the next generation's first save and failed it (seen once in the drill): now the leaving rank
     waits for its save a little and drops it, and a save that ends later still is its own
     generation's, whichever comes first."""
-    d = tmp_path / "inprocess"
-    d.mkdir()
-    env = _env(tmp_path, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), DL_GENERATION="1", DL_INPROCESS_DIR=str(d),
-               DL_INPROCESS_WAIT_SECONDS="60")
-    p = subprocess.Popen([sys.executable, "-c", SAVE_TRAIN, when], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = _rank(tmp_path, when, SAVE_TRAIN, GROUP_RANK="0", DL_INPROCESS_WAIT_SECONDS="60")
     try:
-        parked = d / inprocess.parked_name(1, 0)
-        until = time.monotonic() + 120
-        while not parked.exists() and p.poll() is None and time.monotonic() < until:
-            time.sleep(0.05)
-        assert parked.exists(), p.communicate(timeout=30)[1][-3000:]
-        (d / inprocess.ASSIGNMENT).write_text(assignment_text(
+        _wait_parked(tmp_path, p)
+        (tmp_path / "inprocess" / inprocess.ASSIGNMENT).write_text(assignment_text(
             generation=2, node_rank=0, nnodes=1, nproc_per_node=1, master_addr="127.0.0.1", master_port=free_port(),
             resume_from=None, resume_step=None))
         out, err = p.communicate(timeout=120)
