@@ -37,7 +37,8 @@ p.add_argument("--stub", choices=("exchange", "thread", "snapshot", "vote"),
                     "buddy exchange; thread = the tier's thread does nothing; snapshot = save_to_memory does "
                     "nothing (the state dict alone); vote = a raw snapshot takes no collective (each rank's own yes)")
 p.add_argument("--torch-state", action="store_true",
-               help="the state from torch's get_state_dict (the default: Checkpointer.state_of, where the code has it)")
+               help="the state from torch's get_state_dict, passed to save_to_memory (the default: "
+                    "save_to_memory(step, model=, optimizer=), where the code has state_of)")
 p.add_argument("--root", required=True)
 a = p.parse_args()
 node = rank // a.per_node
@@ -78,7 +79,13 @@ elif a.stub == "vote":  # the first full save fixes the layout; after it, no all
     _everyone = memory_tier.MemoryTier._everyone
     memory_tier.MemoryTier._everyone = lambda self, mine: mine if self.fast is not None else _everyone(self, mine)
 elif a.stub == "snapshot":
-    memory_tier.MemoryTier.snapshot = lambda self, step, state_dict: bool(snapshots.append((0.0, 0.0))) or True
+    def _state_alone(self, step, state_dict=None, live=None):
+        if live is not None:
+            live[2](live[0], live[1])
+        snapshots.append((0.0, 0.0))
+        return True
+
+    memory_tier.MemoryTier.snapshot = _state_alone
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(8, a.width), nn.Tanh(), nn.Linear(a.width, a.width), nn.Tanh(), nn.Linear(a.width, 1))
@@ -92,7 +99,10 @@ times = []
 phases = []
 cpu = []  # the process's CPU per step, every thread (gloo's own included)
 kinds = []  # whether the tier was on in each step
-calls: list[tuple[float, float]] = []  # on the training thread: the state dict, save_to_memory
+calls: list[tuple[float, float]] = []  # on the training thread: the state dict (0 where the tier makes it), save_to_memory
+
+
+live = hasattr(ckpt, "state_of") and not a.torch_state  # save_to_memory(step, model=, optimizer=)
 
 
 def state() -> dict:
@@ -128,9 +138,13 @@ for step in range(a.steps):
     on = a.memory and (not a.alternate or (step // a.alternate) % 2 == 1)
     if on and (step + 1) % a.memory_every == 0:  # the state dict only when save_to_memory takes it
         t1 = time.perf_counter()
-        s = state()
-        t2 = time.perf_counter()
-        ckpt.save_to_memory(step, s, every=a.memory_every)
+        if live:  # as the docs' job does: the tier makes the state, or refills its copy without it
+            t2 = t1
+            ckpt.save_to_memory(step, model=model, optimizer=opt, every=a.memory_every)
+        else:
+            s = state()
+            t2 = time.perf_counter()
+            ckpt.save_to_memory(step, s, every=a.memory_every)
         calls.append((t2 - t1, time.perf_counter() - t2))
     times.append(time.perf_counter() - t0)
     phases.append((tc - t0, ts - tc, time.perf_counter() - ts))  # compute, sleep, saves
@@ -157,5 +171,6 @@ if rank == 0:
         out["snapshot_wall"] = statistics.median(s[1] for s in snapshots[5:])
         out["state_dict"] = statistics.median(c[0] for c in calls[5:])
         out["save_call"] = statistics.median(c[1] for c in calls[5:])
+        out["refill"] = getattr(getattr(ckpt._memory, "refill", None), "plan", None) is not None
     print(json.dumps(out), flush=True)
 dist.destroy_process_group()

@@ -334,7 +334,7 @@ class Checkpointer:
             atexit.register(self._release_memory)
             if self._keeper is not None:  # a peer's death ends this process: let a settling snapshot finish
                 self._keeper.before_exit.append(lambda tier=self._memory: tier.wait(timeout=EXIT_WAIT))
-        return self._memory.snapshot(step, state_dict if state_dict is not None else self.state_of(model, optimizer))
+        return self._memory.snapshot(step, state_dict, live=None if state_dict is not None else (model, optimizer, self.state_of))
 
     def _release_memory(self) -> None:
         memory, self._memory = self._memory, None

@@ -1,7 +1,8 @@
 """The memory tier for sharded state (issue 37): a dead node's shards come back from its buddy.
 
 Every K steps (Checkpointer.save_to_memory) each rank copies its shard of the state to CPU buffers
-(the only part on the training thread), then, on a thread of its own:
+(the only part on the training thread; memory_refill.py: from the model and optimizer themselves,
+with no state dict made, where it can), then, on a thread of its own:
 1. writes its bytes into host memory (tmpfs: memory_store.own_root), raw, over the older of its two
    slots (memory_slots.py) in the layout the last full save fixed (memory_raw.py);
 2. sends them from that slot (sendfile) to the same local rank on its buddy node (the next node
@@ -15,9 +16,8 @@ Every K steps (Checkpointer.save_to_memory) each rank copies its shard of the st
    size, or it holds the first snapshot) makes step N a full save everywhere, with
    torch.distributed.checkpoint, the files and markers a sharded save writes, sent whole to the
    buddy; its layout is the one the raw snapshots after it follow.
-Per raw snapshot that is no directory, marker, rename or listing, and one collective: measured
-0.7 ms of the tier thread's CPU a snapshot, against 3.7 ms with files per step and gloo's
-point-to-point calls (bench/goodput.py --overhead).
+Per raw snapshot: no directory, marker, rename or listing, and one collective (bench/goodput.py
+--overhead: 0.7 ms of the tier thread's CPU, against 3.7 ms with files and gloo's isend/irecv).
 
 When a node dies, each survivor holds its own part of the newest settled step and a copy of its
 buddy's; between runs the supervisor makes node parts of them (memory_slots.materialize), and of
@@ -38,7 +38,7 @@ import sys
 import threading
 from typing import Any, Callable, Optional
 
-from . import contract, memory_link, memory_raw, memory_slots, memory_store, memory_threads, shards
+from . import contract, memory_link, memory_raw, memory_refill, memory_slots, memory_store, memory_threads, shards
 from .memory_ring import neighbours, ring
 from .layout import name_for
 from .memory_staging import stage as _stage  # by this name: a test stands in for it here
@@ -79,6 +79,7 @@ class MemoryTier:
         # rare here (the first snapshot, a changed layout); raw snapshots plan nothing.
         self.planner = DefaultSavePlanner(dedup_save_to_lowest_rank=True)
         self.staged: Optional[dict] = None
+        self.refill = memory_refill.Refill(log=log)
         # From the last full save (of step layout_step): this rank's layout (memory_raw), where its
         # items come from, and the template its raw snapshots need to become a node part.
         self.fast: Optional[dict] = None
@@ -90,9 +91,8 @@ class MemoryTier:
         self.slots = memory_slots.Slots(memory_store.own_root(root, generation), rank)
         self.held_slots = memory_slots.Slots(memory_store.held_root(root, generation, self.recv_node), self.recv_rank)
         self.link: Optional[memory_link.Link] = None
-        # One worker thread for the run, fed a snapshot at a time: starting a thread per snapshot
-        # held the training thread until the new one was scheduled (measured: 0.8-1.3 ms a step,
-        # 3-3.7 ms at the 90th percentile, 4 ranks on 2 cores).
+        # One worker thread for the run, fed a snapshot at a time: a thread per snapshot held the
+        # training thread until it was scheduled (0.8-1.3 ms a step, 4 ranks on 2 cores).
         self.thread: Optional[threading.Thread] = None
         self._jobs: "queue.SimpleQueue[Optional[tuple]]" = queue.SimpleQueue()
         self._idle = threading.Event()
@@ -149,13 +149,18 @@ class MemoryTier:
     def _peer(self, node: int) -> int:
         return node * self.local + self.rank % self.local
 
-    def snapshot(self, step: int, state_dict: dict) -> bool:
-        """Start the snapshot of `step`; False when the tier stopped after an error in this run."""
+    def snapshot(self, step: int, state_dict: Optional[dict] = None, *, live: Optional[tuple] = None) -> bool:
+        """Start the snapshot of `step` of `state_dict`, or of live = (model, optimizer, state_of):
+        refilled from them where memory_refill's plan holds; False when the tier stopped in this run."""
         self.wait()
         if self.broken:
             return False
-        first = self.staged is None
-        self.staged, fresh = _stage(state_dict, self.staged)
+        first, fresh = self.staged is None, False
+        if live is None or not self.refill.fill(live[0], live[1]):
+            state = state_dict if live is None else live[2](live[0], live[1])
+            self.staged, fresh = _stage(state, self.staged)
+            if live is not None:
+                self.refill.learned(live[0], live[1], state, self.staged, fresh)
         if first and not self._room(self.staged):
             return False
         self._idle.clear()
