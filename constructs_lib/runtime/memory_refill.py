@@ -104,7 +104,9 @@ class _Plan:
 
     def keep(self, container: Any, key: Any, obj: Any) -> None:
         """`obj` must stay at container[key] for the plan to hold."""
-        into = self.in_lists if type(container) is list else self.in_dicts
+        if not isinstance(container, (dict, list)):  # what holds() cannot look into: no plan
+            raise TypeError(f"a {type(container).__name__} holds part of the state")
+        into = self.in_lists if isinstance(container, list) else self.in_dicts
         into[0].append(container)
         into[1].append(key)
         into[2].append(obj)
@@ -275,7 +277,14 @@ class Refill:
         """The staged copy refilled from the model and optimizer (True), or False: take the full path."""
         self.calls += 1
         plan = self.plan
-        if plan is None or self.calls % self.check_every == 0 or not plan.holds(model, optimizer):
+        if plan is None or self.calls % self.check_every == 0:
+            return False
+        try:
+            if not plan.holds(model, optimizer):
+                return False
+        except Exception as e:  # noqa: BLE001 - never the step's error: the full path stands
+            self._off(f"its check failed ({type(e).__name__}: {e})")
+            self.plan = None
             return False
         plan.refill()
         return True

@@ -161,3 +161,21 @@ def test_a_change_only_the_check_sees_turns_the_refill_off_once_said():
     for _ in range(3):
         _same(tier.snapshot(model, opt), _torchs(model, opt))
     assert tier.refilled == 2 and len(tier.said) == 1
+
+
+def test_a_check_that_raises_is_never_the_steps_error_the_full_path_stands():
+    model, opt = _tied()
+    tier = Tier()
+    for step in range(2):
+        _step(model, opt, step)
+        tier.snapshot(model, opt)
+    assert tier.refilled == 1
+
+    def broken(model, opt):
+        raise RuntimeError("a container of a kind not foreseen")
+
+    tier.refill.plan.holds = broken
+    for step in range(2, 4):
+        _step(model, opt, step)
+        _same(tier.snapshot(model, opt), _torchs(model, opt))
+    assert tier.refilled == 1 and tier.refill.off and len(tier.said) == 1 and "its check failed" in tier.said[0]
