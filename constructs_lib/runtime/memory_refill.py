@@ -9,18 +9,21 @@ FSDP2 model and 8.0-10.9 ms for 344 parameters (1,376 tensors with Adam); refill
 
 Learned from one full call: each staged buffer's source is found among the live tensors (the
 modules' own parameters and buffers, a DTensor's local shard, the optimizer's state) by its storage,
-offset, shape, stride and dtype; each plain value is a param group's hyperparameter, a value in the
-optimizer's state of the same parameter, or a param group's parameter names. A state with anything
-else (a tensor a state-dict hook made, a module's extra state) gets no refill: every call is full.
+offset, shape, stride and dtype; each plain value is a param group's hyperparameter or list (such
+as `param_names`), a value in the optimizer's state of the same parameter, or a param group's
+parameter names. A state with anything else (a tensor a state-dict hook made, a module's extra
+state, a tensor learning rate) gets no refill: every call is full, and the first says why.
 
-Used only while what it was learned from holds, checked on every call: the same model and
-optimizer; no module, parameter or buffer registered on a module of the model since under a new
-name, and no module replaced (torch's global registration hooks); every source still the same
-object over the same memory, shape and stride; the optimizer's state, per-parameter state and
-param groups the same objects and sizes. Every CHECK_EVERY-th call is full, and what it learns must
-be what is in use; else the refill is off for the run, said once. A submodule deleted from the
-model is what only that check sees: until then the copy keeps its tensors, which a restore into the
-model without it does not read.
+Used only while what it was learned from holds, checked on every call with C-level loops: the same
+model and optimizer; every object over the copied bytes (two parameters may share them) the same
+object at every place that holds it, over the same memory, shape and stride, a DTensor over the
+same local shard; every submodule at its place; each module's submodules, parameters, buffers,
+non-persistent buffers and state-dict hooks as many, and its empty slots empty (no hook sees a
+ModuleList.insert or a write into a module's dicts); the optimizer's state, each parameter's state,
+the param groups and their parameter lists the same objects and sizes. The copy is made under
+no_grad (its sources are live parameters). Every CHECK_EVERY-th call is full, and what it learns
+must be what is in use; else the refill is off for the run, said once. A check or copy that raises
+turns it off too: never the step's error.
 """
 from __future__ import annotations
 
@@ -34,31 +37,12 @@ from .memory_staging import _copy, _pair
 
 CHECK_EVERY = 100
 
-_refills: "weakref.WeakSet[Refill]" = weakref.WeakSet()
-_hooked = False
 
-
-def _watch() -> None:
-    """torch's global registration hooks, once a process: a model the refill was learned from that
-    gains a submodule, parameter or buffer (a key its state dict would have) or has a submodule
-    replaced is stale. Registrations on modules outside it (a loss module made each step) are not."""
-    global _hooked, _PTR, _STRIDE
-    if _hooked:
-        return
+def _init() -> None:
+    global _PTR, _STRIDE
     import torch
-    from torch.nn.modules import module as m
 
     _PTR, _STRIDE = torch.Tensor.data_ptr, torch.Tensor.stride
-
-    def stale_if(mod: Any, new: bool) -> None:
-        for r in list(_refills):
-            if new and id(mod) in r.module_ids:
-                r.plan = None
-
-    m.register_module_module_registration_hook(lambda mod, name, sub: stale_if(mod, True))
-    m.register_module_parameter_registration_hook(lambda mod, name, p: stale_if(mod, name not in mod._parameters))
-    m.register_module_buffer_registration_hook(lambda mod, name, b: stale_if(mod, name not in mod._buffers))
-    _hooked = True
 
 
 class _Plan:
@@ -71,7 +55,7 @@ class _Plan:
         self.in_dicts: tuple[list, list, list] = ([], [], [])
         self.in_lists: tuple[list, list, list] = ([], [], [])
         self.dtensors: tuple[list, list] = ([], [])  # DTensor sources and their local shards
-        self.sources: list[Any] = []  # the local tensors, in pairs' order
+        self.watched: list[Any] = []  # every local tensor over the copied bytes (two objects may share them)
         self.views: tuple[list, list, list] = ([], [], [])  # their data_ptr, shape and stride
         self.pairs: list[tuple[Any, Any]] = []  # (staged buffer, source)
         self.on_cpu: tuple[list, list] = ([], [])  # the staged buffers and sources of the pairs on CPU
@@ -99,7 +83,7 @@ class _Plan:
         ds, locals_ = self.dtensors
         if not all(map(operator.is_, map(_LOCAL, ds), locals_)):
             return False
-        s, (ptrs, shapes, strides) = self.sources, self.views
+        s, (ptrs, shapes, strides) = self.watched, self.views
         return list(map(_PTR, s)) == ptrs and list(map(_STRIDE, s)) == strides and list(map(_SHAPE, s)) == shapes
 
     def keep(self, container: Any, key: Any, obj: Any) -> None:
@@ -116,10 +100,11 @@ class _Plan:
 
         for dst, key, src in self.leaves:
             dst[key] = src[key]
-        if self.on_cpu[0]:
-            torch._foreach_copy_(*self.on_cpu)
-        if self.on_device:
-            _copy(self.on_device, True)
+        with torch.no_grad():  # from live parameters: autograd must not record the copy into the buffers
+            if self.on_cpu[0]:
+                torch._foreach_copy_(*self.on_cpu)
+            if self.on_device:
+                _copy(self.on_device, True)
 
     def same_as(self, other: "_Plan") -> Optional[str]:
         """Where two plans of one state differ (None: the same buffers from the same sources)."""
@@ -132,7 +117,7 @@ class _Plan:
 
 _LOCAL = operator.attrgetter("_local_tensor")
 _SHAPE = operator.attrgetter("shape")
-_PTR: Any = None  # torch.Tensor.data_ptr and .stride, once torch is imported (_watch)
+_PTR: Any = None  # torch.Tensor.data_ptr and .stride, once torch is imported (_init)
 _STRIDE: Any = None
 
 
@@ -155,41 +140,44 @@ def learn(model: Any, optimizer: Any, state: dict, staged: dict) -> tuple[Option
         found = live.get(_key(src))
         if found is None:
             return None, "a tensor of the state is none of the model's or the optimizer's own"
-        obj, local = found
-        plan.pairs.append((dst, local))
-        if id(obj) not in used:
-            used[id(obj)] = obj
-            if obj is not local:
-                plan.dtensors[0].append(obj)
-                plan.dtensors[1].append(local)
-        if id(obj) in per_param:
-            owner_of[id(containers[id(dst)])] = per_param[id(obj)]
+        plan.pairs.append((dst, found[0][1]))
+        for obj, local in found:  # every object over these bytes must stay as it is
+            if id(obj) not in used:
+                used[id(obj)] = obj
+                plan.watched.append(local)
+                if obj is not local:
+                    plan.dtensors[0].append(obj)
+                    plan.dtensors[1].append(local)
+            if id(obj) in per_param:
+                owner_of[id(containers[id(dst)])] = per_param[id(obj)]
     for key, obj in used.items():
         for c, k in holders[key]:
             plan.keep(c, k, obj)
-    plan.sources = [s for _, s in plan.pairs]
-    plan.views = (list(map(_PTR, plan.sources)), list(map(_SHAPE, plan.sources)), list(map(_STRIDE, plan.sources)))
-    for d, s in plan.pairs:
-        if s.device.type == "cpu":
+    plan.views = (list(map(_PTR, plan.watched)), list(map(_SHAPE, plan.watched)), list(map(_STRIDE, plan.watched)))
+    for d, src in plan.pairs:
+        if src.device.type == "cpu":
             plan.on_cpu[0].append(d)
-            plan.on_cpu[1].append(s)
+            plan.on_cpu[1].append(src)
         else:
-            plan.on_device.append((d, s))
-    why = _plain_values(plan, leaves, staged, optimizer, owner_of)
+            plan.on_device.append((d, src))
+    sized: list = []
+    why = _plain_values(plan, leaves, staged, optimizer, owner_of, sized)
     if why is not None:
         return None, why
-    _the_optimizers(plan, optimizer, per_param.values())
+    _the_models(plan, model, sized)
+    _the_optimizers(plan, optimizer, sized)
+    plan.sizes = (sized, list(map(len, sized)))
     plan.model, plan.optimizer = weakref.ref(model), weakref.ref(optimizer)
     return plan, None
 
 
 def _live(model: Any, optimizer: Any) -> tuple[dict, dict, dict]:
-    """The model's and optimizer's own tensors: by storage key (the object holding it, its local
-    tensor); by id(object), every (dict, key) that holds it; by id(object), the optimizer's
-    per-parameter state holding it."""
+    """The model's and optimizer's own tensors: by storage key, every (object, its local tensor)
+    over those bytes; by id(object), every (dict, key) that holds it; by id(object), the
+    optimizer's per-parameter state holding it."""
     import torch
 
-    live: dict[tuple, Any] = {}
+    live: dict[tuple, list] = {}
     holders: dict[int, list[tuple[dict, Any]]] = {}
     per_param: dict[int, dict] = {}
     states = {id(s) for s in optimizer.state.values()}
@@ -197,44 +185,84 @@ def _live(model: Any, optimizer: Any) -> tuple[dict, dict, dict]:
         for key, t in d.items():
             if isinstance(t, torch.Tensor):
                 local = getattr(t, "_local_tensor", t)
-                live.setdefault(_key(local), (t, local))
+                objs = live.setdefault(_key(local), [])
+                if all(o is not t for o, _ in objs):
+                    objs.append((t, local))
                 holders.setdefault(id(t), []).append((d, key))
                 if id(d) in states:
                     per_param[id(t)] = d
     return live, holders, per_param
 
 
-def _plain_values(plan: _Plan, leaves: list, staged: dict, optimizer: Any, owner_of: dict) -> Optional[str]:
-    """Each plain value's source: a param group's (its parameter names stay as staged), or the
-    optimizer's state of the parameter whose tensors sit beside it; why not, where none is."""
+def _plain_values(plan: _Plan, leaves: list, staged: dict, optimizer: Any, owner_of: dict, sized: list) -> Optional[str]:
+    """Each plain value's source: a param group's (its parameter names stay as staged, and a list
+    of its, such as `param_names`, while it holds the same items), or the optimizer's state of the
+    parameter whose tensors sit beside it; why not, where none is."""
     optim = staged.get("optim")
     groups = optim.get("param_groups") if isinstance(optim, dict) else None
     groups = groups if isinstance(groups, list) and len(groups) == len(optimizer.param_groups) else []
     names = {id(g.get("params")) for g in groups if isinstance(g, dict)}
+    lists = {id(v): (i, k) for i, g in enumerate(groups) if isinstance(g, dict)
+             for k, v in g.items() if k != "params" and isinstance(v, list)}
     for dst, key, value in leaves:
         if id(dst) in names:
             continue  # a param group's parameter names: fixed while its parameters are
+        if id(dst) in lists:  # an item of a group's own list: fixed while the list holds the same items
+            i, k = lists[id(dst)]
+            live = optimizer.param_groups[i].get(k)
+            if not isinstance(live, list) or len(live) != len(dst) or not _same(live[key], value):
+                return f"the param groups' {k!r} is not the optimizer's own"
+            plan.keep(optimizer.param_groups[i], k, live)
+            plan.keep(live, key, live[key])
+            sized.append(live)
+            continue
         i = next((i for i, g in enumerate(groups) if g is dst), None)
         src = optimizer.param_groups[i] if i is not None else owner_of.get(id(dst))
         if src is None or key not in src or not _same(src[key], value):
-            return f"a plain value ({key!r}) is not the optimizer's own"
+            where = f"in a param group's {key!r}" if i is not None else f"{key!r} of a {type(dst).__name__}"
+            return f"a plain value ({where}) is not the optimizer's own"
         plan.leaves.append((dst, key, src))
     return None
 
 
-def _the_optimizers(plan: _Plan, optimizer: Any, per_param: Any) -> None:
-    """What must stay for the plan to hold: the optimizer's state and param groups the same objects
-    and sizes, each parameter's state the same, each group's parameters the same."""
+def _the_models(plan: _Plan, model: Any, sized: list) -> None:
+    """What must stay: every submodule at its place, every empty parameter or buffer slot empty,
+    and each module's submodules, parameters, buffers, non-persistent buffers and state-dict hooks
+    as many (no hook sees a ModuleList.insert or a write into a module's dicts)."""
+    for mod in model.modules():
+        for a in _DICTS:  # the same dicts (Sequential's __delitem__ makes a new one), then their contents
+            if a in mod.__dict__:
+                plan.keep(mod.__dict__, a, mod.__dict__[a])
+        for name, child in mod._modules.items():
+            plan.keep(mod._modules, name, child)
+        for d in (mod._parameters, mod._buffers):
+            for name, t in d.items():
+                if t is None:
+                    plan.keep(d, name, None)
+        sized += [mod.__dict__[a] for a in _DICTS if hasattr(mod.__dict__.get(a), "__len__")]
+
+
+_DICTS = ("_modules", "_parameters", "_buffers", "_non_persistent_buffers_set", "_state_dict_hooks", "_state_dict_pre_hooks")
+
+
+def _the_optimizers(plan: _Plan, optimizer: Any, sized: list) -> None:
+    """What must stay: the optimizer's state and param groups the same objects and sizes, each
+    parameter's state the same (a state with no tensors yet too), each group's parameter list and
+    its parameters the same, its state-dict hooks as many."""
     plan.state, plan.groups = optimizer.state, optimizer.param_groups
     for p, s in optimizer.state.items():
         plan.keep(optimizer.state, p, s)
     for i, g in enumerate(optimizer.param_groups):
         plan.keep(optimizer.param_groups, i, g)
+        plan.keep(g, "params", g["params"])
         for j, p in enumerate(g["params"]):
             plan.keep(g["params"], j, p)
-    sized = [optimizer.state, optimizer.param_groups, *{id(s): s for s in per_param}.values(),
-             *optimizer.param_groups, *(g["params"] for g in optimizer.param_groups)]
-    plan.sizes = (sized, list(map(len, sized)))
+    sized += [optimizer.state, optimizer.param_groups, *optimizer.state.values(), *optimizer.param_groups,
+              *(g["params"] for g in optimizer.param_groups)]
+    for a in ("_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks"):
+        if hasattr(optimizer.__dict__.get(a), "__len__"):
+            plan.keep(optimizer.__dict__, a, optimizer.__dict__[a])
+            sized.append(optimizer.__dict__[a])
 
 
 def _containers(staged: Any) -> dict[int, Any]:
@@ -266,12 +294,14 @@ class Refill:
         self.check_every = max(1, check_every)
         self.log = log or (lambda line: print(f"dl-launcher: {line}", file=sys.stderr, flush=True))
         self.plan: Optional[_Plan] = None
-        self.module_ids: set[int] = set()
         self.off: Optional[str] = None
         self.said = False  # why a state gets no plan: said once
         self.calls = 0
-        _watch()
-        _refills.add(self)
+        _init()
+
+    def forget(self) -> None:
+        """No plan: the tier's staged copy is no longer the one learned (or the tier stopped)."""
+        self.plan = None
 
     def fill(self, model: Any, optimizer: Any) -> bool:
         """The staged copy refilled from the model and optimizer (True), or False: take the full path."""
@@ -282,11 +312,10 @@ class Refill:
         try:
             if not plan.holds(model, optimizer):
                 return False
-        except Exception as e:  # noqa: BLE001 - never the step's error: the full path stands
-            self._off(f"its check failed ({type(e).__name__}: {e})")
-            self.plan = None
+            plan.refill()
+        except Exception as e:  # noqa: BLE001 - never the step's error: the full path (which fills every buffer) stands
+            self._off(f"its check or copy failed ({type(e).__name__}: {e})")
             return False
-        plan.refill()
         return True
 
     def learned(self, model: Any, optimizer: Any, state: dict, staged: dict, fresh: bool) -> None:
@@ -299,7 +328,11 @@ class Refill:
             plan, why = learn(model, optimizer, state, staged)
         except Exception as e:  # noqa: BLE001 - a state of a shape not foreseen: the full path stands
             return self._off(f"the plan could not be learned ({type(e).__name__}: {e})")
-        if old is not None and old.holds(model, optimizer):  # a check: what the refill gave must be this
+        try:
+            held = old is not None and old.holds(model, optimizer)
+        except Exception:  # noqa: BLE001 - fill turned the refill off already where this can raise
+            held = False
+        if held:  # a check: what the refill gave must be this
             differs = "the state's keys or shapes changed with nothing the refill sees" if fresh or plan is None else old.same_as(plan)
             if differs is not None:
                 return self._off(differs)
@@ -307,8 +340,7 @@ class Refill:
             self.said = True
             self.log(f"the memory tier makes the state dict on every kept step: {why}")
         self.plan = plan
-        self.module_ids = {id(m) for m in model.modules()} if plan is not None else set()
 
     def _off(self, why: str) -> None:
-        self.off = why
+        self.off, self.plan = why, None
         self.log(f"the memory tier's refill is off for this run, every step makes the state dict: {why}")

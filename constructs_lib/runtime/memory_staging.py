@@ -95,3 +95,17 @@ def _copy(pairs: list, cuda: bool) -> None:
             if s.device.type != "cpu":
                 d.copy_(s, non_blocking=True)
         torch.cuda.synchronize()
+
+
+def nbytes(state: Any) -> int:
+    """Bytes of the tensors in a state dict (a DTensor counts its local shard)."""
+    import torch
+
+    if isinstance(state, dict):
+        return sum(nbytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(nbytes(v) for v in state)
+    if isinstance(state, torch.Tensor):
+        local = state.to_local() if hasattr(state, "to_local") else state
+        return local.numel() * local.element_size()
+    return 0

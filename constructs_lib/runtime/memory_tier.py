@@ -41,7 +41,7 @@ from typing import Any, Callable, Optional
 from . import contract, memory_link, memory_raw, memory_refill, memory_slots, memory_store, memory_threads, shards
 from .memory_ring import neighbours, ring
 from .layout import name_for
-from .memory_staging import stage as _stage  # by this name: a test stands in for it here
+from .memory_staging import nbytes as _nbytes, stage as _stage  # by these names: tests stand in for them here
 from .records import whole
 
 # A peer that vanishes without closing its sockets fails the tier's collectives after this long;
@@ -157,6 +157,8 @@ class MemoryTier:
             return False
         first, fresh = self.staged is None, False
         if live is None or not self.refill.fill(live[0], live[1]):
+            if live is None:  # new buffers may come of it: the plan's are no longer the ones sent
+                self.refill.forget()
             state = state_dict if live is None else live[2](live[0], live[1])
             self.staged, fresh = _stage(state, self.staged)
             if live is not None:
@@ -213,6 +215,8 @@ class MemoryTier:
         connections end now, so that nothing waits on them."""
         if self.link is not None:
             self.link.close()
+        self.staged = None  # the tier is done: nothing of this generation's state kept from here
+        self.refill.forget()
         if self.thread is not None:
             self._jobs.put(None)
             self.thread = None
@@ -365,16 +369,3 @@ class MemoryTier:
                                         metadata=memory_store.file_in(header["files"], payload, shards.METADATA))
         return True
 
-
-def _nbytes(state: Any) -> int:
-    """Bytes of the tensors in a state dict (a DTensor counts its local shard)."""
-    import torch
-
-    if isinstance(state, dict):
-        return sum(_nbytes(v) for v in state.values())
-    if isinstance(state, (list, tuple)):
-        return sum(_nbytes(v) for v in state)
-    if isinstance(state, torch.Tensor):
-        local = state.to_local() if hasattr(state, "to_local") else state
-        return local.numel() * local.element_size()
-    return 0

@@ -327,3 +327,45 @@ def test_every_thread_of_the_tier_yields_its_core_to_training_and_no_thread_of_t
         if tier is not None:
             tier.close()
         dist.destroy_process_group()
+
+
+def test_what_a_snapshot_sends_is_its_steps_state_whichever_way_it_was_given_and_a_stopped_tier_keeps_none(
+        tmp_path, monkeypatch, world_of_one):
+    """save_to_memory's two ways, mixed: (model, optimizer) refilled, then a state dict of another
+    shape (new buffers), then (model, optimizer) again: each snapshot holds its own step's state.
+    Once stopped (an in-process restart's teardown), the tier holds nothing of the model."""
+    import gc
+    import weakref
+
+    from torch import nn
+    from constructs_lib.runtime.memory_staging import stage
+    from constructs_lib.runtime.memory_tier import MemoryTier
+    from constructs_lib.runtime.state_of import StateOf
+
+    sent: list[dict] = []
+    monkeypatch.setattr(MemoryTier, "_write_send_settle",
+                        lambda self, step, staged, fresh: sent.append({k: v.clone() for k, v in staged["model"].items()}))
+    tier = MemoryTier(root=str(tmp_path / "mem"), generation="3", rank=0, world_size=1, local_world_size=1,
+                      node_rank=0, finish=lambda *a, **k: None)
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    state_of = StateOf()
+    for step in range(5):
+        model(torch.randn(3, 4)).sum().backward()
+        opt.step()
+        live = state_of(model, opt)
+        if step == 3:
+            assert tier.snapshot(step, {**live, "extra": {"epoch": step}})
+        else:
+            assert tier.snapshot(step, live=(model, opt, state_of))
+        tier.wait()
+        want = stage(live, None)[0]["model"]
+        assert all(torch.equal(sent[-1][k], want[k]) for k in want), f"step {step} sent another step's state"
+    assert tier.refill.plan is not None  # the last snapshot was refilled or learned again
+    tier.stop()
+    assert tier.staged is None and tier.refill.plan is None
+    gone = weakref.ref(model.weight)
+    del model, opt, live, want
+    gc.collect()
+    assert gone() is None, "the tier kept the model's tensors after it stopped"
