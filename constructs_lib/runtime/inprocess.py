@@ -20,6 +20,7 @@ launcher (ranks.py) that is gone, ends the process. Outside the supervisor train
 """
 from __future__ import annotations
 
+import faulthandler
 import gc
 import json
 import os
@@ -38,6 +39,10 @@ WAIT_DEFAULT = 1800.0                   # a replacement's launch and boot take m
 ASSIGNMENT = "assignment.json"
 POLL = 0.05
 SAVE_WAIT = 5.0  # seconds a leaving rank waits for its generation's async save (ranks.PARK_WAIT is 10)
+# A rank still leaving its generation after this long writes every thread's stack to the job's log:
+# the supervisor gives up on it at ranks.PARK_WAIT (10 s) and the next generation starts cold, and
+# where it hung (once in the suite's drill, under load; parking takes about 0.3 s) is otherwise lost.
+STACKS_AFTER = 7.0
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}", re.ASCII)
 
 
@@ -180,10 +185,12 @@ def run_generations(ckpt: Any, train: Callable[[], Any], *, backend: Optional[st
             if not _peer_failure(e):
                 raise
             _log(f"generation {generation}: a collective failed ({brief(e)})")
+            faulthandler.dump_traceback_later(STACKS_AFTER, exit=False, file=sys.stderr)
             _keep(ckpt, e)
         # Out of the except block: the failed generation's frames (its model, its DDP and the
         # group DDP holds) are released before the group is torn down.
         _teardown(ckpt, dist)
+        faulthandler.cancel_dump_traceback_later()
         write_atomic(os.path.join(directory, parked_name(generation, local)), str(os.getpid()))
         _log(f"generation {generation}: parked (process {os.getpid()}), waiting for the next generation")
         a = wait_assignment(directory, generation, nproc, timeout=wait, launcher=launcher)

@@ -276,3 +276,25 @@ def test_a_failed_generations_async_save_is_not_the_next_generations_error(tmp_p
     assert p.returncode == 0, err[-3000:]
     got = json.loads(out.strip().splitlines()[-1])
     assert got["calls"] == ["1", "2"] and "step-000000000019" in got["result"], got
+
+
+STALLED_TRAIN = TRAIN.replace("ckpt = Checkpointer()", """from constructs_lib.runtime import inprocess
+inprocess.STACKS_AFTER = 0.5
+real_teardown = inprocess._teardown
+def stalled_teardown(ckpt, dist):  # a leaving rank held up (in the drill once: where, unknown)
+    import time
+    time.sleep(1.5)
+    real_teardown(ckpt, dist)
+inprocess._teardown = stalled_teardown
+ckpt = Checkpointer()""")
+
+
+def test_a_rank_slow_to_leave_its_generation_writes_where_every_thread_is_and_parks_once_free(tmp_path):
+    p = _rank(tmp_path, "peer", STALLED_TRAIN)
+    try:
+        _wait_parked(tmp_path, p)
+    finally:
+        p.kill()
+    err = p.communicate(timeout=30)[1]
+    assert "most recent call first" in err and "in stalled_teardown" in err, err[-3000:]
+    assert err.count("most recent call first") >= 1 and "parked (process" in err
