@@ -318,6 +318,18 @@ class Refill:
             return False
         return True
 
+    def copy(self, model: Any, optimizer: Any, state_of: Callable[[Any, Any], dict], staged: Optional[dict],
+             stage: Callable[[dict, Optional[dict]], tuple[dict, bool]]) -> tuple[dict, bool]:
+        """The staged copy of this model's and optimizer's state and whether its buffers are new:
+        `staged` refilled where the plan holds, else state_of's answer staged by `stage` (memory_
+        staging.stage) and learned from."""
+        if self.fill(model, optimizer):
+            return staged, False  # type: ignore[return-value] - a plan exists only beside its staged copy
+        state = state_of(model, optimizer)
+        staged, fresh = stage(state, staged)
+        self.learned(model, optimizer, state, staged, fresh)
+        return staged, fresh
+
     def learned(self, model: Any, optimizer: Any, state: dict, staged: dict, fresh: bool) -> None:
         """After a full call: the plan for the next ones. Where the one in use still held (a check),
         the full call's staged copy must have the same buffers (not `fresh`) and the same plan."""

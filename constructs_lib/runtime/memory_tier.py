@@ -155,14 +155,12 @@ class MemoryTier:
         self.wait()
         if self.broken:
             return False
-        first, fresh = self.staged is None, False
-        if live is None or not self.refill.fill(live[0], live[1]):
-            if live is None:  # new buffers may come of it: the plan's are no longer the ones sent
-                self.refill.forget()
-            state = state_dict if live is None else live[2](live[0], live[1])
-            self.staged, fresh = _stage(state, self.staged)
-            if live is not None:
-                self.refill.learned(live[0], live[1], state, self.staged, fresh)
+        first = self.staged is None
+        if live is None:
+            self.refill.forget()  # new buffers may come of it: the plan's are no longer the ones sent
+            self.staged, fresh = _stage(state_dict, self.staged)
+        else:
+            self.staged, fresh = self.refill.copy(*live, self.staged, _stage)
         if first and not self._room(self.staged):
             return False
         self._idle.clear()

@@ -18,22 +18,24 @@ pytestmark = pytest.mark.usefixtures("group")  # a gloo group of one on 127.0.0.
 
 
 class Tier:
-    """What MemoryTier.snapshot does with a (model, optimizer), without the rest of the tier."""
+    """MemoryTier.snapshot's staging of a (model, optimizer), without the rest of the tier."""
 
     def __init__(self, **kw) -> None:
         self.said: list[str] = []
         self.refill = memory_refill.Refill(log=self.said.append, **kw)
-        self.state_of = StateOf()
+        self._state_of = StateOf()
         self.staged = None
-        self.refilled = 0
+        self.refilled = 0  # snapshots that made no state dict
+        self.full = 0
+
+    def state_of(self, model, opt) -> dict:
+        self.full += 1
+        return self._state_of(model, opt)
 
     def snapshot(self, model, opt) -> dict:
-        if self.refill.fill(model, opt):
-            self.refilled += 1
-        else:
-            state = self.state_of(model, opt)
-            self.staged, fresh = stage(state, self.staged)
-            self.refill.learned(model, opt, state, self.staged, fresh)
+        full = self.full
+        self.staged, _ = self.refill.copy(model, opt, self.state_of, self.staged, stage)
+        self.refilled += self.full == full
         return self.staged
 
 
