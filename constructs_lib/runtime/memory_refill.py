@@ -212,9 +212,10 @@ def _plain_values(plan: _Plan, leaves: list, staged: dict, optimizer: Any, owner
             live = optimizer.param_groups[i].get(k)
             if not isinstance(live, list) or len(live) != len(dst) or not _same(live[key], value):
                 return f"the param groups' {k!r} is not the optimizer's own"
-            plan.keep(optimizer.param_groups[i], k, live)
+            if key == 0:  # the list itself, once: the same object, as long
+                plan.keep(optimizer.param_groups[i], k, live)
+                sized.append(live)
             plan.keep(live, key, live[key])
-            sized.append(live)
             continue
         i = next((i for i, g in enumerate(groups) if g is dst), None)
         src = optimizer.param_groups[i] if i is not None else owner_of.get(id(dst))
